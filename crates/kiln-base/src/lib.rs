@@ -1,0 +1,25 @@
+//! kiln-base: the vocabulary every kiln layer shares. Dtypes and their promotion table,
+//! shapes and strided layouts, devices, device-tagged buffers, the primitive set with its
+//! per-op facts, the counter-based random hash, the error type, and the `Backend` trait.
+//! It knows nothing of the lazy graph (kiln-core) or of kernels (kiln-cpu, kiln-cuda).
+
+pub mod backend;
+pub mod buffer;
+pub mod device;
+pub mod dtype;
+pub mod elementwise;
+pub mod error;
+pub mod layout;
+pub mod primitive;
+pub mod random;
+pub mod shape;
+
+pub use backend::{ArrayData, Backend};
+pub use buffer::{Buffer, HOST};
+pub use device::{Device, DeviceKind, Stream};
+pub use dtype::{DType, DTypeKind, Scalar};
+pub use elementwise::{BinaryOp, Domain, UnaryOp};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use primitive::{ArgReduceOp, Primitive, ReduceOp};
+pub use shape::{Shape, Strides};
