@@ -1,0 +1,91 @@
+//! Evaluation: walk the pending graph in dependency order and run each primitive call once,
+//! on its stream's backend. Views (transpose, broadcast, slice, most reshapes) cost no
+//! kernel. After a call runs its outputs keep only their data and the call is dropped, which
+//! releases the inputs.
+
+use crate::array::{Array, Pending};
+use crate::device::backend;
+use crate::graph::pending_in_order;
+use kiln_base::{bail, ArrayData, DType, Primitive, Result, Shape, Stream};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static CALLS_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// Primitive calls evaluated so far in this process (views included): lets tests check
+/// that shared subgraphs run once.
+pub fn calls_run() -> u64 {
+    CALLS_RUN.load(Ordering::Relaxed)
+}
+
+/// Computes every array in `outputs` (and what they depend on) that has no data yet.
+pub fn eval(outputs: &[Array]) -> Result<()> {
+    let order = pending_in_order(outputs);
+    // Consume the order front to back so each node is released once its users are done.
+    for array in order {
+        eval_node(&array)?;
+    }
+    Ok(())
+}
+
+fn eval_node(array: &Array) -> Result<()> {
+    if array.is_evaluated() {
+        return Ok(());
+    }
+    let Some(call) = array.call() else {
+        if array.is_placeholder() {
+            bail!(
+                Value,
+                "eval",
+                "Cannot evaluate a placeholder array: inside a function being compiled or \
+                 transformed (compile, vmap), arrays have no values yet. Move .item(), \
+                 printing and numpy conversion out of the function."
+            );
+        }
+        return Ok(()); // another thread finished it meanwhile
+    };
+    let _running = call.running.lock().unwrap_or_else(|e| e.into_inner());
+    if array.is_evaluated() {
+        return Ok(());
+    }
+    let inputs: Vec<ArrayData> = call
+        .inputs
+        .iter()
+        .map(|input| input.0.data.get().cloned())
+        .collect::<Option<_>>()
+        .expect("inputs are evaluated first");
+    let results = run(&call.prim, &inputs, &call.output_meta, array.stream())?;
+    CALLS_RUN.fetch_add(1, Ordering::Relaxed);
+    let outputs = call.outputs.get().expect("set at construction");
+    for (weak, data) in outputs.iter().zip(results) {
+        if let Some(node) = weak.upgrade() {
+            let _ = node.data.set(data);
+            let mut pending = node.pending.lock().unwrap_or_else(|e| e.into_inner());
+            *pending = Pending::Done;
+        }
+    }
+    Ok(())
+}
+
+/// Runs one primitive: a view when the layout allows, else the device's kernel.
+fn run(
+    prim: &Primitive,
+    inputs: &[ArrayData],
+    outputs: &[(Shape, DType)],
+    stream: Stream,
+) -> Result<Vec<ArrayData>> {
+    if let [input] = inputs {
+        if let Some(layout) = prim.view_layout(&input.layout) {
+            return Ok(vec![ArrayData { buffer: input.buffer.clone(), layout, dtype: input.dtype }]);
+        }
+    }
+    let device = backend(stream.device)?;
+    if let (Primitive::Reshape { shape }, [input]) = (prim, inputs) {
+        // Not viewable: copy to row-major first, which always is.
+        let meta = [(input.layout.shape.clone(), input.dtype)];
+        let mut copied = device.eval(&Primitive::Copy, inputs, &meta)?;
+        let mut data = copied.pop().expect("one output");
+        data.layout = data.layout.reshape(shape).expect("row-major reshapes are views");
+        return Ok(vec![data]);
+    }
+    device.eval(prim, inputs, outputs)
+}

@@ -1,0 +1,22 @@
+//! kiln-core: the lazy array graph, the op front end, transforms and evaluation.
+//!
+//! ```
+//! use kiln_core::{ops, Array};
+//! let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+//! let b = ops::multiply(&a, &a).unwrap();          // recorded, not computed
+//! let s = ops::sum(&b, None, false).unwrap();
+//! assert_eq!(s.item::<f32>().unwrap(), 14.0);    // evaluated on access
+//! ```
+
+pub mod array;
+pub mod device;
+pub mod eval;
+mod graph;
+pub mod ops;
+pub mod transforms;
+
+pub use array::{Array, HostElement};
+pub use eval::eval;
+pub use kiln_base::{
+    shape, Device, DeviceKind, DType, Error, Layout, Primitive, Result, Scalar, Shape, Stream,
+};

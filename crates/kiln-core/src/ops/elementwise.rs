@@ -1,0 +1,119 @@
+//! Elementwise front end: dtype rules from the facts table, promotion, broadcasting.
+
+use super::{broadcast_to, record};
+use crate::array::Array;
+use kiln_base::shape::broadcast_shapes;
+use kiln_base::{bail, BinaryOp, DType, DTypeKind, Domain, Primitive, Result, Scalar, UnaryOp};
+
+/// Converts to `dtype`; the same array when it already has it.
+pub fn astype(x: &Array, dtype: DType) -> Result<Array> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    record(Primitive::AsType(dtype), vec![x.clone()])
+}
+
+/// Applies a one-input op under its facts row's dtype rule.
+pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
+    let facts = op.facts();
+    let x = match facts.domain {
+        Domain::Any => x.clone(),
+        Domain::Numeric => {
+            if x.dtype() == DType::Bool {
+                bail!(Type, facts.name, "Not supported for bool, use logical_not instead.");
+            }
+            x.clone()
+        }
+        Domain::Float => astype(x, x.dtype().to_float())?,
+    };
+    if op == UnaryOp::Abs && x.dtype().kind() != DTypeKind::Signed && !x.dtype().is_float() {
+        return Ok(x); // |x| of unsigned and bool is x
+    }
+    record(Primitive::Unary(op), vec![x])
+}
+
+/// Applies a two-input op: promote, broadcast, then record.
+pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
+    let facts = op.facts();
+    let mut dtype = a.dtype().promote(b.dtype());
+    if facts.domain == Domain::Float {
+        dtype = dtype.to_float();
+    }
+    let shape = broadcast_shapes(facts.name, a.shape(), b.shape())?;
+    let prep = |x: &Array| -> Result<Array> { broadcast_to(&astype(x, dtype)?, &shape) };
+    record(Primitive::Binary(op), vec![prep(a)?, prep(b)?])
+}
+
+/// The dtype a weak Python scalar takes next to an array of `dtype` (MLX's rule: the array
+/// wins unless the scalar's kind is wider: a float next to ints gives float32, an int next
+/// to bool gives int32).
+pub fn weak_scalar_dtype(value: Scalar, dtype: DType) -> DType {
+    match value {
+        Scalar::Float(_) if !dtype.is_float() => DType::F32,
+        Scalar::Int(_) | Scalar::UInt(_) if dtype == DType::Bool => DType::I32,
+        _ => dtype,
+    }
+}
+
+/// A weak scalar as a 0-d array next to `like` (errors when an integer does not fit).
+pub fn weak_scalar(value: Scalar, like: &Array) -> Result<Array> {
+    let dtype = weak_scalar_dtype(value, like.dtype());
+    if dtype.is_integer() {
+        let fits = match value {
+            Scalar::Int(i) => int_range(dtype).contains(&(i as i128)),
+            Scalar::UInt(u) => int_range(dtype).contains(&(u as i128)),
+            _ => true,
+        };
+        if !fits {
+            let shown = match value {
+                Scalar::UInt(u) => u.to_string(),
+                other => other.as_i64().to_string(),
+            };
+            bail!(Value, "array", "Converting {shown} to {dtype} would result in overflow.");
+        }
+    }
+    super::scalar(value, dtype)
+}
+
+fn int_range(dtype: DType) -> std::ops::RangeInclusive<i128> {
+    let bits = dtype.size() as u32 * 8;
+    if dtype.kind() == DTypeKind::Signed {
+        -(1i128 << (bits - 1))..=(1i128 << (bits - 1)) - 1
+    } else {
+        0..=(1i128 << bits) - 1
+    }
+}
+
+/// `cond ? x : y` with broadcasting; x and y are promoted together.
+pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
+    let op = "where";
+    let shape = broadcast_shapes(op, cond.shape(), x.shape())?;
+    let shape = broadcast_shapes(op, &shape, y.shape())?;
+    let dtype = x.dtype().promote(y.dtype());
+    let cond = broadcast_to(&astype(cond, DType::Bool)?, &shape)?;
+    let x = broadcast_to(&astype(x, dtype)?, &shape)?;
+    let y = broadcast_to(&astype(y, dtype)?, &shape)?;
+    record(Primitive::Where, vec![cond, x, y])
+}
+
+macro_rules! unary_fns {
+    ($($name:ident => $op:ident),* $(,)?) => {$(
+        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
+        pub fn $name(x: &Array) -> Result<Array> { unary(UnaryOp::$op, x) }
+    )*};
+}
+
+macro_rules! binary_fns {
+    ($($name:ident => $op:ident),* $(,)?) => {$(
+        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
+        pub fn $name(a: &Array, b: &Array) -> Result<Array> { binary(BinaryOp::$op, a, b) }
+    )*};
+}
+
+unary_fns!(negative => Negative, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, sin => Sin,
+    tanh => Tanh, sigmoid => Sigmoid, erf => Erf, erfinv => ErfInv);
+
+binary_fns!(add => Add, subtract => Subtract, multiply => Multiply, divide => Divide,
+    maximum => Maximum, minimum => Minimum, power => Power, equal => Equal,
+    not_equal => NotEqual, less => Less, less_equal => LessEqual, greater => Greater,
+    greater_equal => GreaterEqual);

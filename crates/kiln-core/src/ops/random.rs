@@ -1,0 +1,129 @@
+//! Counter-based random numbers (threefry2x32, as JAX and MLX, so the same key gives the
+//! same numbers as MLX and on every backend). Keys are `(2,)` uint32 arrays. Without an
+//! explicit key, ops draw from this thread's key sequence, seeded by [`seed`].
+
+use super::{add, astype, divide, erfinv, minimum, multiply, record, scalar};
+use crate::array::Array;
+use kiln_base::shape::fmt_shape;
+use kiln_base::{bail, ensure, DType, Primitive, Result, Scalar};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bumped by `seed`, so every thread restarts its sequence from the new seed.
+static SEED: AtomicU64 = AtomicU64::new(u64::MAX);
+static SEED_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// (epoch the key was seeded in, current key)
+    static STATE: RefCell<Option<(u64, Array)>> = const { RefCell::new(None) };
+}
+
+/// A PRNG key from a seed: `[seed >> 32, seed & 0xffffffff]`.
+pub fn key(seed: u64) -> Result<Array> {
+    Array::from_slice(&[(seed >> 32) as u32, seed as u32], &[2])
+}
+
+/// Seeds the random state of every thread.
+pub fn seed(value: u64) {
+    SEED.store(value, Ordering::Relaxed);
+    SEED_EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The next key of this thread's sequence (splits the state key in two, keeps one half).
+pub fn next_key() -> Result<Array> {
+    let epoch = SEED_EPOCH.load(Ordering::Relaxed);
+    let current = STATE.with(|s| s.borrow().as_ref().filter(|(e, _)| *e == epoch).map(|(_, k)| k.clone()));
+    let current = match current {
+        Some(k) => k,
+        None => {
+            let seed = match SEED.load(Ordering::Relaxed) {
+                u64::MAX => std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0),
+                s => s,
+            };
+            key(seed)?
+        }
+    };
+    let pair = split(&current, 2)?;
+    let keep = super::index(&pair, &[super::IndexItem::Int(0)])?;
+    let out = super::index(&pair, &[super::IndexItem::Int(1)])?;
+    STATE.with(|s| *s.borrow_mut() = Some((epoch, keep)));
+    Ok(out)
+}
+
+fn key_or_next(key: Option<&Array>) -> Result<Array> {
+    match key {
+        Some(k) => {
+            ensure!(
+                k.dtype() == DType::U32 && k.shape() == [2],
+                Value,
+                "random",
+                "Expected a key of shape (2,) and dtype uint32, got {} {}.",
+                fmt_shape(k.shape()),
+                k.dtype()
+            );
+            Ok(k.clone())
+        }
+        None => next_key(),
+    }
+}
+
+/// Raw random bits: `shape` elements of `width` bytes (1, 2, 4 or 8).
+pub fn bits(shape: &[usize], width: u8, key: Option<&Array>) -> Result<Array> {
+    let key = key_or_next(key)?;
+    record(Primitive::RandomBits { shape: shape.into(), width }, vec![key])
+}
+
+/// `num` new keys from one, shape `(num, 2)`.
+pub fn split(key: &Array, num: usize) -> Result<Array> {
+    let key = key_or_next(Some(key))?;
+    record(Primitive::RandomBits { shape: [num, 2].as_slice().into(), width: 4 }, vec![key])
+}
+
+/// Uniform samples in `[low, high)`.
+pub fn uniform(
+    low: f64,
+    high: f64,
+    shape: &[usize],
+    dtype: DType,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let op = "uniform";
+    if !dtype.is_float() {
+        bail!(Value, op, "Can only generate uniform numbers with real floating point type.");
+    }
+    // 32 random bits scaled into [0, 1), clamped below 1 in the target precision.
+    let upper = match dtype {
+        DType::F16 => half::f16::from_bits(0x3bff).to_f64(),
+        DType::BF16 => half::bf16::from_bits(0x3f7f).to_f64(),
+        _ => f64::from(f32::from_bits(0x3f7f_ffff)),
+    };
+    let raw = bits(shape, 4, key)?;
+    let unit = divide(&raw, &scalar(Scalar::Float(4294967295.0), DType::F32)?)?;
+    let unit = astype(&minimum(&unit, &scalar(Scalar::Float(upper), DType::F32)?)?, dtype)?;
+    let lo = scalar(Scalar::Float(low), dtype)?;
+    let range = super::subtract(&scalar(Scalar::Float(high), dtype)?, &lo)?;
+    add(&multiply(&range, &unit)?, &lo)
+}
+
+/// Normal samples with mean `loc` and standard deviation `scale` (inverse-CDF of uniforms).
+pub fn normal(
+    shape: &[usize],
+    dtype: DType,
+    loc: f64,
+    scale: f64,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
+    let u = uniform(low, 1.0, shape, dtype, key)?;
+    let mut out = multiply(&scalar(Scalar::Float(std::f64::consts::SQRT_2), dtype)?, &erfinv(&u)?)?;
+    if scale != 1.0 {
+        out = multiply(&scalar(Scalar::Float(scale), dtype)?, &out)?;
+    }
+    if loc != 0.0 {
+        out = add(&scalar(Scalar::Float(loc), dtype)?, &out)?;
+    }
+    Ok(out)
+}
