@@ -204,6 +204,14 @@ impl Array {
         outs.iter().filter_map(|w| w.upgrade()).filter(|n| !Arc::ptr_eq(n, &self.0)).map(Array).collect()
     }
 
+    /// Which output of its primitive call this array is (pending arrays only).
+    pub fn output_index(&self) -> Option<usize> {
+        match &*self.0.pending.lock().unwrap_or_else(|e| e.into_inner()) {
+            Pending::Call { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+
     pub(crate) fn call(&self) -> Option<Arc<OpCall>> {
         match &*self.0.pending.lock().unwrap_or_else(|e| e.into_inner()) {
             Pending::Call { call, .. } => Some(call.clone()),

@@ -2,6 +2,9 @@
 //! placeholder arrays; this thread-local stack says which are active, so ops and eval can
 //! tell a traced call from an eager one.
 
+mod rules;
+
+pub use rules::Rules;
 use std::cell::RefCell;
 
 /// A transform that may be tracing on this thread.
