@@ -1,6 +1,6 @@
 //! The interface every device backend implements: evaluate one primitive on evaluated inputs.
 
-use crate::{Buffer, Layout, Primitive, Result, DType};
+use crate::{Buffer, DType, Layout, Primitive, Result};
 
 /// An evaluated input or output: a buffer, where its elements sit, and their dtype.
 #[derive(Debug, Clone)]

@@ -53,7 +53,11 @@ impl Buffer {
     ///
     /// # Safety
     /// `ptr` must be a live allocation of `nbytes` from `allocator`, owned by nobody else.
-    pub unsafe fn from_raw(ptr: NonNull<u8>, nbytes: usize, allocator: &'static dyn Allocator) -> Self {
+    pub unsafe fn from_raw(
+        ptr: NonNull<u8>,
+        nbytes: usize,
+        allocator: &'static dyn Allocator,
+    ) -> Self {
         Buffer(Arc::new(BufferInner { ptr, nbytes, allocator }))
     }
 
@@ -139,8 +143,9 @@ pub struct HostAllocator {
 }
 
 /// The process-wide host allocator.
-pub static HOST: HostAllocator =
-    HostAllocator { counters: MemoryCounters { active: AtomicUsize::new(0), peak: AtomicUsize::new(0) } };
+pub static HOST: HostAllocator = HostAllocator {
+    counters: MemoryCounters { active: AtomicUsize::new(0), peak: AtomicUsize::new(0) },
+};
 
 impl HostAllocator {
     /// Uninitialised-free host memory: new buffers are zeroed, so reading an output a kernel

@@ -231,7 +231,7 @@ mod tests {
     fn reshape_views_and_copies() {
         let l = Layout::contiguous(&[2, 3, 4]);
         let t = l.transpose(&[1, 0, 2]); // (3, 2, 4), strides (4, 12, 1)
-        // Splitting an axis keeps a view; merging non-adjacent memory cannot.
+                                         // Splitting an axis keeps a view; merging non-adjacent memory cannot.
         let r = t.reshape(&[3, 2, 2, 2]).unwrap();
         assert_eq!(idx(&r), idx(&t));
         assert!(t.reshape(&[6, 4]).is_none());

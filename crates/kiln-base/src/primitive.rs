@@ -175,8 +175,12 @@ impl Primitive {
             }
             Primitive::Slice { start, step, len } => {
                 let (s, d) = inputs[0];
-                ensure!(start.len() == s.len() && step.len() == s.len() && len.len() == s.len(),
-                    Value, op, "Expected one start, step and length per axis.");
+                ensure!(
+                    start.len() == s.len() && step.len() == s.len() && len.len() == s.len(),
+                    Value,
+                    op,
+                    "Expected one start, step and length per axis."
+                );
                 for ax in 0..s.len() {
                     if len[ax] == 0 {
                         continue;
@@ -200,8 +204,8 @@ impl Primitive {
                 out[*axis] = 0;
                 for &(s, d) in inputs {
                     ensure!(d == d0, Type, op, "All inputs must have one dtype.");
-                    let ok = s.len() == s0.len()
-                        && (0..s.len()).all(|i| i == *axis || s[i] == s0[i]);
+                    let ok =
+                        s.len() == s0.len() && (0..s.len()).all(|i| i == *axis || s[i] == s0[i]);
                     ensure!(ok, Value, op, "All inputs must match except on axis {axis}.");
                     out[*axis] += s[*axis];
                 }
@@ -278,9 +282,11 @@ mod tests {
         let r = Primitive::Reduce { op: ReduceOp::Sum, axes: vec![0, 2] };
         let out = r.output_shapes(&[(&[2, 3, 4], DType::F32)]).unwrap();
         assert_eq!(out[0].0.as_slice(), &[1, 3, 1]);
-        let m = Primitive::Matmul.output_shapes(&[(&[5, 2, 3], DType::F32), (&[5, 3, 4], DType::F32)]);
+        let m =
+            Primitive::Matmul.output_shapes(&[(&[5, 2, 3], DType::F32), (&[5, 3, 4], DType::F32)]);
         assert_eq!(m.unwrap()[0].0.as_slice(), &[5, 2, 4]);
-        let bad = Primitive::Reshape { shape: Shape::from_slice(&[4, 2]) }.output_shapes(&[(&[6], DType::F32)]);
+        let bad = Primitive::Reshape { shape: Shape::from_slice(&[4, 2]) }
+            .output_shapes(&[(&[6], DType::F32)]);
         assert_eq!(
             bad.unwrap_err().to_string(),
             "[reshape] Cannot reshape array of size 6 into shape (4, 2)."

@@ -201,7 +201,11 @@ impl Array {
     pub fn siblings(&self) -> Vec<Array> {
         let Some(call) = self.call() else { return vec![] };
         let outs = call.outputs.get().map(|v| v.as_slice()).unwrap_or(&[]);
-        outs.iter().filter_map(|w| w.upgrade()).filter(|n| !Arc::ptr_eq(n, &self.0)).map(Array).collect()
+        outs.iter()
+            .filter_map(|w| w.upgrade())
+            .filter(|n| !Arc::ptr_eq(n, &self.0))
+            .map(Array)
+            .collect()
     }
 
     /// Which output of its primitive call this array is (pending arrays only).

@@ -75,7 +75,11 @@ fn run(
 ) -> Result<Vec<ArrayData>> {
     if let [input] = inputs {
         if let Some(layout) = prim.view_layout(&input.layout) {
-            return Ok(vec![ArrayData { buffer: input.buffer.clone(), layout, dtype: input.dtype }]);
+            return Ok(vec![ArrayData {
+                buffer: input.buffer.clone(),
+                layout,
+                dtype: input.dtype,
+            }]);
         }
     }
     let device = backend(stream.device)?;

@@ -18,5 +18,5 @@ pub mod transforms;
 pub use array::{Array, HostElement};
 pub use eval::eval;
 pub use kiln_base::{
-    shape, Device, DeviceKind, DType, Error, Layout, Primitive, Result, Scalar, Shape, Stream,
+    shape, DType, Device, DeviceKind, Error, Layout, Primitive, Result, Scalar, Shape, Stream,
 };

@@ -12,14 +12,14 @@ fn eval_frees_intermediates() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 1 << 16; // 256 KiB per f32 array
     let x = ops::arange(0.0, n as f64, 1.0, DType::F32).unwrap();
-    kiln_core::eval(&[x.clone()]).unwrap();
+    kiln_core::eval(std::slice::from_ref(&x)).unwrap();
     let mut y = x.clone();
     for _ in 0..50 {
         y = ops::exp(&ops::negative(&y).unwrap()).unwrap();
     }
     let before = HOST.counters.active();
     HOST.counters.reset_peak();
-    kiln_core::eval(&[y.clone()]).unwrap();
+    kiln_core::eval(std::slice::from_ref(&y)).unwrap();
     let bytes = n * 4;
     // Only the output stays, and at most a few intermediates ever lived at once.
     assert_eq!(HOST.counters.active(), before + bytes);

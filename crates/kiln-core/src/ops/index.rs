@@ -80,7 +80,9 @@ pub fn index(x: &Array, items: &[IndexItem]) -> Result<Array> {
         .filter(|(i, _)| matches!(i, IndexItem::Slice(..)))
         .map(|(_, &d)| d);
     let mut kept = kept.collect::<Vec<_>>().into_iter();
-    let shape: Vec<i64> =
-        out_shape.iter().map(|d| d.unwrap_or_else(|| kept.next().expect("one per slice")) as i64).collect();
+    let shape: Vec<i64> = out_shape
+        .iter()
+        .map(|d| d.unwrap_or_else(|| kept.next().expect("one per slice")) as i64)
+        .collect();
     reshape(&sliced, &shape)
 }

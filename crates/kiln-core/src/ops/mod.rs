@@ -15,9 +15,7 @@ pub use elementwise::*;
 pub use index::{index, IndexItem};
 pub use linalg::matmul;
 pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
-pub use shape::{
-    broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose,
-};
+pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
 
 use crate::array::Array;
 use crate::device::default_stream;

@@ -32,7 +32,8 @@ pub fn seed(value: u64) {
 /// The next key of this thread's sequence (splits the state key in two, keeps one half).
 pub fn next_key() -> Result<Array> {
     let epoch = SEED_EPOCH.load(Ordering::Relaxed);
-    let current = STATE.with(|s| s.borrow().as_ref().filter(|(e, _)| *e == epoch).map(|(_, k)| k.clone()));
+    let current =
+        STATE.with(|s| s.borrow().as_ref().filter(|(e, _)| *e == epoch).map(|(_, k)| k.clone()));
     let current = match current {
         Some(k) => k,
         None => {

@@ -23,10 +23,8 @@ fn finish(out: Array, axes: &[usize], keepdims: bool) -> Result<Array> {
     if keepdims {
         return Ok(out);
     }
-    let shape: Vec<i64> = (0..out.ndim())
-        .filter(|i| !axes.contains(i))
-        .map(|i| out.shape()[i] as i64)
-        .collect();
+    let shape: Vec<i64> =
+        (0..out.ndim()).filter(|i| !axes.contains(i)).map(|i| out.shape()[i] as i64).collect();
     reshape(&out, &shape)
 }
 

@@ -21,7 +21,7 @@ pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
     }
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || x.size() % known != 0 {
+        if known == 0 || !x.size().is_multiple_of(known) {
             bail!(
                 Value,
                 op,
@@ -106,10 +106,8 @@ pub fn squeeze(x: &Array, axes: Option<&[i64]>) -> Result<Array> {
     for &a in &axes {
         ensure!(x.shape()[a] == 1, Value, op, "Cannot squeeze axis {a} with size other than 1.");
     }
-    let shape: Vec<i64> = (0..x.ndim())
-        .filter(|i| !axes.contains(i))
-        .map(|i| x.shape()[i] as i64)
-        .collect();
+    let shape: Vec<i64> =
+        (0..x.ndim()).filter(|i| !axes.contains(i)).map(|i| x.shape()[i] as i64).collect();
     reshape(x, &shape)
 }
 
@@ -164,7 +162,11 @@ fn python_slice(
         (clamp(start, d - 1, -1, d - 1), clamp(stop, -1, -1, d - 1))
     };
     let len = if step > 0 {
-        if end > first { (end - first + step - 1) / step } else { 0 }
+        if end > first {
+            (end - first + step - 1) / step
+        } else {
+            0
+        }
     } else if first > end {
         (first - end + (-step) - 1) / (-step)
     } else {
