@@ -1,0 +1,549 @@
+//! The `kiln.core.array` class: construction, properties, operators, methods and repr.
+//! Methods share their implementation with the free functions in `ops.rs`.
+
+use crate::convert::{self, arrays_of, Operand};
+use crate::dtype::Dtype;
+use crate::error::{raise, OrRaise};
+use crate::ops::{self, ReduceFn};
+use kiln_base::Scalar;
+use kiln_core::ops::IndexItem;
+use kiln_core::{ops as kops, Array};
+use pyo3::exceptions::PyOverflowError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PySlice, PyTuple};
+
+/// An immutable, lazily evaluated n-dimensional array (MLX's `mlx.core.array`).
+#[pyclass(name = "array", module = "kiln.core", frozen)]
+pub struct PyArray(pub Array);
+
+type BinaryFn = fn(&Array, &Array) -> kiln_base::Result<Array>;
+
+impl PyArray {
+    /// `self <op> other` (or `other <op> self` when `reflected`) with weak Python scalars;
+    /// NotImplemented for operand types kiln does not know, so Python can try the other
+    /// side.
+    fn binary(
+        &self,
+        other: &Bound<'_, PyAny>,
+        f: BinaryFn,
+        reflected: bool,
+    ) -> PyResult<Py<PyAny>> {
+        match convert::operand(other)? {
+            Some(other_op) => self.apply(other.py(), other_op, f, reflected),
+            None => Ok(other.py().NotImplemented()),
+        }
+    }
+
+    /// `@`: arrays only (a Python number is no matrix), as MLX.
+    fn matmul(&self, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Py<PyAny>> {
+        match convert::operand(other)? {
+            Some(a @ Operand::Array(_)) => self.apply(other.py(), a, kops::matmul, reflected),
+            _ => Ok(other.py().NotImplemented()),
+        }
+    }
+
+    fn apply(
+        &self,
+        py: Python<'_>,
+        other: Operand,
+        f: BinaryFn,
+        reflected: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let me = Operand::Array(self.0.clone());
+        let (a, b) = if reflected { arrays_of(other, me)? } else { arrays_of(me, other)? };
+        let out = f(&a, &b).or_raise()?;
+        Ok(PyArray(out).into_pyobject(py)?.into_any().unbind())
+    }
+
+    fn reduce(
+        &self,
+        f: ReduceFn,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        ops::reduce(f, &self.0, axis, keepdims, stream)
+    }
+
+    fn unary(
+        &self,
+        f: fn(&Array) -> kiln_base::Result<Array>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || f(&self.0)).map(PyArray)
+    }
+}
+
+/// Variadic shape or axes arguments: `f(2, 3)` or `f((2, 3))` / `f([2, 3])`.
+fn variadic_ints(args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
+    if args.len() == 1 {
+        let first = args.get_item(0)?;
+        if !first.is_instance_of::<PyInt>() {
+            return first.extract::<Vec<i64>>();
+        }
+    }
+    args.iter().map(|a| a.extract::<i64>()).collect()
+}
+
+/// An integer index that may exceed i64: clamped (it is out of bounds either way, or a
+/// slice bound past the end).
+fn saturating_index(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+            Ok(if obj.lt(0)? { i64::MIN } else { i64::MAX })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn optional_index(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if obj.is_none() {
+        Ok(None)
+    } else {
+        saturating_index(&obj).map(Some)
+    }
+}
+
+/// One entry of an index expression.
+fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
+    let py = obj.py();
+    if obj.is_none() {
+        return Ok(IndexItem::NewAxis);
+    }
+    if obj.is(py.Ellipsis().bind(py)) {
+        return Ok(IndexItem::Ellipsis);
+    }
+    if let Ok(s) = obj.cast::<PySlice>() {
+        let start = optional_index(s.getattr("start")?)?;
+        let stop = optional_index(s.getattr("stop")?)?;
+        let step = optional_index(s.getattr("step")?)?;
+        return Ok(IndexItem::Slice(start, stop, step));
+    }
+    if obj.cast::<PyBool>().is_ok() {
+        return Err(raise!(Unsupported, "__getitem__", "Boolean indices are not supported yet."));
+    }
+    let is_array = obj.cast::<PyArray>().is_ok()
+        || obj.cast::<PyList>().is_ok()
+        || obj.cast::<numpy::PyUntypedArray>().is_ok();
+    if is_array {
+        return Err(raise!(
+            Unsupported,
+            "__getitem__",
+            "Indexing with arrays or lists (gather) is not supported yet; use ints, slices, \
+             None and ... for now."
+        ));
+    }
+    if obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")? {
+        return saturating_index(obj).map(IndexItem::Int);
+    }
+    Err(raise!(
+        Value,
+        "__getitem__",
+        "Cannot index kiln array using the given type {}.",
+        convert::type_name(obj)
+    ))
+}
+
+/// Clamps slice steps to the axis length: a larger step selects the same elements, and
+/// kiln-core's slice arithmetic overflows for steps near i64::MAX.
+fn clamp_steps(shape: &[usize], items: &mut [IndexItem]) {
+    let consumed =
+        items.iter().filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice(..))).count();
+    let mut axis = 0usize;
+    for item in items.iter_mut() {
+        match item {
+            IndexItem::Ellipsis => axis += shape.len().saturating_sub(consumed),
+            IndexItem::NewAxis => {}
+            IndexItem::Int(_) => axis += 1,
+            IndexItem::Slice(_, _, step) => {
+                if let (Some(s), Some(&d)) = (step.as_mut(), shape.get(axis)) {
+                    let m = d.max(1) as i64;
+                    *s = (*s).clamp(-m, m);
+                }
+                axis += 1;
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyArray {
+    #[new]
+    #[pyo3(signature = (val, dtype = None))]
+    fn new(val: &Bound<'_, PyAny>, dtype: Option<Dtype>) -> PyResult<Self> {
+        convert::to_array(val, dtype.map(|d| d.0)).map(PyArray)
+    }
+
+    // ---- properties -------------------------------------------------------------------
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.0.shape())
+    }
+
+    #[getter]
+    fn dtype(&self) -> Dtype {
+        Dtype(self.0.dtype())
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.0.ndim()
+    }
+
+    #[getter]
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.0.nbytes()
+    }
+
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.0.dtype().size()
+    }
+
+    /// The transpose (axes reversed).
+    #[getter(T)]
+    fn t(&self) -> PyResult<PyArray> {
+        kops::transpose(&self.0, None).map(PyArray).or_raise()
+    }
+
+    // ---- conversion -------------------------------------------------------------------
+
+    /// The single element as a Python scalar.
+    fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::item(py, &self.0, "item")
+    }
+
+    /// The elements as nested lists of Python scalars.
+    fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::to_list(py, &self.0)
+    }
+
+    /// numpy's conversion hook (`np.array(a)`): always a fresh copy.
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = copy; // the result never shares memory, so every `copy` request is met
+        let out = convert::to_numpy(py, &self.0)?;
+        match dtype {
+            Some(d) if !d.is_none() => out.call_method1("astype", (d,)),
+            _ => Ok(out),
+        }
+    }
+
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(convert::item_scalar(py, &self.0, "__bool__")?.as_bool())
+    }
+
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(convert::item_scalar(py, &self.0, "__float__")?.as_f64())
+    }
+
+    fn __int__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match convert::item_scalar(py, &self.0, "__int__")? {
+            // Python's own rules (truncation; errors for nan and inf).
+            Scalar::Float(f) => PyFloat::new(py, f).call_method0("__int__"),
+            Scalar::Bool(b) => Ok(i64::from(b).into_pyobject(py)?.into_any()),
+            s => convert::scalar_to_py(py, s),
+        }
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        match self.0.shape().first() {
+            Some(&n) => Ok(n),
+            None => Err(raise!(Type, "__len__", "len() of a 0-dimensional array.")),
+        }
+    }
+
+    fn __iter__(&self) -> PyResult<ArrayIterator> {
+        match self.0.shape().first() {
+            Some(&n) => Ok(ArrayIterator {
+                array: self.0.clone(),
+                next: std::sync::atomic::AtomicUsize::new(0),
+                len: n,
+            }),
+            None => Err(raise!(Type, "__iter__", "iteration over a 0-dimensional array.")),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let array = self.0.clone();
+        py.detach(|| crate::format::array_repr(&array)).or_raise()
+    }
+
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        self.__repr__(py)
+    }
+
+    /// Identity hash (arrays compare elementwise, so equal values need not hash alike).
+    fn __hash__(&self) -> u64 {
+        self.0.id()
+    }
+
+    fn __copy__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf // immutable: a copy is the same array
+    }
+
+    fn __deepcopy__<'py>(slf: Bound<'py, Self>, _memo: &Bound<'py, PyAny>) -> Bound<'py, Self> {
+        slf
+    }
+
+    // ---- indexing ---------------------------------------------------------------------
+
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyArray> {
+        let mut items = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().map(|e| index_item(&e)).collect::<PyResult<Vec<_>>>()?,
+            Err(_) => vec![index_item(key)?],
+        };
+        clamp_steps(self.0.shape(), &mut items);
+        kops::index(&self.0, &items).map(PyArray).or_raise()
+    }
+
+    fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(raise!(
+            Unsupported,
+            "__setitem__",
+            "kiln arrays do not support item assignment yet (MLX's scatter-based \
+             __setitem__ is a planned follow-up)."
+        ))
+    }
+
+    // ---- operators --------------------------------------------------------------------
+
+    fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::add, false)
+    }
+    fn __radd__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::add, true)
+    }
+    fn __sub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::subtract, false)
+    }
+    fn __rsub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::subtract, true)
+    }
+    fn __mul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::multiply, false)
+    }
+    fn __rmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::multiply, true)
+    }
+    fn __truediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::divide, false)
+    }
+    fn __rtruediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::divide, true)
+    }
+    fn __pow__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::power, false)
+    }
+    fn __rpow__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::power, true)
+    }
+    fn __matmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.matmul(other, false)
+    }
+    fn __rmatmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.matmul(other, true)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::equal, false)
+    }
+    fn __ne__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::not_equal, false)
+    }
+    fn __lt__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::less, false)
+    }
+    fn __le__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::less_equal, false)
+    }
+    fn __gt__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::greater, false)
+    }
+    fn __ge__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::greater_equal, false)
+    }
+    fn __neg__(&self) -> PyResult<PyArray> {
+        kops::negative(&self.0).map(PyArray).or_raise()
+    }
+    fn __abs__(&self) -> PyResult<PyArray> {
+        kops::abs(&self.0).map(PyArray).or_raise()
+    }
+
+    // ---- methods ----------------------------------------------------------------------
+
+    #[pyo3(signature = (dtype, stream = None))]
+    fn astype(&self, dtype: Dtype, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::astype(&self.0, dtype.0)).map(PyArray)
+    }
+
+    /// `a.reshape(2, 3)` or `a.reshape((2, 3))`.
+    #[pyo3(signature = (*shape, stream = None))]
+    fn reshape(
+        &self,
+        shape: &Bound<'_, PyTuple>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        let shape = variadic_ints(shape)?;
+        crate::device::with_stream(stream, || kops::reshape(&self.0, &shape)).map(PyArray)
+    }
+
+    /// `a.transpose()`, `a.transpose(1, 0)` or `a.transpose((1, 0))`.
+    #[pyo3(signature = (*axes, stream = None))]
+    fn transpose(
+        &self,
+        axes: &Bound<'_, PyTuple>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        let axes = if axes.is_empty() { None } else { Some(variadic_ints(axes)?) };
+        crate::device::with_stream(stream, || kops::transpose(&self.0, axes.as_deref()))
+            .map(PyArray)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn sum(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::sum, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn prod(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::prod, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn max(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::max, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn min(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::min, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn mean(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::mean, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn argmax(
+        &self,
+        axis: Option<i64>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::argmax(&self.0, axis, keepdims)).map(PyArray)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn argmin(
+        &self,
+        axis: Option<i64>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::argmin(&self.0, axis, keepdims)).map(PyArray)
+    }
+
+    #[pyo3(signature = (axis = None, *, stream = None))]
+    fn squeeze(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        let axes = ops::axes_arg(axis)?;
+        crate::device::with_stream(stream, || kops::squeeze(&self.0, axes.as_deref())).map(PyArray)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn abs(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::abs, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn exp(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::exp, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn log(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::log, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn sqrt(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::sqrt, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn sin(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::sin, stream)
+    }
+}
+
+/// Iterates over axis 0 (`for row in a`).
+#[pyclass(name = "ArrayIterator", module = "kiln.core", frozen)]
+pub struct ArrayIterator {
+    array: Array,
+    next: std::sync::atomic::AtomicUsize,
+    len: usize,
+}
+
+#[pymethods]
+impl ArrayIterator {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self) -> PyResult<Option<PyArray>> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if i >= self.len {
+            return Ok(None);
+        }
+        kops::index(&self.array, &[IndexItem::Int(i as i64)]).map(|a| Some(PyArray(a))).or_raise()
+    }
+}

@@ -1,0 +1,198 @@
+//! The `kiln.core.random` submodule: threefry keys and samplers with MLX's signatures, so
+//! a key gives the same numbers as in MLX.
+
+use crate::array::PyArray;
+use crate::convert::{py_scalar, to_array};
+use crate::device::with_stream;
+use crate::dtype::Dtype;
+use crate::error::{raise, OrRaise};
+use kiln_base::shape::{broadcast_shapes, fmt_shape};
+use kiln_base::DType;
+use kiln_core::ops::{self as kops, random};
+use kiln_core::Array;
+use pyo3::prelude::*;
+use pyo3::types::PyInt;
+
+type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
+
+/// A seed: any Python int, taken modulo 2**64 (negative seeds wrap, as in C++).
+fn seed_arg(seed: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(u) = seed.extract::<u64>() {
+        return Ok(u);
+    }
+    seed.extract::<i64>().map(|i| i as u64)
+}
+
+/// `shape=`: an int or a sequence of sizes.
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if shape.is_instance_of::<PyInt>() {
+        Ok(vec![shape.extract()?])
+    } else {
+        shape.extract()
+    }
+}
+
+fn key_arg(key: Option<&Bound<'_, PyArray>>) -> Option<Array> {
+    key.map(|k| k.get().0.clone())
+}
+
+/// A PRNG key (`(2,)` uint32) from a seed.
+#[pyfunction]
+fn key(seed: &Bound<'_, PyAny>) -> PyResult<PyArray> {
+    random::key(seed_arg(seed)?).map(PyArray).or_raise()
+}
+
+/// Seeds the global random state.
+#[pyfunction]
+fn seed(seed: &Bound<'_, PyAny>) -> PyResult<()> {
+    random::seed(seed_arg(seed)?);
+    Ok(())
+}
+
+/// `num` new keys from `key`, shape `(num, 2)`.
+#[pyfunction]
+#[pyo3(signature = (key, num = 2, stream = None))]
+fn split(key: &Bound<'_, PyArray>, num: usize, stream: Stream<'_, '_>) -> PyResult<PyArray> {
+    let key = key.get().0.clone();
+    with_stream(stream, || random::split(&key, num)).map(PyArray)
+}
+
+/// Raw random bits: `shape` elements of `width` bytes (1, 2, 4 or 8).
+#[pyfunction]
+#[pyo3(signature = (shape = None, width = 4, key = None, stream = None))]
+fn bits(
+    shape: Option<&Bound<'_, PyAny>>,
+    width: u8,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let key = key_arg(key);
+    with_stream(stream, || random::bits(&shape, width, key.as_ref())).map(PyArray)
+}
+
+/// A sampler parameter: a Python number, or an array (converted to `dtype`).
+enum Param {
+    Number(f64),
+    Array(Array),
+}
+
+fn param(obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Param> {
+    if obj.cast::<PyArray>().is_err() {
+        if let Some(s) = py_scalar(obj)? {
+            return Ok(Param::Number(s.as_f64()));
+        }
+    }
+    let array = to_array(obj, None)?;
+    kops::astype(&array, dtype).map(Param::Array).or_raise()
+}
+
+/// Array parameters must broadcast to `shape` (MLX's check: the samples' shape wins).
+fn check_broadcast(op: &'static str, shape: &[usize], params: &[&Param]) -> PyResult<()> {
+    let mut out = shape.to_vec();
+    for p in params {
+        if let Param::Array(a) = p {
+            out = broadcast_shapes(op, &out, a.shape()).or_raise()?.to_vec();
+        }
+    }
+    if out != shape {
+        return Err(raise!(
+            Value,
+            op,
+            "Cannot generate random values of shape {} from broadcasted shape {}.",
+            fmt_shape(shape),
+            fmt_shape(&out)
+        ));
+    }
+    Ok(())
+}
+
+fn as_array(p: &Param, dtype: DType) -> kiln_base::Result<Array> {
+    match p {
+        Param::Number(v) => kops::scalar(kiln_base::Scalar::Float(*v), dtype),
+        Param::Array(a) => Ok(a.clone()),
+    }
+}
+
+/// Uniform samples in `[low, high)`.
+#[pyfunction]
+#[pyo3(signature = (low = None, high = None, shape = None, dtype = None, key = None, stream = None))]
+fn uniform(
+    low: Option<&Bound<'_, PyAny>>,
+    high: Option<&Bound<'_, PyAny>>,
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let low = low.map(|l| param(l, dtype)).transpose()?.unwrap_or(Param::Number(0.0));
+    let high = high.map(|h| param(h, dtype)).transpose()?.unwrap_or(Param::Number(1.0));
+    check_broadcast("uniform", &shape, &[&low, &high])?;
+    let key = key_arg(key);
+    with_stream(stream, || match (&low, &high) {
+        (Param::Number(lo), Param::Number(hi)) => {
+            random::uniform(*lo, *hi, &shape, dtype, key.as_ref())
+        }
+        _ => {
+            // The same arithmetic as kiln-core's scalar path: (high - low) * u + low.
+            let unit = random::uniform(0.0, 1.0, &shape, dtype, key.as_ref())?;
+            let (lo, hi) = (as_array(&low, dtype)?, as_array(&high, dtype)?);
+            kops::add(&kops::multiply(&kops::subtract(&hi, &lo)?, &unit)?, &lo)
+        }
+    })
+    .map(PyArray)
+}
+
+/// Normal samples with mean `loc` and standard deviation `scale`.
+#[pyfunction]
+#[pyo3(signature = (shape = None, dtype = None, loc = None, scale = None, key = None, stream = None))]
+fn normal(
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    loc: Option<&Bound<'_, PyAny>>,
+    scale: Option<&Bound<'_, PyAny>>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let loc = loc.filter(|l| !l.is_none()).map(|l| param(l, dtype)).transpose()?;
+    let scale = scale.filter(|s| !s.is_none()).map(|s| param(s, dtype)).transpose()?;
+    let params: Vec<&Param> = loc.iter().chain(scale.iter()).collect();
+    check_broadcast("normal", &shape, &params)?;
+    let key = key_arg(key);
+    with_stream(stream, || match (&loc, &scale) {
+        (None | Some(Param::Number(_)), None | Some(Param::Number(_))) => {
+            let number = |p: &Option<Param>, default: f64| match p {
+                Some(Param::Number(v)) => *v,
+                _ => default,
+            };
+            random::normal(&shape, dtype, number(&loc, 0.0), number(&scale, 1.0), key.as_ref())
+        }
+        _ => {
+            // kiln-core's order: scale * n, then loc + that.
+            let mut out = random::normal(&shape, dtype, 0.0, 1.0, key.as_ref())?;
+            if let Some(s) = &scale {
+                out = kops::multiply(&as_array(s, dtype)?, &out)?;
+            }
+            if let Some(l) = &loc {
+                out = kops::add(&as_array(l, dtype)?, &out)?;
+            }
+            Ok(out)
+        }
+    })
+    .map(PyArray)
+}
+
+pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
+    let m = PyModule::new(parent.py(), "random")?;
+    m.add_function(wrap_pyfunction!(key, &m)?)?;
+    m.add_function(wrap_pyfunction!(seed, &m)?)?;
+    m.add_function(wrap_pyfunction!(split, &m)?)?;
+    m.add_function(wrap_pyfunction!(bits, &m)?)?;
+    m.add_function(wrap_pyfunction!(uniform, &m)?)?;
+    m.add_function(wrap_pyfunction!(normal, &m)?)?;
+    parent.add_submodule(&m)
+}

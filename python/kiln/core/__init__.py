@@ -1,0 +1,7 @@
+"""kiln's array API, following ``mlx.core``: ``import kiln.core as mx``."""
+
+from kiln._core import *  # arrays, dtypes, ops, devices
+from kiln._core import __version__  # noqa: F401
+
+# A real submodule, so that both `mx.random` and `import kiln.core.random` work.
+from kiln.core import random  # noqa: F401

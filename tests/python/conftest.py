@@ -1,0 +1,138 @@
+"""Shared helpers: dtype tables, input generators and numpy comparisons.
+
+numpy is the oracle. bfloat16 has no numpy dtype, so bfloat16 arrays are compared through
+float32 (`to_np`).
+"""
+
+import zlib
+
+import kiln.core as mx
+import numpy as np
+import pytest
+
+# kiln dtype name -> numpy dtype (bfloat16: the float32 its values are compared in).
+NP = {
+    "bool_": np.bool_,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float16": np.float16,
+    "bfloat16": np.float32,
+    "float32": np.float32,
+    "float64": np.float64,
+}
+ALL = list(NP)
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+INTS = ["uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64"]
+SIGNED = ["int8", "int16", "int32", "int64"]
+NUMERIC = INTS + FLOATS
+
+
+def dt(name):
+    """The kiln dtype object of a name."""
+    return getattr(mx, name)
+
+
+def name_of(dtype):
+    """The attribute name of a kiln dtype (`bool_` for bool)."""
+    s = str(dtype).split(".")[-1]
+    return "bool_" if s == "bool" else s
+
+
+def is_float(name):
+    return name in FLOATS
+
+
+# Relative tolerances for results of a dtype (half types round at 2**-11 and 2**-8).
+RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}
+ATOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12}
+
+
+def to_np(a):
+    """A kiln array as numpy (bfloat16 through float32)."""
+    if a.dtype == mx.bfloat16:
+        a = a.astype(mx.float32)
+    return np.asarray(a)
+
+
+def make(name, shape, rng, low=-10, high=10, special=False):
+    """Random kiln input of dtype `name` and `shape`, and its exact numpy values.
+
+    Integers are drawn in [low, high] (unsigned from 0), floats from a normal of scale
+    `high / 3`; `special` mixes NaN and +-inf into float inputs.
+    """
+    if name == "bool_":
+        x = rng.random(shape) < 0.5
+    elif name in INTS:
+        lo = max(low, 0) if name.startswith("u") else low
+        x = rng.integers(lo, high + 1, size=shape).astype(NP[name])
+    else:
+        x = (rng.standard_normal(shape) * high / 3).astype(np.float64)
+        if special and x.size:
+            flat = x.reshape(-1)
+            picks = rng.choice(flat.size, size=min(3, flat.size), replace=False)
+            for p, v in zip(picks, [np.nan, np.inf, -np.inf]):
+                flat[p] = v
+    a = mx.array(x, dtype=dt(name)) if name in FLOATS else mx.array(x)
+    assert a.dtype == dt(name)
+    return a, to_np(a)
+
+
+def assert_matches(result, expected, name=None, rtol=None, atol=None):
+    """`result` (kiln) equals `expected` (numpy): exactly for bool/int, within the dtype's
+    tolerance for floats (NaN equal to NaN, infinities exact)."""
+    name = name or name_of(result.dtype)
+    got = to_np(result)
+    assert got.shape == tuple(expected.shape), (got.shape, expected.shape)
+    if name in FLOATS:
+        expected = np.asarray(expected, dtype=np.float64)
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            expected,
+            rtol=RTOL[name] if rtol is None else rtol,
+            atol=ATOL[name] if atol is None else atol,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(got, np.asarray(expected).astype(got.dtype))
+
+
+# Shapes for unary ops and reductions: 0-d, 1-d, 2-d, 3-d and empty.
+SHAPES = [(), (5,), (3, 4), (2, 3, 4), (0,), (2, 0, 3)]
+
+# Broadcasting pairs for binary ops.
+PAIRS = [
+    ((), ()),
+    ((4,), ()),
+    ((), (4,)),
+    ((3, 4), (3, 4)),
+    ((3, 1), (1, 4)),
+    ((2, 3, 4), (4,)),
+    ((0,), (1,)),
+    ((2, 0), (2, 1)),
+]
+
+
+def view_variants(name, shape, rng, **kw):
+    """Inputs as fresh arrays, transposed views and negative-step slices, each with its
+    numpy twin."""
+    a, x = make(name, shape, rng, **kw)
+    yield "plain", a, x
+    if len(shape) >= 2:
+        # Build the transposed shape, then view it back to `shape`.
+        b, y = make(name, shape[::-1], rng, **kw)
+        yield "transposed", b.T, y.T
+    if len(shape) >= 1 and shape[0] > 0:
+        c, z = make(name, (shape[0] * 2,) + shape[1:], rng, **kw)
+        yield "reversed", c[::-2], z[::-2]
+
+
+@pytest.fixture
+def rng(request):
+    # A fixed seed per test (str hashes vary between runs; crc32 does not).
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
