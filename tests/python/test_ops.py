@@ -106,7 +106,7 @@ def test_unary(op, name, shape, rng):
     fname, ref, float_math, options, tol = op
     fn = getattr(mx, fname)
     if fname == "negative" and name == "bool_":
-        with pytest.raises(TypeError, match=r"\[negative\]"):
+        with pytest.raises(ValueError, match=r"\[negative\]"):
             fn(mx.zeros(shape, mx.bool_))
         return
     if fname == "erfinv" and not is_float(name):
@@ -459,7 +459,7 @@ def test_reductions_nan_and_inf(name):
 
 
 def test_reduction_errors():
-    with pytest.raises(ValueError, match=r"\[sum\]"):
+    with pytest.raises(IndexError, match=r"\[sum\]"):
         mx.sum(mx.arange(3), axis=3)
     with pytest.raises(ValueError, match=r"\[sum\]"):
         mx.sum(mx.arange(3), axis=[0, 0])
@@ -531,7 +531,7 @@ def test_shape_op_errors():
         mx.transpose(mx.zeros((2, 3)), [0])
     with pytest.raises(ValueError, match=r"\[squeeze\]"):
         mx.squeeze(mx.zeros((2, 3)), 0)
-    with pytest.raises(ValueError, match=r"\[expand_dims\]"):
+    with pytest.raises(IndexError, match=r"\[expand_dims\]"):
         mx.expand_dims(mx.zeros((2, 3)), 5)
     with pytest.raises(ValueError, match=r"\[broadcast_to\]"):
         mx.broadcast_to(mx.zeros((2, 3)), (3, 3))
@@ -605,8 +605,7 @@ def test_matmul(name, sa, sb, rng):
 def test_matmul_promotes_and_rejects():
     a = mx.ones((2, 3), mx.float16)
     assert (a @ mx.ones((3, 2), mx.bfloat16)).dtype == mx.float32
-    # kiln-core raises TypeError for integer matmul (MLX 0.32 raises ValueError).
-    with pytest.raises(TypeError, match=r"\[matmul\]"):
+    with pytest.raises(ValueError, match=r"\[matmul\]"):
         mx.arange(6).reshape(2, 3) @ mx.arange(6).reshape(3, 2)
     with pytest.raises(ValueError, match=r"\[matmul\]"):
         mx.matmul(mx.zeros((2, 3)), mx.zeros((2, 3)))

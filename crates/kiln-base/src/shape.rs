@@ -50,7 +50,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Sh
 pub fn normalize_axis(op: &'static str, axis: i64, ndim: usize) -> Result<usize> {
     let n = ndim as i64;
     if axis < -n || axis >= n {
-        bail!(Value, op, "Axis {axis} is out of bounds for array with {ndim} dimensions.");
+        bail!(Index, op, "Axis {axis} is out of bounds for array with {ndim} dimensions.");
     }
     Ok(if axis < 0 { axis + n } else { axis } as usize)
 }

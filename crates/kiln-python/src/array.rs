@@ -145,28 +145,6 @@ fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
     ))
 }
 
-/// Clamps slice steps to the axis length: a larger step selects the same elements, and
-/// kiln-core's slice arithmetic overflows for steps near i64::MAX.
-fn clamp_steps(shape: &[usize], items: &mut [IndexItem]) {
-    let consumed =
-        items.iter().filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice(..))).count();
-    let mut axis = 0usize;
-    for item in items.iter_mut() {
-        match item {
-            IndexItem::Ellipsis => axis += shape.len().saturating_sub(consumed),
-            IndexItem::NewAxis => {}
-            IndexItem::Int(_) => axis += 1,
-            IndexItem::Slice(_, _, step) => {
-                if let (Some(s), Some(&d)) = (step.as_mut(), shape.get(axis)) {
-                    let m = d.max(1) as i64;
-                    *s = (*s).clamp(-m, m);
-                }
-                axis += 1;
-            }
-        }
-    }
-}
-
 #[pymethods]
 impl PyArray {
     #[new]
@@ -301,11 +279,10 @@ impl PyArray {
     // ---- indexing ---------------------------------------------------------------------
 
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyArray> {
-        let mut items = match key.cast::<PyTuple>() {
+        let items = match key.cast::<PyTuple>() {
             Ok(t) => t.iter().map(|e| index_item(&e)).collect::<PyResult<Vec<_>>>()?,
             Err(_) => vec![index_item(key)?],
         };
-        clamp_steps(self.0.shape(), &mut items);
         kops::index(&self.0, &items).map(PyArray).or_raise()
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Each file has one job: `array` (the array class), `convert` (Python values <-> arrays),
 //! `ops` (free functions), `random` (the `random` submodule), `device` (devices and
-//! streams), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
+//! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
 //! mapping from kiln errors to Python exceptions).
 
 mod array;
@@ -12,6 +12,7 @@ mod device;
 mod dtype;
 mod error;
 mod format;
+mod memory;
 mod ops;
 mod random;
 
@@ -25,6 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dtype::register(m)?;
     device::register(m)?;
     ops::register(m)?;
+    memory::register(m)?;
     random::register(m)?;
     Ok(())
 }

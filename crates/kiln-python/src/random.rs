@@ -172,15 +172,9 @@ fn normal(
             random::normal(&shape, dtype, number(&loc, 0.0), number(&scale, 1.0), key.as_ref())
         }
         _ => {
-            // kiln-core's order: scale * n, then loc + that.
-            let mut out = random::normal(&shape, dtype, 0.0, 1.0, key.as_ref())?;
-            if let Some(s) = &scale {
-                out = kops::multiply(&as_array(s, dtype)?, &out)?;
-            }
-            if let Some(l) = &loc {
-                out = kops::add(&as_array(l, dtype)?, &out)?;
-            }
-            Ok(out)
+            let loc = loc.as_ref().map(|l| as_array(l, dtype)).transpose()?;
+            let scale = scale.as_ref().map(|s| as_array(s, dtype)).transpose()?;
+            random::normal_with(&shape, dtype, loc.as_ref(), scale.as_ref(), key.as_ref())
         }
     })
     .map(PyArray)

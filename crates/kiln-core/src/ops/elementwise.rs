@@ -20,7 +20,7 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
         Domain::Any => x.clone(),
         Domain::Numeric => {
             if x.dtype() == DType::Bool {
-                bail!(Type, facts.name, "Not supported for bool, use logical_not instead.");
+                bail!(Value, facts.name, "Not supported for bool, use logical_not instead.");
             }
             x.clone()
         }

@@ -24,10 +24,10 @@ pub fn index(x: &Array, items: &[IndexItem]) -> Result<Array> {
     let consumed =
         items.iter().filter(|i| matches!(i, IndexItem::Int(_) | IndexItem::Slice(..))).count();
     let ellipses = items.iter().filter(|i| matches!(i, IndexItem::Ellipsis)).count();
-    ensure!(ellipses <= 1, Index, op, "An index can only have a single ellipsis ('...').");
+    ensure!(ellipses <= 1, Value, op, "An index can only have a single ellipsis ('...').");
     ensure!(
         consumed <= x.ndim(),
-        Index,
+        Value,
         op,
         "Too many indices for array with {} dimensions.",
         x.ndim()

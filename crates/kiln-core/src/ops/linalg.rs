@@ -16,7 +16,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
     );
     let dtype = a.dtype().promote(b.dtype());
     if !dtype.is_float() {
-        bail!(Type, op, "Only real floating point types are supported but {dtype} was given.");
+        bail!(Value, op, "Only real floating point types are supported but {dtype} was given.");
     }
     let a1 = if a.ndim() == 1 { expand_dims(a, &[0])? } else { a.clone() };
     let b1 = if b.ndim() == 1 { expand_dims(b, &[-1])? } else { b.clone() };

@@ -117,14 +117,29 @@ pub fn normal(
     scale: f64,
     key: Option<&Array>,
 ) -> Result<Array> {
+    let loc = if loc != 0.0 { Some(scalar(Scalar::Float(loc), dtype)?) } else { None };
+    let scale = if scale != 1.0 { Some(scalar(Scalar::Float(scale), dtype)?) } else { None };
+    normal_with(shape, dtype, loc.as_ref(), scale.as_ref(), key)
+}
+
+/// [`normal`] with array `loc` and `scale` (broadcast against `shape`).
+pub fn normal_with(
+    shape: &[usize],
+    dtype: DType,
+    loc: Option<&Array>,
+    scale: Option<&Array>,
+    key: Option<&Array>,
+) -> Result<Array> {
     let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
     let u = uniform(low, 1.0, shape, dtype, key)?;
-    let mut out = multiply(&scalar(Scalar::Float(std::f64::consts::SQRT_2), dtype)?, &erfinv(&u)?)?;
-    if scale != 1.0 {
-        out = multiply(&scalar(Scalar::Float(scale), dtype)?, &out)?;
+    // MLX's order, (sqrt(2) * scale) * erfinv(u) + loc, so samples match it bit for bit.
+    let mut factor = scalar(Scalar::Float(std::f64::consts::SQRT_2), dtype)?;
+    if let Some(scale) = scale {
+        factor = multiply(&factor, &astype(scale, dtype)?)?;
     }
-    if loc != 0.0 {
-        out = add(&scalar(Scalar::Float(loc), dtype)?, &out)?;
+    let mut out = multiply(&factor, &erfinv(&u)?)?;
+    if let Some(loc) = loc {
+        out = add(&astype(loc, dtype)?, &out)?;
     }
     Ok(out)
 }

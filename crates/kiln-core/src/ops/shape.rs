@@ -131,7 +131,8 @@ pub fn slice(
     for ax in 0..starts.len() {
         let (s, l) = python_slice(op, starts[ax], stops[ax], steps[ax], x.shape()[ax])?;
         start[ax] = s;
-        step[ax] = steps[ax] as isize;
+        // One element or none: the step is irrelevant, and 1 keeps stride arithmetic small.
+        step[ax] = if l <= 1 { 1 } else { steps[ax] as isize };
         len[ax] = l;
     }
     if start.iter().all(|&s| s == 0) && step.iter().all(|&s| s == 1) && len == x.shape() {
@@ -161,14 +162,12 @@ fn python_slice(
     } else {
         (clamp(start, d - 1, -1, d - 1), clamp(stop, -1, -1, d - 1))
     };
-    let len = if step > 0 {
-        if end > first {
-            (end - first + step - 1) / step
-        } else {
-            0
-        }
-    } else if first > end {
-        (first - end + (-step) - 1) / (-step)
+    // i128: steps near i64::MAX/MIN must not overflow.
+    let (first, end, step) = (first as i128, end as i128, step as i128);
+    let len = if step > 0 && end > first {
+        (end - first - 1) / step + 1
+    } else if step < 0 && first > end {
+        (first - end - 1) / -step + 1
     } else {
         0
     };
@@ -218,5 +217,7 @@ mod tests {
         assert_eq!(s(None, Some(-10), -1, 5), (4, 5));
         assert_eq!(s(Some(3), Some(0), -2, 5), (3, 2));
         assert_eq!(s(None, None, 1, 0), (0, 0));
+        assert_eq!(s(None, None, i64::MAX, 5), (0, 1));
+        assert_eq!(s(None, None, i64::MIN, 5), (4, 1));
     }
 }
