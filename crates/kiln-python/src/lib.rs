@@ -12,6 +12,7 @@ mod device;
 mod dtype;
 mod error;
 mod format;
+mod io;
 mod memory;
 mod ops;
 mod random;
@@ -27,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     device::register(m)?;
     ops::register(m)?;
     memory::register(m)?;
+    io::register(m)?;
     random::register(m)?;
     Ok(())
 }
