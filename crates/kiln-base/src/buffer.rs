@@ -4,9 +4,10 @@
 
 use crate::{bail, Device, Result};
 use std::alloc::Layout as AllocLayout;
+use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Hands out and takes back memory of one device.
 pub trait Allocator: Send + Sync {
@@ -132,24 +133,92 @@ impl MemoryCounters {
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
     }
+    /// Restarts peak tracking from zero (MLX's `reset_peak_memory`).
     pub fn reset_peak(&self) {
-        self.peak.store(self.active(), Ordering::Relaxed);
+        self.peak.store(0, Ordering::Relaxed);
     }
 }
 
-/// The CPU's allocator: aligned heap memory with exact active/peak counters.
+/// Freed host blocks kept for reuse, by size class, so a steady loop allocates nothing from
+/// the system and takes no page faults.
+struct Cache {
+    /// size class -> addresses of free blocks of that size.
+    free: BTreeMap<usize, Vec<usize>>,
+    bytes: usize,
+    /// Keep at most this many bytes (0 disables the cache).
+    limit: usize,
+    /// Past this many live + cached bytes, allocation empties the cache first.
+    memory_limit: usize,
+}
+
+/// The CPU's allocator: aligned heap memory with a size-class cache and exact counters.
 pub struct HostAllocator {
     pub counters: MemoryCounters,
+    cache: Mutex<Cache>,
 }
 
 /// The process-wide host allocator.
 pub static HOST: HostAllocator = HostAllocator {
     counters: MemoryCounters { active: AtomicUsize::new(0), peak: AtomicUsize::new(0) },
+    cache: Mutex::new(Cache { free: BTreeMap::new(), bytes: 0, limit: UNSET, memory_limit: UNSET }),
 };
 
+/// Limits not yet read from the machine.
+const UNSET: usize = usize::MAX;
+
+/// The block size an allocation of `n` bytes gets: classes 1/8 of a power of two apart
+/// (at most 12.5% slack), so freed blocks fit later requests of similar size.
+fn size_class(n: usize) -> usize {
+    let floor_pow2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    let step = (floor_pow2 / 8).max(HOST_ALIGN);
+    n.div_ceil(step).saturating_mul(step)
+}
+
+/// Physical memory of this machine (the default memory limit, as MLX's CPU default).
+fn physical_memory() -> usize {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok());
+    kib.map_or(16 << 30, |k| k.saturating_mul(1024))
+}
+
+impl Cache {
+    fn resolve_limits(&mut self) {
+        if self.memory_limit == UNSET {
+            self.memory_limit = physical_memory();
+        }
+        if self.limit == UNSET {
+            self.limit = self.memory_limit;
+        }
+    }
+
+    /// Returns every cached block to the system.
+    fn release_all(&mut self) {
+        for (class, blocks) in std::mem::take(&mut self.free) {
+            for addr in blocks {
+                // SAFETY: cached blocks were allocated by `HostAllocator::alloc` with this
+                // class size and alignment, and nothing references them while cached.
+                unsafe { std::alloc::dealloc(addr as *mut u8, block_layout(class)) }
+            }
+        }
+        self.bytes = 0;
+    }
+}
+
+fn block_layout(class: usize) -> AllocLayout {
+    AllocLayout::from_size_align(class, HOST_ALIGN).expect("classes are valid layouts")
+}
+
 impl HostAllocator {
-    /// Uninitialised-free host memory: new buffers are zeroed, so reading an output a kernel
-    /// did not fully write can never expose stale data.
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.resolve_limits();
+        cache
+    }
+
+    /// Zero-filled host memory of `nbytes` (a cached block when one fits).
     pub fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
         if nbytes == 0 {
             // A dangling, aligned pointer: never dereferenced for a zero-length slice.
@@ -157,16 +226,35 @@ impl HostAllocator {
             // SAFETY: `free` ignores zero-sized buffers.
             return Ok(unsafe { Buffer::from_raw(ptr, 0, self) });
         }
-        let Ok(layout) = AllocLayout::from_size_align(nbytes, HOST_ALIGN) else {
+        let class = size_class(nbytes);
+        if class > isize::MAX as usize - HOST_ALIGN {
             bail!(Runtime, "malloc", "Cannot allocate {nbytes} bytes.");
+        }
+        let reused = {
+            let mut cache = self.cache();
+            let reused = cache.free.get_mut(&class).and_then(Vec::pop);
+            if reused.is_some() {
+                cache.bytes -= class;
+            } else if self.counters.active() + cache.bytes + class > cache.memory_limit {
+                cache.release_all(); // over the guideline: give cached memory back first
+            }
+            reused
         };
-        // SAFETY: layout has nonzero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = match reused {
+            Some(addr) => {
+                // SAFETY: a cached block of `class` bytes owned by the allocator; zeroing keeps
+                // the promise that new buffers read as zeros.
+                unsafe { std::ptr::write_bytes(addr as *mut u8, 0, class) };
+                addr as *mut u8
+            }
+            // SAFETY: the layout has nonzero size.
+            None => unsafe { std::alloc::alloc_zeroed(block_layout(class)) },
+        };
         let Some(ptr) = NonNull::new(ptr) else {
             bail!(Runtime, "malloc", "Out of memory allocating {nbytes} bytes.");
         };
         self.counters.add(nbytes);
-        // SAFETY: freshly allocated from this allocator with nbytes.
+        // SAFETY: a live block of at least nbytes from this allocator, owned by nobody else.
         Ok(unsafe { Buffer::from_raw(ptr, nbytes, self) })
     }
 
@@ -176,6 +264,31 @@ impl HostAllocator {
         let mut buf = self.alloc(bytes.len())?;
         buf.host_slice_mut::<u8>().expect("fresh buffer").copy_from_slice(bytes);
         Ok(buf)
+    }
+
+    /// Bytes held in the cache (freed by arrays, not yet returned to the system).
+    pub fn cache_memory(&self) -> usize {
+        self.cache().bytes
+    }
+
+    /// Returns all cached memory to the system.
+    pub fn clear_cache(&self) {
+        self.cache().release_all();
+    }
+
+    /// Sets the cache limit (0 disables caching); returns the previous one.
+    pub fn set_cache_limit(&self, limit: usize) -> usize {
+        let mut cache = self.cache();
+        let previous = std::mem::replace(&mut cache.limit, limit);
+        if cache.bytes > limit {
+            cache.release_all();
+        }
+        previous
+    }
+
+    /// Sets the memory limit guideline; returns the previous one.
+    pub fn set_memory_limit(&self, limit: usize) -> usize {
+        std::mem::replace(&mut self.cache().memory_limit, limit)
     }
 }
 
@@ -189,9 +302,16 @@ impl Allocator for HostAllocator {
             return;
         }
         self.counters.sub(nbytes);
-        let layout = AllocLayout::from_size_align(nbytes, HOST_ALIGN).expect("checked at alloc");
-        // SAFETY: allocated by `alloc` with this layout (caller's contract).
-        unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) }
+        let class = size_class(nbytes);
+        let mut cache = self.cache();
+        if cache.bytes + class <= cache.limit {
+            cache.bytes += class;
+            cache.free.entry(class).or_default().push(ptr.as_ptr() as usize);
+            return;
+        }
+        drop(cache);
+        // SAFETY: allocated by `alloc` with this class layout (caller's contract).
+        unsafe { std::alloc::dealloc(ptr.as_ptr(), block_layout(class)) }
     }
 }
 
@@ -211,5 +331,25 @@ mod tests {
         drop(c);
         let empty = HOST.alloc(0).unwrap();
         assert_eq!(empty.host_slice::<f32>().len(), 0);
+    }
+
+    #[test]
+    fn size_classes_bound_the_slack() {
+        for n in [1, 63, 64, 65, 1000, 4096, 4097, 1 << 20, (1 << 20) + 1, 12345678] {
+            let c = size_class(n);
+            assert!(c >= n && c.is_multiple_of(HOST_ALIGN), "{n} -> {c}");
+            assert!(c <= n + n / 8 + HOST_ALIGN, "{n} -> {c}");
+        }
+    }
+
+    #[test]
+    fn freed_blocks_are_reused_zeroed() {
+        let mut a = HOST.alloc(1 << 16).unwrap();
+        a.host_slice_mut::<u8>().unwrap().fill(7);
+        let addr = a.as_ptr();
+        drop(a);
+        let b = HOST.alloc((1 << 16) - 100).unwrap(); // same class
+        assert_eq!(b.as_ptr(), addr);
+        assert!(b.host_slice::<u8>().iter().all(|&v| v == 0));
     }
 }

@@ -44,3 +44,23 @@ fn shared_subgraph_runs_once() {
     let want: Vec<f32> = e.iter().map(|v| v + v - v * v).collect();
     assert_eq!(out.to_vec::<f32>().unwrap(), want);
 }
+
+#[test]
+fn steady_loop_reuses_cached_blocks() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let x = ops::arange(0.0, 4096.0, 1.0, DType::F32).unwrap();
+    kiln_core::eval(std::slice::from_ref(&x)).unwrap();
+    let step = || {
+        let y = ops::exp(&ops::multiply(&x, &x).unwrap()).unwrap();
+        ops::sum(&y, None, false).unwrap().item::<f32>().unwrap()
+    };
+    step();
+    let (active, cached) = (HOST.counters.active(), HOST.cache_memory());
+    for _ in 0..10 {
+        step();
+        // Every block the step needs comes from the cache and goes back to it.
+        assert_eq!((HOST.counters.active(), HOST.cache_memory()), (active, cached));
+    }
+    HOST.clear_cache();
+    assert_eq!(HOST.cache_memory(), 0);
+}
