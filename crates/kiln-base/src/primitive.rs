@@ -38,6 +38,8 @@ pub enum Primitive {
     AsType(DType),
     /// A row-contiguous copy of the input.
     Copy,
+    /// The input itself (a view): marks the inputs of a transform.
+    Identity,
     /// Reduction over sorted axes; reduced axes stay as size 1 (the op squeezes them).
     Reduce { op: ReduceOp, axes: Vec<usize> },
     /// Index of the max/min along one axis, which stays as size 1.
@@ -69,6 +71,7 @@ impl Primitive {
             Primitive::Where => "where",
             Primitive::AsType(_) => "astype",
             Primitive::Copy => "copy",
+            Primitive::Identity => "identity",
             Primitive::Reduce { op, .. } => match op {
                 ReduceOp::Sum => "sum",
                 ReduceOp::Prod => "prod",
@@ -109,7 +112,9 @@ impl Primitive {
         let same = |shape: &[usize], dtype| Ok(vec![(Shape::from(shape), dtype)]);
         match self {
             Primitive::Arange { len, dtype, .. } => same(&[*len], *dtype),
-            Primitive::Unary(_) | Primitive::Copy => same(inputs[0].0, inputs[0].1),
+            Primitive::Unary(_) | Primitive::Copy | Primitive::Identity => {
+                same(inputs[0].0, inputs[0].1)
+            }
             Primitive::AsType(dtype) => same(inputs[0].0, *dtype),
             Primitive::Binary(bin) => {
                 let ((sa, da), (sb, db)) = (inputs[0], inputs[1]);
@@ -260,6 +265,7 @@ impl Primitive {
             Primitive::Transpose { perm } => Some(input.transpose(perm)),
             Primitive::BroadcastTo { shape } => Some(input.broadcast_to(shape)),
             Primitive::Slice { start, step, len } => Some(input.slice(start, step, len)),
+            Primitive::Identity => Some(input.clone()),
             _ => None,
         }
     }

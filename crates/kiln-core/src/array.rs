@@ -41,6 +41,9 @@ pub(crate) struct Node {
     pub(crate) stream: Stream,
     pub(crate) pending: Mutex<Pending>,
     pub(crate) data: OnceLock<ArrayData>,
+    /// Depends on the inputs of a running transform (grad, jvp, vmap): while a transform is
+    /// active, evaluating this node keeps its call so the transform can still walk it.
+    pub(crate) tracer: bool,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -48,7 +51,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl Node {
     fn new(shape: Shape, dtype: DType, stream: Stream, pending: Pending) -> Node {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Node { id, shape, dtype, stream, pending: Mutex::new(pending), data: OnceLock::new() }
+        let (pending, data) = (Mutex::new(pending), OnceLock::new());
+        Node { id, shape, dtype, stream, pending, data, tracer: false }
     }
 
     /// Takes the pending call out (poisoning is impossible to observe here: the lock guards a
@@ -98,6 +102,17 @@ impl Array {
         outputs: Vec<(Shape, DType)>,
         stream: Stream,
     ) -> Vec<Array> {
+        let tracer = inputs.iter().any(|a| a.0.tracer);
+        Array::build_call(prim, inputs, outputs, stream, tracer)
+    }
+
+    fn build_call(
+        prim: Primitive,
+        inputs: Vec<Array>,
+        outputs: Vec<(Shape, DType)>,
+        stream: Stream,
+        tracer: bool,
+    ) -> Vec<Array> {
         let call = Arc::new(OpCall {
             prim,
             inputs,
@@ -110,7 +125,9 @@ impl Array {
             .enumerate()
             .map(|(index, (shape, dtype))| {
                 let pending = Pending::Call { call: call.clone(), index };
-                Array(Arc::new(Node::new(shape, dtype, stream, pending)))
+                let mut node = Node::new(shape, dtype, stream, pending);
+                node.tracer = tracer;
+                Array(Arc::new(node))
             })
             .collect();
         let weak = arrays.iter().map(|a| Arc::downgrade(&a.0)).collect();
@@ -123,6 +140,19 @@ impl Array {
         let node = Node::new(data.layout.shape.clone(), data.dtype, stream, Pending::Done);
         let _ = node.data.set(data);
         Array(Arc::new(node))
+    }
+
+    /// A fresh input of a transform: `x` seen through an identity view, marked as a tracer
+    /// so that everything computed from it keeps its graph while the transform runs.
+    pub fn tracer_of(x: &Array) -> Array {
+        let meta = vec![(Shape::from(x.shape()), x.dtype())];
+        let inputs = vec![x.clone()];
+        Array::build_call(Primitive::Identity, inputs, meta, x.stream(), true).swap_remove(0)
+    }
+
+    /// Whether this array depends on the inputs of a transform that is running now.
+    pub fn is_tracer(&self) -> bool {
+        self.0.tracer && crate::transforms::is_active()
     }
 
     /// A placeholder with shape and dtype but no value (tracing).

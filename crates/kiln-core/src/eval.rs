@@ -56,11 +56,15 @@ fn eval_node(array: &Array) -> Result<()> {
     let results = run(&call.prim, &inputs, &call.output_meta, array.stream())?;
     CALLS_RUN.fetch_add(1, Ordering::Relaxed);
     let outputs = call.outputs.get().expect("set at construction");
+    // Inside a transform, traced nodes keep their call: the transform walks it afterwards.
+    let keep_graph = array.is_tracer();
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);
-            let mut pending = node.pending.lock().unwrap_or_else(|e| e.into_inner());
-            *pending = Pending::Done;
+            if !keep_graph {
+                let mut pending = node.pending.lock().unwrap_or_else(|e| e.into_inner());
+                *pending = Pending::Done;
+            }
         }
     }
     Ok(())

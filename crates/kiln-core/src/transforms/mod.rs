@@ -2,10 +2,15 @@
 //! placeholder arrays; this thread-local stack says which are active, so ops and eval can
 //! tell a traced call from an eager one.
 
+mod jvp;
 mod rules;
+mod tape;
+mod vjp;
 
+pub use jvp::jvp;
 pub use rules::Rules;
 use std::cell::RefCell;
+pub use vjp::{grad, value_and_grad, vjp};
 
 /// A transform that may be tracing on this thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +22,11 @@ pub enum Transform {
 
 thread_local! {
     static ACTIVE: RefCell<Vec<Transform>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether any transform is running on this thread.
+pub fn is_active() -> bool {
+    ACTIVE.with(|a| !a.borrow().is_empty())
 }
 
 /// The transforms active on this thread, innermost last.

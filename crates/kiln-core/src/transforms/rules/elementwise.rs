@@ -1,0 +1,144 @@
+//! Gradients of elementwise primitives: each op's derivative once, used by vjp (times the
+//! cotangent) and jvp (times the tangent).
+
+use super::zeros_like;
+use crate::array::Array;
+use crate::ops::{self, scalar};
+use kiln_base::{BinaryOp, DType, Primitive, Result, Scalar, UnaryOp};
+
+fn constant(value: f64, like: &Array) -> Result<Array> {
+    scalar(Scalar::Float(value), like.dtype())
+}
+
+/// cos(x), until the ops layer has its own: sin shifted by a quarter turn.
+fn cos(x: &Array) -> Result<Array> {
+    ops::sin(&ops::add(x, &constant(std::f64::consts::FRAC_PI_2, x)?)?)
+}
+
+/// d out / d x of a unary op.
+fn unary_derivative(op: UnaryOp, x: &Array, out: &Array) -> Result<Array> {
+    use std::f64::consts::PI;
+    match op {
+        UnaryOp::Negative => constant(-1.0, x),
+        UnaryOp::Abs => {
+            let pos = ops::astype(&ops::greater(x, &constant(0.0, x)?)?, x.dtype())?;
+            let neg = ops::astype(&ops::less(x, &constant(0.0, x)?)?, x.dtype())?;
+            ops::subtract(&pos, &neg)
+        }
+        UnaryOp::Exp => Ok(out.clone()),
+        UnaryOp::Log => ops::divide(&constant(1.0, x)?, x),
+        UnaryOp::Sqrt => ops::divide(&constant(0.5, x)?, out),
+        UnaryOp::Sin => cos(x),
+        UnaryOp::Tanh => ops::subtract(&constant(1.0, x)?, &ops::multiply(out, out)?),
+        UnaryOp::Sigmoid => ops::multiply(out, &ops::subtract(&constant(1.0, x)?, out)?),
+        UnaryOp::Erf => {
+            let e = ops::exp(&ops::negative(&ops::multiply(x, x)?)?)?;
+            ops::multiply(&constant(2.0 / PI.sqrt(), x)?, &e)
+        }
+        UnaryOp::ErfInv => {
+            let e = ops::exp(&ops::multiply(out, out)?)?;
+            ops::multiply(&constant(PI.sqrt() / 2.0, x)?, &e)
+        }
+    }
+}
+
+/// (d out / d a, d out / d b) of a binary op; `None` where the op is not differentiable.
+fn binary_partials(op: BinaryOp, a: &Array, b: &Array, out: &Array) -> Result<Option<[Array; 2]>> {
+    let one = || constant(1.0, a);
+    let mask = |m: Array| ops::astype(&m, a.dtype());
+    Ok(Some(match op {
+        BinaryOp::Add => [one()?, one()?],
+        BinaryOp::Subtract => [one()?, constant(-1.0, a)?],
+        BinaryOp::Multiply => [b.clone(), a.clone()],
+        BinaryOp::Divide => [ops::divide(&one()?, b)?, ops::negative(&ops::divide(out, b)?)?],
+        // Ties send the gradient to the first operand.
+        BinaryOp::Maximum => [mask(ops::greater_equal(a, b)?)?, mask(ops::less(a, b)?)?],
+        BinaryOp::Minimum => [mask(ops::less_equal(a, b)?)?, mask(ops::greater(a, b)?)?],
+        BinaryOp::Power => {
+            let da = ops::multiply(&ops::power(a, &ops::subtract(b, &one()?)?)?, b)?;
+            [da, ops::multiply(out, &ops::log(a)?)?]
+        }
+        BinaryOp::Equal
+        | BinaryOp::NotEqual
+        | BinaryOp::Less
+        | BinaryOp::LessEqual
+        | BinaryOp::Greater
+        | BinaryOp::GreaterEqual => return Ok(None),
+    }))
+}
+
+pub(super) fn vjp(
+    prim: &Primitive,
+    primals: &[Array],
+    g: &Array,
+    argnums: &[usize],
+    out: &Array,
+) -> Result<Vec<Array>> {
+    match prim {
+        Primitive::Unary(op) => {
+            let d = unary_derivative(*op, &primals[0], out)?;
+            argnums.iter().map(|_| ops::multiply(g, &d)).collect()
+        }
+        Primitive::Binary(op) => match binary_partials(*op, &primals[0], &primals[1], out)? {
+            Some(partials) => argnums.iter().map(|&i| ops::multiply(g, &partials[i])).collect(),
+            None => argnums.iter().map(|&i| zeros_like(&primals[i])).collect(),
+        },
+        Primitive::Where => {
+            let cond = &primals[0];
+            argnums
+                .iter()
+                .map(|&i| match i {
+                    1 => ops::where_(cond, g, &zeros_like(g)?),
+                    2 => ops::where_(cond, &zeros_like(g)?, g),
+                    _ => zeros_like(cond),
+                })
+                .collect()
+        }
+        Primitive::AsType(_) => {
+            argnums.iter().map(|_| ops::astype(g, primals[0].dtype())).collect()
+        }
+        _ => unreachable!("dispatched by class"),
+    }
+}
+
+pub(super) fn jvp(
+    prim: &Primitive,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+    out: &Array,
+) -> Result<Vec<Array>> {
+    let t = |i: usize| argnums.iter().position(|&a| a == i).map(|k| &tangents[k]);
+    let result = match prim {
+        Primitive::Unary(op) => {
+            ops::multiply(t(0).expect("one input"), &unary_derivative(*op, &primals[0], out)?)?
+        }
+        Primitive::Binary(op) => match binary_partials(*op, &primals[0], &primals[1], out)? {
+            None => zeros_like(out)?,
+            Some(partials) => {
+                let mut acc: Option<Array> = None;
+                for (i, d) in partials.iter().enumerate() {
+                    if let Some(ti) = t(i) {
+                        let term = ops::multiply(ti, d)?;
+                        acc = Some(match acc {
+                            Some(a) => ops::add(&a, &term)?,
+                            None => term,
+                        });
+                    }
+                }
+                acc.map_or_else(|| zeros_like(out), Ok)?
+            }
+        },
+        Primitive::Where => {
+            let x = t(1).cloned().map_or_else(|| zeros_like(out), Ok)?;
+            let y = t(2).cloned().map_or_else(|| zeros_like(out), Ok)?;
+            ops::where_(&primals[0], &x, &y)?
+        }
+        Primitive::AsType(dtype) => match t(0) {
+            Some(t0) if *dtype != DType::Bool => ops::astype(t0, *dtype)?,
+            _ => zeros_like(out)?,
+        },
+        _ => unreachable!("dispatched by class"),
+    };
+    Ok(vec![result])
+}

@@ -1,0 +1,156 @@
+//! The per-primitive transform rules. Graph walks (the vjp, jvp and vmap drivers) stay
+//! generic and call these; each primitive class answers in its own file.
+
+mod elementwise;
+mod linalg;
+mod movement;
+mod reduce;
+
+use crate::array::Array;
+use crate::ops;
+use kiln_base::{DType, Error, Primitive, Result};
+
+/// What a primitive contributes to each transform.
+pub trait Rules {
+    /// Cotangents of the inputs listed in `argnums` (one per entry), given the primal inputs,
+    /// the cotangents of every output and the outputs themselves.
+    fn vjp(
+        &self,
+        primals: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+        outputs: &[Array],
+    ) -> Result<Vec<Array>>;
+
+    /// Tangents of every output, given the primal inputs, their outputs, and the tangents
+    /// of the inputs listed in `argnums` (one per entry; other inputs are constant).
+    fn jvp(
+        &self,
+        primals: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+        outputs: &[Array],
+    ) -> Result<Vec<Array>>;
+
+    /// The batched outputs and their batch axes, given inputs whose batch axis is `axes[i]`
+    /// (`None`: not batched).
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)>;
+}
+
+pub(crate) fn missing(transform: &'static str, prim: &Primitive) -> Error {
+    Error::Unsupported {
+        op: transform,
+        msg: format!("No {transform} rule for {} yet.", prim.name()),
+    }
+}
+
+/// Zeros shaped and typed like `x`: the gradient of anything that does not flow (integer
+/// outputs, indices, comparisons).
+pub(crate) fn zeros_like(x: &Array) -> Result<Array> {
+    ops::zeros(x.shape(), x.dtype())
+}
+
+/// Whether gradients flow through values of this dtype (integers and bool carry none).
+pub(crate) fn differentiable(dtype: DType) -> bool {
+    dtype.is_float()
+}
+
+impl Rules for Primitive {
+    fn vjp(
+        &self,
+        primals: &[Array],
+        cotangents: &[Array],
+        argnums: &[usize],
+        outputs: &[Array],
+    ) -> Result<Vec<Array>> {
+        let out = match self {
+            Primitive::Unary(_)
+            | Primitive::Binary(_)
+            | Primitive::Where
+            | Primitive::AsType(_) => {
+                elementwise::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
+            }
+            Primitive::Reduce { .. } | Primitive::ArgReduce { .. } => {
+                reduce::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
+            }
+            Primitive::Copy
+            | Primitive::Identity
+            | Primitive::Reshape { .. }
+            | Primitive::Transpose { .. }
+            | Primitive::BroadcastTo { .. }
+            | Primitive::Slice { .. }
+            | Primitive::Concatenate { .. } => {
+                movement::vjp(self, primals, &cotangents[0], argnums)?
+            }
+            Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
+            Primitive::Arange { .. } | Primitive::RandomBits { .. } => {
+                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
+            }
+        };
+        // Integer and bool inputs get zero cotangents whatever the rule computed.
+        argnums
+            .iter()
+            .zip(out)
+            .map(|(&i, g)| {
+                let p = &primals[i];
+                if differentiable(p.dtype()) {
+                    ops::astype(&g, p.dtype())
+                } else {
+                    zeros_like(p)
+                }
+            })
+            .collect()
+    }
+
+    fn jvp(
+        &self,
+        primals: &[Array],
+        tangents: &[Array],
+        argnums: &[usize],
+        outputs: &[Array],
+    ) -> Result<Vec<Array>> {
+        let out = match self {
+            Primitive::Unary(_)
+            | Primitive::Binary(_)
+            | Primitive::Where
+            | Primitive::AsType(_) => {
+                elementwise::jvp(self, primals, tangents, argnums, &outputs[0])?
+            }
+            Primitive::Reduce { .. } | Primitive::ArgReduce { .. } => {
+                reduce::jvp(self, primals, &tangents[0], &outputs[0])?
+            }
+            Primitive::Copy
+            | Primitive::Identity
+            | Primitive::Reshape { .. }
+            | Primitive::Transpose { .. }
+            | Primitive::BroadcastTo { .. }
+            | Primitive::Slice { .. }
+            | Primitive::Concatenate { .. } => movement::jvp(self, primals, tangents, argnums)?,
+            Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
+            Primitive::Arange { .. } | Primitive::RandomBits { .. } => {
+                outputs.iter().map(zeros_like).collect::<Result<_>>()?
+            }
+        };
+        outputs
+            .iter()
+            .zip(out)
+            .map(
+                |(o, t)| {
+                    if differentiable(o.dtype()) {
+                        ops::astype(&t, o.dtype())
+                    } else {
+                        zeros_like(o)
+                    }
+                },
+            )
+            .collect()
+    }
+
+    fn vmap(&self, _: &[Array], _: &[Option<usize>]) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        Err(missing("vmap", self))
+    }
+}

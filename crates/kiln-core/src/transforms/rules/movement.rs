@@ -1,0 +1,74 @@
+//! Gradients of copies and views. These ops are linear, so the jvp applies the same
+//! primitive to the tangents; the vjp maps the cotangent back to the input's layout.
+
+use super::{missing, zeros_like};
+use crate::array::Array;
+use crate::ops::{self, record};
+use kiln_base::{Primitive, Result};
+
+pub(super) fn vjp(
+    prim: &Primitive,
+    primals: &[Array],
+    g: &Array,
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let x = &primals[0];
+    let one = |a: Array| Ok(argnums.iter().map(|_| a.clone()).collect());
+    match prim {
+        Primitive::Copy | Primitive::Identity => one(g.clone()),
+        Primitive::Reshape { .. } => {
+            let shape: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
+            one(ops::reshape(g, &shape)?)
+        }
+        Primitive::Transpose { perm } => {
+            let mut inverse = vec![0i64; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i as i64;
+            }
+            one(ops::transpose(g, Some(&inverse))?)
+        }
+        Primitive::BroadcastTo { shape } => {
+            // Sum over the new leading axes and over the axes that were stretched from 1.
+            let lead = shape.len() - x.ndim();
+            let axes: Vec<i64> = (0..shape.len())
+                .filter(|&i| i < lead || (x.shape()[i - lead] == 1 && shape[i] != 1))
+                .map(|i| i as i64)
+                .collect();
+            let summed = ops::sum(g, Some(&axes), true)?;
+            let shape: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
+            one(ops::reshape(&summed, &shape)?)
+        }
+        Primitive::Concatenate { axis } => {
+            let mut start = 0i64;
+            let mut parts = Vec::with_capacity(primals.len());
+            for p in primals {
+                let n = p.shape()[*axis] as i64;
+                let mut starts = vec![None; g.ndim()];
+                let mut stops = vec![None; g.ndim()];
+                starts[*axis] = Some(start);
+                stops[*axis] = Some(start + n);
+                parts.push(ops::slice(g, &starts, &stops, &vec![1; g.ndim()])?);
+                start += n;
+            }
+            Ok(argnums.iter().map(|&i| parts[i].clone()).collect())
+        }
+        Primitive::Slice { .. } => Err(missing("vjp", prim)),
+        _ => unreachable!("dispatched by class"),
+    }
+}
+
+pub(super) fn jvp(
+    prim: &Primitive,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    // Inputs without a tangent are constants: their tangent is zero.
+    let inputs = (0..primals.len())
+        .map(|i| match argnums.iter().position(|&a| a == i) {
+            Some(k) => Ok(tangents[k].clone()),
+            None => zeros_like(&primals[i]),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vec![record(prim.clone(), inputs)?])
+}

@@ -1,0 +1,207 @@
+//! Gradients against central finite differences in float64, and vjp against jvp.
+
+use kiln_core::ops::{self, IndexItem};
+use kiln_core::transforms::{grad, jvp, value_and_grad, vjp};
+use kiln_core::{Array, DType, Result, Scalar};
+
+type Fun = fn(&[Array]) -> Result<Array>;
+
+fn arr(values: &[f64], shape: &[usize]) -> Array {
+    Array::from_slice(values, shape).unwrap()
+}
+
+fn values(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    // A small LCG: deterministic inputs without a dependency.
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((state >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+/// Reduces any output to a scalar with fixed weights, so every output element is checked.
+fn weighted(out: Array) -> Result<Array> {
+    let w = arr(&values(99, out.size(), 0.5, 1.5), out.shape());
+    ops::sum(&ops::multiply(&out, &w)?, None, false)
+}
+
+fn check_grad(name: &str, f: Fun, inputs: &[(Vec<f64>, Vec<usize>)]) {
+    let args: Vec<Array> = inputs.iter().map(|(v, s)| arr(v, s)).collect();
+    let scalar_f = |a: &[Array]| weighted(f(a)?);
+    let argnums: Vec<usize> = (0..args.len()).collect();
+    let grads = grad(scalar_f, &args, &argnums).unwrap();
+    let eps = 1e-6;
+    for (k, (v, s)) in inputs.iter().enumerate() {
+        let g = grads[k].to_vec::<f64>().unwrap();
+        for i in 0..v.len() {
+            let eval_at = |delta: f64| {
+                let mut a = args.clone();
+                let mut vv = v.clone();
+                vv[i] += delta;
+                a[k] = arr(&vv, s);
+                scalar_f(&a).unwrap().item::<f64>().unwrap()
+            };
+            let fd = (eval_at(eps) - eval_at(-eps)) / (2.0 * eps);
+            let tol = 1e-5 * (1.0 + fd.abs());
+            assert!((g[i] - fd).abs() <= tol, "{name}: d/dx{k}[{i}] = {} vs fd {fd}", g[i]);
+        }
+    }
+}
+
+#[test]
+fn unary_ops_match_finite_differences() {
+    let x = (values(1, 6, 0.1, 0.9), vec![2, 3]);
+    let cases: [(&str, Fun); 10] = [
+        ("negative", |a| ops::negative(&a[0])),
+        ("abs", |a| {
+            ops::abs(&ops::subtract(&a[0], &ops::scalar(Scalar::Float(0.5), DType::F64)?)?)
+        }),
+        ("exp", |a| ops::exp(&a[0])),
+        ("log", |a| ops::log(&a[0])),
+        ("sqrt", |a| ops::sqrt(&a[0])),
+        ("sin", |a| ops::sin(&a[0])),
+        ("tanh", |a| ops::tanh(&a[0])),
+        ("sigmoid", |a| ops::sigmoid(&a[0])),
+        ("erf", |a| ops::erf(&a[0])),
+        ("erfinv", |a| ops::erfinv(&a[0])),
+    ];
+    for (name, f) in cases {
+        check_grad(name, f, std::slice::from_ref(&x));
+    }
+}
+
+#[test]
+fn binary_ops_match_finite_differences() {
+    let a = (values(2, 6, 0.5, 2.0), vec![2, 3]);
+    let b = (values(3, 3, 0.5, 2.0), vec![3]); // broadcast
+    let cases: [(&str, Fun); 7] = [
+        ("add", |x| ops::add(&x[0], &x[1])),
+        ("subtract", |x| ops::subtract(&x[0], &x[1])),
+        ("multiply", |x| ops::multiply(&x[0], &x[1])),
+        ("divide", |x| ops::divide(&x[0], &x[1])),
+        ("maximum", |x| ops::maximum(&x[0], &x[1])),
+        ("minimum", |x| ops::minimum(&x[0], &x[1])),
+        ("power", |x| ops::power(&x[0], &x[1])),
+    ];
+    for (name, f) in cases {
+        check_grad(name, f, &[a.clone(), b.clone()]);
+    }
+    check_grad("where", |x| ops::where_(&ops::less(&x[0], &x[1])?, &x[0], &x[1]), &[a, b]);
+}
+
+#[test]
+fn reductions_movement_and_matmul_match_finite_differences() {
+    let x = (values(4, 24, -1.0, 1.0), vec![2, 3, 4]);
+    let cases: [(&str, Fun); 11] = [
+        ("sum", |a| ops::sum(&a[0], Some(&[0, 2]), false)),
+        ("mean", |a| ops::mean(&a[0], Some(&[1]), true)),
+        ("prod", |a| ops::prod(&a[0], Some(&[2]), false)),
+        ("max", |a| ops::max(&a[0], Some(&[1]), false)),
+        ("min", |a| ops::min(&a[0], None, false)),
+        ("reshape", |a| ops::reshape(&a[0], &[4, 6])),
+        ("transpose", |a| ops::transpose(&a[0], Some(&[2, 0, 1]))),
+        ("broadcast", |a| ops::broadcast_to(&ops::expand_dims(&a[0], &[1])?, &[2, 5, 3, 4])),
+        ("concatenate", |a| ops::concatenate(&[a[0].clone(), ops::exp(&a[0])?], 1)),
+        ("matmul", |a| {
+            let m = ops::reshape(&a[0], &[2, 3, 4])?;
+            ops::matmul(&m, &ops::transpose(&m, Some(&[0, 2, 1]))?)
+        }),
+        ("astype", |a| ops::astype(&ops::astype(&a[0], DType::F32)?, DType::F64)),
+    ];
+    for (name, f) in cases {
+        if name == "astype" {
+            continue; // f32 rounding defeats a 1e-6 difference quotient; checked below
+        }
+        check_grad(name, f, std::slice::from_ref(&x));
+    }
+    let g = grad(
+        |a| ops::sum(&ops::astype(&a[0], DType::F32)?, None, false),
+        &[arr(&[1.0, 2.0], &[2])],
+        &[0],
+    )
+    .unwrap();
+    assert_eq!((g[0].dtype(), g[0].to_vec::<f64>().unwrap()), (DType::F64, vec![1.0, 1.0]));
+}
+
+#[test]
+fn vjp_and_jvp_agree() {
+    // <vjp(u), v> == <u, jvp(v)> for f(x, y) = tanh(x @ y) * x[:, :1]
+    let f = |a: &[Array]| -> Result<Vec<Array>> {
+        let first = ops::index(
+            &a[0],
+            &[IndexItem::Slice(None, None, None), IndexItem::Slice(None, Some(1), None)],
+        )?;
+        Ok(vec![ops::multiply(&ops::tanh(&ops::matmul(&a[0], &a[1])?)?, &first)?])
+    };
+    let x = arr(&values(5, 6, -1.0, 1.0), &[2, 3]);
+    let y = arr(&values(6, 12, -1.0, 1.0), &[3, 4]);
+    let u = arr(&values(7, 8, -1.0, 1.0), &[2, 4]);
+    let (vx, vy) =
+        (arr(&values(8, 6, -1.0, 1.0), &[2, 3]), arr(&values(9, 12, -1.0, 1.0), &[3, 4]));
+    let dot = |a: &Array, b: &Array| {
+        ops::sum(&ops::multiply(a, b).unwrap(), None, false).unwrap().item::<f64>().unwrap()
+    };
+    // Slicing has no vjp yet, so differentiate only through the parts that do.
+    let g =
+        |a: &[Array]| -> Result<Vec<Array>> { Ok(vec![ops::tanh(&ops::matmul(&a[0], &a[1])?)?]) };
+    let (_, cots) = vjp(g, &[x.clone(), y.clone()], std::slice::from_ref(&u)).unwrap();
+    let (_, tans) = jvp(g, &[x.clone(), y.clone()], &[vx.clone(), vy.clone()]).unwrap();
+    let lhs = dot(&cots[0], &vx) + dot(&cots[1], &vy);
+    let rhs = dot(&u, &tans[0]);
+    assert!((lhs - rhs).abs() < 1e-10, "{lhs} vs {rhs}");
+    // jvp also works through slices.
+    let (_, t) = jvp(f, &[x, y], &[vx, vy]).unwrap();
+    assert_eq!(t[0].shape(), &[2, 4]);
+}
+
+#[test]
+fn higher_order_and_eval_inside() {
+    // d2/dx2 sin(x) = -sin(x): grad of grad.
+    let x = arr(&[0.3, 1.1], &[2]);
+    let d2 = grad(
+        |a| {
+            let inner = grad(|b| ops::sum(&ops::sin(&b[0])?, None, false), a, &[0])?;
+            ops::sum(&inner[0], None, false)
+        },
+        std::slice::from_ref(&x),
+        &[0],
+    )
+    .unwrap();
+    let want: Vec<f64> = [0.3f64, 1.1].iter().map(|v| -v.sin()).collect();
+    for (g, w) in d2[0].to_vec::<f64>().unwrap().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12);
+    }
+    // Evaluating inside the function keeps the graph the gradient needs.
+    let (v, g) = value_and_grad(
+        |a| {
+            let y = ops::exp(&a[0])?;
+            kiln_core::eval(std::slice::from_ref(&y))?;
+            ops::sum(&ops::multiply(&y, &a[0])?, None, false)
+        },
+        std::slice::from_ref(&x),
+        &[0],
+    )
+    .unwrap();
+    let want: Vec<f64> = [0.3f64, 1.1].iter().map(|v| v.exp() * (1.0 + v)).collect();
+    assert!((v.item::<f64>().unwrap() - (0.3f64.exp() * 0.3 + 1.1f64.exp() * 1.1)).abs() < 1e-12);
+    for (g, w) in g[0].to_vec::<f64>().unwrap().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn integer_inputs_and_errors() {
+    let i = Array::from_slice(&[1i32, 2], &[2]).unwrap();
+    let x = arr(&[1.0, 2.0], &[2]);
+    let g =
+        grad(|a| ops::sum(&ops::multiply(&a[0], &a[1])?, None, false), &[x.clone(), i], &[0, 1])
+            .unwrap();
+    assert_eq!(g[0].to_vec::<f64>().unwrap(), vec![1.0, 2.0]);
+    assert_eq!((g[1].dtype(), g[1].to_vec::<i32>().unwrap()), (DType::I32, vec![0, 0]));
+    let err = grad(|a| ops::exp(&a[0]), std::slice::from_ref(&x), &[0]).unwrap_err();
+    assert!(err.to_string().starts_with("[value_and_grad]"), "{err}");
+    let err = grad(|a| ops::sum(&a[0], None, false), std::slice::from_ref(&x), &[3]).unwrap_err();
+    assert!(matches!(err, kiln_core::Error::Value { .. }));
+}
