@@ -16,6 +16,7 @@ mod io;
 mod memory;
 mod ops;
 mod random;
+mod transforms;
 
 use pyo3::prelude::*;
 
@@ -29,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     memory::register(m)?;
     io::register(m)?;
+    transforms::register(m)?;
     random::register(m)?;
     Ok(())
 }

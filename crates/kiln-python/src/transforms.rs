@@ -1,0 +1,85 @@
+//! The Rust side of `kiln.core`'s function transforms: vjp and jvp over a Python function of
+//! a flat list of arrays. Pytrees, argnums and the grad wrappers live in
+//! `kiln/core/_transforms.py`.
+
+use crate::array::PyArray;
+use crate::error::to_pyerr;
+use kiln_base::Error;
+use kiln_core::{transforms, Array, Result};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use std::cell::RefCell;
+
+/// Wraps a Python function of `list[array] -> list[array]` as a Rust one. A Python exception
+/// raised inside is kept in `raised` and re-raised as itself once the transform returns.
+fn rust_fun<'a, 'py>(
+    fun: &'a Bound<'py, PyAny>,
+    raised: &'a RefCell<Option<PyErr>>,
+) -> impl FnOnce(&[Array]) -> Result<Vec<Array>> + 'a {
+    move |inputs: &[Array]| {
+        let py = fun.py();
+        let run = || -> PyResult<Vec<Array>> {
+            let args = PyList::new(py, inputs.iter().map(|a| PyArray(a.clone())))?;
+            let out = fun.call1((args,))?;
+            out.try_iter()?.map(|o| Ok(o?.extract::<PyRef<PyArray>>()?.0.clone())).collect()
+        };
+        run().map_err(|e| {
+            *raised.borrow_mut() = Some(e);
+            Error::Runtime { op: "transform", msg: "the function raised".into() }
+        })
+    }
+}
+
+type Pair = (Vec<PyArray>, Vec<PyArray>);
+
+fn finish(
+    result: Result<(Vec<Array>, Vec<Array>)>,
+    raised: RefCell<Option<PyErr>>,
+) -> PyResult<Pair> {
+    match result {
+        Ok((a, b)) => {
+            Ok((a.into_iter().map(PyArray).collect(), b.into_iter().map(PyArray).collect()))
+        }
+        Err(e) => Err(raised.into_inner().unwrap_or_else(|| to_pyerr(e))),
+    }
+}
+
+fn arrays(list: Vec<PyRef<'_, PyArray>>) -> Vec<Array> {
+    list.iter().map(|a| a.0.clone()).collect()
+}
+
+/// `(outputs, cotangents of primals)`; `cotangents=None` means one scalar output seeded 1.
+#[pyfunction]
+#[pyo3(signature = (fun, primals, cotangents = None))]
+fn _vjp(
+    fun: &Bound<'_, PyAny>,
+    primals: Vec<PyRef<'_, PyArray>>,
+    cotangents: Option<Vec<PyRef<'_, PyArray>>>,
+) -> PyResult<Pair> {
+    let raised = RefCell::new(None);
+    let primals = arrays(primals);
+    let cotangents = match cotangents {
+        Some(c) => arrays(c),
+        None => vec![kiln_core::ops::ones(&[], kiln_base::DType::F32).map_err(to_pyerr)?],
+    };
+    let result = transforms::vjp(rust_fun(fun, &raised), &primals, &cotangents);
+    finish(result, raised)
+}
+
+/// `(outputs, tangents of outputs)`.
+#[pyfunction]
+fn _jvp(
+    fun: &Bound<'_, PyAny>,
+    primals: Vec<PyRef<'_, PyArray>>,
+    tangents: Vec<PyRef<'_, PyArray>>,
+) -> PyResult<Pair> {
+    let raised = RefCell::new(None);
+    let result = transforms::jvp(rust_fun(fun, &raised), &arrays(primals), &arrays(tangents));
+    finish(result, raised)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_vjp, m)?)?;
+    m.add_function(wrap_pyfunction!(_jvp, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+"""grad, value_and_grad, vjp and jvp over pytrees, with mlx.core's signatures.
+
+The Rust core differentiates a function of a flat list of arrays (``_core._vjp``/``_jvp``);
+this module flattens argument trees to that list and rebuilds them around the call.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+from kiln import _core
+
+array = _core.array
+
+
+def _flatten(tree: Any) -> tuple[list, Callable[[list], Any]]:
+    """The arrays of a tree, and a function putting new arrays in their places."""
+    leaves: list = []
+
+    def walk(node):
+        if isinstance(node, array):
+            leaves.append(node)
+            return lambda it: next(it)
+        if isinstance(node, (list, tuple)):
+            parts = [walk(c) for c in node]
+            if isinstance(node, tuple) and hasattr(type(node), "_fields"):
+                return lambda it: type(node)(*(p(it) for p in parts))
+            return lambda it: type(node)(p(it) for p in parts)
+        if isinstance(node, dict):
+            parts = {k: walk(v) for k, v in node.items()}
+            return lambda it: {k: p(it) for k, p in parts.items()}
+        return lambda it: node  # not differentiated: passed through as is
+
+    build = walk(tree)
+    return leaves, lambda new: build(iter(new))
+
+
+def _as_list(out: Any, op: str) -> list:
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    for o in outs:
+        if not isinstance(o, array):
+            raise ValueError(f"[{op}] The function must return arrays, got {type(o).__name__}.")
+    return outs
+
+
+def vjp(fun: Callable, primals: Sequence[array], cotangents: Sequence[array]):
+    """Returns ``(outputs, vjps)``: ``fun(*primals)`` and the cotangents of the primals for
+    the given cotangents of the outputs."""
+    return _core._vjp(lambda xs: _as_list(fun(*xs), "vjp"), list(primals), list(cotangents))
+
+
+def jvp(fun: Callable, primals: Sequence[array], tangents: Sequence[array]):
+    """Returns ``(outputs, jvps)``: ``fun(*primals)`` and the tangents of the outputs for the
+    given tangents of the primals."""
+    return _core._jvp(lambda xs: _as_list(fun(*xs), "jvp"), list(primals), list(tangents))
+
+
+def _targets(argnums, argnames):
+    if isinstance(argnames, str):
+        argnames = [argnames]
+    if argnums is None and not argnames:
+        argnums = 0
+    single = isinstance(argnums, int)
+    nums = [] if argnums is None else ([argnums] if single else list(argnums))
+    return nums, list(argnames), single or len(nums) == 1
+
+
+def value_and_grad(
+    fun: Callable, argnums: int | Sequence[int] | None = None, argnames: str | Sequence[str] = []
+) -> Callable:
+    """A function returning ``(fun(*args, **kwargs), gradients)``.
+
+    ``fun`` returns a scalar array, or a tuple whose first element is one (the rest is passed
+    through). Gradients are taken with respect to the positional arguments ``argnums``
+    (default 0) and the keyword arguments ``argnames``; each may be a tree of arrays.
+    """
+    nums, names, single = _targets(argnums, argnames)
+    op = "value_and_grad"
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        for i in nums:
+            if not -len(args) <= i < len(args):
+                raise ValueError(
+                    f"[{op}] Can't compute the gradient of argument index {i} because the "
+                    f"function is called with only {len(args)} positional arguments."
+                )
+        for n in names:
+            if n not in kwargs:
+                raise ValueError(
+                    f"[{op}] Can't compute the gradient of keyword argument '{n}' because the "
+                    f"function is called with the keyword arguments {sorted(kwargs)}."
+                )
+        leaves, rebuild = _flatten([args[i] for i in nums] + [kwargs[n] for n in names])
+        result = {}
+
+        def flat_fun(tracers):
+            targets = rebuild(tracers)
+            new_args, new_kwargs = list(args), dict(kwargs)
+            for k, i in enumerate(nums):
+                new_args[i] = targets[k]
+            for k, n in enumerate(names):
+                new_kwargs[n] = targets[len(nums) + k]
+            out = fun(*new_args, **new_kwargs)
+            loss = out[0] if isinstance(out, (tuple, list)) and out else out
+            if not isinstance(loss, array) or loss.ndim != 0:
+                shape = getattr(loss, "shape", type(loss).__name__)
+                raise ValueError(
+                    f"[{op}] The function must return a scalar array or a tuple whose first "
+                    f"element is a scalar array; got {shape}."
+                )
+            result["out"] = out
+            return [loss]
+
+        _, grads = _core._vjp(flat_fun, leaves)
+        trees = rebuild(grads)
+        by_num = trees[: len(nums)]
+        by_name = {n: trees[len(nums) + k] for k, n in enumerate(names)}
+        if nums:
+            by_num = by_num[0] if single else tuple(by_num)
+        else:
+            by_num = None
+        return result["out"], ((by_num, by_name) if names else by_num)
+
+    return wrapped
+
+
+def grad(
+    fun: Callable, argnums: int | Sequence[int] | None = None, argnames: str | Sequence[str] = []
+) -> Callable:
+    """A function returning the gradient of scalar-valued ``fun`` (see value_and_grad)."""
+    vg = value_and_grad(fun, argnums, argnames)
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
+
+    return wrapped

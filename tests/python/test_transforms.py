@@ -1,0 +1,143 @@
+"""grad, value_and_grad, vjp and jvp: against closed forms and finite differences."""
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import kiln.core as mx
+
+rng = np.random.default_rng(0)
+
+
+def f64(shape, lo=-1.0, hi=1.0):
+    return mx.array(rng.uniform(lo, hi, size=shape), dtype=mx.float64)
+
+
+def finite_difference(fun, x, eps=1e-6):
+    """Central differences of scalar ``fun`` at float64 ``x``."""
+    base = np.array(x, dtype=np.float64)
+    out = np.zeros_like(base)
+    for idx in np.ndindex(base.shape):
+        up, down = base.copy(), base.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        out[idx] = (fun(mx.array(up, dtype=mx.float64)).item()
+                    - fun(mx.array(down, dtype=mx.float64)).item()) / (2 * eps)
+    return out
+
+
+FUNCTIONS = [
+    ("poly", lambda x: (x * x * x - 2 * x).sum()),
+    ("exp_log", lambda x: mx.log(mx.exp(x) + 1).sum()),
+    ("tanh_sin", lambda x: (mx.tanh(x) * mx.sin(x)).mean()),
+    ("sigmoid_erf", lambda x: (mx.sigmoid(x) + mx.erf(x) ** 2).sum()),
+    ("max_min", lambda x: x.max(axis=1).sum() - x.min()),
+    ("matmul", lambda x: (x @ x.T).sum()),
+    ("views", lambda x: (x.T.reshape(-1) * mx.arange(6)).sum()),
+    ("where", lambda x: mx.where(x > 0, x * x, -x).sum()),
+    ("divide_power", lambda x: (x / (x * x + 1) + mx.abs(x) ** 1.5).sum()),
+    ("concat", lambda x: mx.concatenate([x, 2 * x], axis=0).prod()),
+]
+
+
+@pytest.mark.parametrize("name,fun", FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_grad_matches_finite_differences(name, fun):
+    x = f64((2, 3))
+    g = mx.grad(fun)(x)
+    assert g.dtype == mx.float64 and g.shape == (2, 3)
+    np.testing.assert_allclose(np.array(g), finite_difference(fun, x), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_cross_entropy_closed_form():
+    logits, labels = f64((4, 5)), np.eye(5)[[0, 3, 1, 4]]
+
+    def loss(z):
+        logp = z - mx.log(mx.exp(z).sum(axis=1, keepdims=True))
+        return -(logp * mx.array(labels)).sum()
+
+    z = np.array(logits)
+    softmax = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(np.array(mx.grad(loss)(logits)), softmax - labels, rtol=1e-10)
+
+
+def test_value_and_grad_with_trees_and_aux():
+    Params = namedtuple("Params", ["w", "b"])
+    p = {"layer": Params(w=f64((3, 2)), b=f64((2,))), "scale": 2.0}
+    x = f64((4, 3))
+
+    def loss(params, x):
+        y = x @ params["layer"].w + params["layer"].b
+        return (params["scale"] * y * y).sum(), y
+
+    (value, y), grads = mx.value_and_grad(loss)(p, x)
+    assert isinstance(grads["layer"], Params) and grads["scale"] == 2.0
+    yy = np.array(x) @ np.array(p["layer"].w) + np.array(p["layer"].b)
+    np.testing.assert_allclose(value.item(), (2 * yy * yy).sum())
+    np.testing.assert_allclose(np.array(grads["layer"].w), np.array(x).T @ (4 * yy))
+    np.testing.assert_allclose(np.array(grads["layer"].b), (4 * yy).sum(axis=0))
+    np.testing.assert_allclose(np.array(y), yy)
+
+
+def test_argnums_and_argnames():
+    f = lambda x, y=None: (x * y).sum()  # noqa: E731
+    x, y = mx.array([1.0, 2.0]), mx.array([3.0, 4.0])
+    assert mx.grad(f)(x, y).tolist() == [3.0, 4.0]
+    gx, gy = mx.grad(f, argnums=(0, 1))(x, y)
+    assert gx.tolist() == [3.0, 4.0] and gy.tolist() == [1.0, 2.0]
+    assert mx.grad(f, argnums=[1])(x, y).tolist() == [1.0, 2.0]
+    none, named = mx.grad(f, argnames=["y"])(x, y=y)
+    assert none is None and named["y"].tolist() == [1.0, 2.0]
+    gx, named = mx.grad(f, argnums=0, argnames="y")(x, y=y)
+    assert gx.tolist() == [3.0, 4.0] and named["y"].tolist() == [1.0, 2.0]
+
+
+def test_higher_order():
+    x = f64((5,))
+    d2 = mx.grad(lambda v: mx.grad(lambda u: mx.sin(u).sum())(v).sum())(x)
+    np.testing.assert_allclose(np.array(d2), -np.sin(np.array(x)), rtol=1e-12)
+    # Hessian-vector product: jvp of grad.
+    v = f64((5,))
+    _, (hvp,) = mx.jvp(mx.grad(lambda u: (u ** 3).sum()), [x], [v])
+    np.testing.assert_allclose(np.array(hvp), 6 * np.array(x) * np.array(v), rtol=1e-12)
+
+
+def test_vjp_jvp_dot_product():
+    x, u, v = f64((3, 4)), f64((3, 4)), f64((3, 4))
+    fun = lambda a: mx.tanh(a) * a.sum(axis=0)  # noqa: E731
+    (out,), (vjp,) = mx.vjp(fun, [x], [u])
+    _, (jvp,) = mx.jvp(fun, [x], [v])
+    lhs = (np.array(vjp) * np.array(v)).sum()
+    rhs = (np.array(u) * np.array(jvp)).sum()
+    assert abs(lhs - rhs) < 1e-12
+    assert out.shape == (3, 4)
+
+
+def test_integer_inputs_get_zero_gradients():
+    g = mx.grad(lambda x, i: (x * i).sum(), argnums=(0, 1))(mx.array([1.0, 2.0]), mx.array([3, 4]))
+    assert g[0].tolist() == [3.0, 4.0] and g[1].dtype == mx.int32 and g[1].tolist() == [0, 0]
+
+
+def test_eval_inside_and_laziness():
+    def loss(x):
+        y = mx.exp(x)
+        mx.eval(y)  # allowed: the graph the gradient needs is kept
+        return (y * x).sum()
+
+    x = f64((3,))
+    g = mx.grad(loss)(x)
+    np.testing.assert_allclose(np.array(g), np.exp(np.array(x)) * (1 + np.array(x)), rtol=1e-12)
+
+
+def test_errors():
+    x = mx.array([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"\[value_and_grad\].*scalar"):
+        mx.grad(lambda v: v * 2)(x)
+    with pytest.raises(ValueError, match=r"argument index 3"):
+        mx.grad(lambda a, b: (a * b).sum(), argnums=3)(x, x)
+    with pytest.raises(ValueError, match=r"keyword argument 'z'"):
+        mx.grad(lambda a, z=None: a.sum(), argnames="z")(x)
+    with pytest.raises(ZeroDivisionError):
+        mx.grad(lambda v: v.sum() / 0 if (1 / 0) else v)(x)  # the user's own exception
+    with pytest.raises(ValueError, match=r"\[vjp\]"):
+        mx.vjp(lambda a: a * 2, [x], [mx.ones((3,))])
