@@ -155,6 +155,14 @@ impl Array {
         self.0.tracer && crate::transforms::is_active()
     }
 
+    /// A placeholder standing for the inputs of a running transform (vmap traces its
+    /// function on unbatched placeholders).
+    pub fn tracer_placeholder(shape: &[usize], dtype: DType, stream: Stream) -> Array {
+        let mut node = Node::new(shape.into(), dtype, stream, Pending::Placeholder);
+        node.tracer = true;
+        Array(Arc::new(node))
+    }
+
     /// A placeholder with shape and dtype but no value (tracing).
     pub fn placeholder(shape: &[usize], dtype: DType, stream: Stream) -> Array {
         Array(Arc::new(Node::new(shape.into(), dtype, stream, Pending::Placeholder)))

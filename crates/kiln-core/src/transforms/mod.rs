@@ -6,11 +6,13 @@ mod jvp;
 mod rules;
 mod tape;
 mod vjp;
+mod vmap;
 
 pub use jvp::jvp;
 pub use rules::Rules;
 use std::cell::RefCell;
 pub use vjp::{grad, value_and_grad, vjp};
+pub use vmap::{place_batch, vmap, vmap_outputs};
 
 /// A transform that may be tracing on this thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

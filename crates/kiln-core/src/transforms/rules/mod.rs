@@ -5,6 +5,7 @@ mod elementwise;
 mod linalg;
 mod movement;
 mod reduce;
+mod vmap;
 
 use crate::array::Array;
 use crate::ops;
@@ -150,7 +151,11 @@ impl Rules for Primitive {
             .collect()
     }
 
-    fn vmap(&self, _: &[Array], _: &[Option<usize>]) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
-        Err(missing("vmap", self))
+    fn vmap(
+        &self,
+        inputs: &[Array],
+        axes: &[Option<usize>],
+    ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        vmap::vmap(self, inputs, axes)
     }
 }
