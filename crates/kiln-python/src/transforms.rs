@@ -78,8 +78,40 @@ fn _jvp(
     finish(result, raised)
 }
 
+/// `(outputs, batch axis of each output or None, batch size)` of `fun` mapped over
+/// `in_axes` (one entry per input, None for inputs shared by the whole batch).
+#[pyfunction]
+fn _vmap(
+    fun: &Bound<'_, PyAny>,
+    inputs: Vec<PyRef<'_, PyArray>>,
+    in_axes: Vec<Option<usize>>,
+) -> PyResult<(Vec<PyArray>, Vec<Option<usize>>, usize)> {
+    let raised = RefCell::new(None);
+    match transforms::vmap_outputs(rust_fun(fun, &raised), &arrays(inputs), &in_axes) {
+        Ok((outs, size)) => {
+            let (arrays, axes): (Vec<_>, Vec<_>) =
+                outs.into_iter().map(|(a, b)| (PyArray(a), b)).unzip();
+            Ok((arrays, axes, size))
+        }
+        Err(e) => Err(raised.into_inner().unwrap_or_else(|| to_pyerr(e))),
+    }
+}
+
+/// Moves the batch axis `src` of `x` (None: not batched) to `dst` (None: leave unbatched).
+#[pyfunction]
+fn _place_batch(
+    x: PyRef<'_, PyArray>,
+    src: Option<usize>,
+    dst: Option<usize>,
+    size: usize,
+) -> PyResult<PyArray> {
+    transforms::place_batch(&x.0, src, dst, size).map(PyArray).map_err(to_pyerr)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_vjp, m)?)?;
     m.add_function(wrap_pyfunction!(_jvp, m)?)?;
+    m.add_function(wrap_pyfunction!(_vmap, m)?)?;
+    m.add_function(wrap_pyfunction!(_place_batch, m)?)?;
     Ok(())
 }

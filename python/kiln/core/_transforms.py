@@ -137,3 +137,71 @@ def grad(
         return vg(*args, **kwargs)[1]
 
     return wrapped
+
+
+def _leaf_axes(tree: Any, spec: Any, op: str, where: str) -> list:
+    """The axis spec of every array leaf of ``tree`` (``spec``: an int/None for the whole
+    subtree, or a tree of the same structure)."""
+    if isinstance(tree, array):
+        if spec is not None and not isinstance(spec, int):
+            raise ValueError(f"[{op}] Expected an int or None as the axis of an array {where}.")
+        if spec is None:
+            return [None]
+        if not -tree.ndim - (where == "output") <= spec < tree.ndim + (where == "output"):
+            raise ValueError(
+                f"[{op}] Axis {spec} is out of bounds for an array with {tree.ndim} dimensions."
+            )
+        return [spec % (tree.ndim + (where == "output"))]
+    children = None
+    if isinstance(tree, (list, tuple)):
+        children = list(enumerate(tree))
+    elif isinstance(tree, dict):
+        children = list(tree.items())
+    if children is None:
+        return []
+    out = []
+    for k, child in children:
+        if spec is None or isinstance(spec, int):
+            sub = spec
+        else:
+            try:
+                sub = spec[k]
+            except (KeyError, IndexError, TypeError):
+                raise ValueError(f"[{op}] The axes tree does not match the {where} tree.") from None
+        out.extend(_leaf_axes(child, sub, op, where))
+    return out
+
+
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
+    """Vectorises ``fun`` over axis ``in_axes`` of its inputs, stacking the results along
+    ``out_axes``. Axes are an int, None (not mapped), or trees matching the arguments and
+    outputs."""
+    op = "vmap"
+
+    @functools.wraps(fun)
+    def wrapped(*args):
+        if isinstance(in_axes, (list, tuple)):
+            if len(in_axes) != len(args):
+                raise ValueError(
+                    f"[{op}] in_axes has {len(in_axes)} entries but the function got "
+                    f"{len(args)} arguments."
+                )
+            specs = list(in_axes)
+        else:
+            specs = [in_axes] * len(args)
+        leaves, rebuild = _flatten(list(args))
+        axes = [a for arg, s in zip(args, specs) for a in _leaf_axes(arg, s, op, "input")]
+        result = {}
+
+        def flat_fun(tracers):
+            out = fun(*rebuild(tracers))
+            out_leaves, out_rebuild = _flatten(out)
+            result["out"], result["rebuild"] = out, out_rebuild
+            return out_leaves
+
+        outs, batch_axes, size = _core._vmap(flat_fun, leaves, axes)
+        out_specs = _leaf_axes(result["out"], out_axes, op, "output")
+        placed = [_core._place_batch(o, b, to, size) for o, b, to in zip(outs, batch_axes, out_specs)]
+        return result["rebuild"](placed)
+
+    return wrapped
