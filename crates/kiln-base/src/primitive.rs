@@ -57,6 +57,9 @@ pub enum Primitive {
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
     /// `width` bytes, from threefry2x32 (identical on every backend).
     RandomBits { shape: Shape, width: u8 },
+    /// The identity (a view of its input); transforms treat it as a constant, so gradients
+    /// stop here.
+    StopGradient,
 }
 
 impl Primitive {
@@ -86,6 +89,7 @@ impl Primitive {
             Primitive::Concatenate { .. } => "concatenate",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
+            Primitive::StopGradient => "stop_gradient",
         }
     }
 
@@ -109,7 +113,7 @@ impl Primitive {
         let same = |shape: &[usize], dtype| Ok(vec![(Shape::from(shape), dtype)]);
         match self {
             Primitive::Arange { len, dtype, .. } => same(&[*len], *dtype),
-            Primitive::Unary(_) | Primitive::Copy => same(inputs[0].0, inputs[0].1),
+            Primitive::Unary(_) | Primitive::Copy | Primitive::StopGradient => same(inputs[0].0, inputs[0].1),
             Primitive::AsType(dtype) => same(inputs[0].0, *dtype),
             Primitive::Binary(bin) => {
                 let ((sa, da), (sb, db)) = (inputs[0], inputs[1]);
@@ -260,6 +264,7 @@ impl Primitive {
             Primitive::Transpose { perm } => Some(input.transpose(perm)),
             Primitive::BroadcastTo { shape } => Some(input.broadcast_to(shape)),
             Primitive::Slice { start, step, len } => Some(input.slice(start, step, len)),
+            Primitive::StopGradient => Some(input.clone()),
             _ => None,
         }
     }
