@@ -113,7 +113,9 @@ impl Primitive {
         let same = |shape: &[usize], dtype| Ok(vec![(Shape::from(shape), dtype)]);
         match self {
             Primitive::Arange { len, dtype, .. } => same(&[*len], *dtype),
-            Primitive::Unary(_) | Primitive::Copy | Primitive::StopGradient => same(inputs[0].0, inputs[0].1),
+            Primitive::Unary(_) | Primitive::Copy | Primitive::StopGradient => {
+                same(inputs[0].0, inputs[0].1)
+            }
             Primitive::AsType(dtype) => same(inputs[0].0, *dtype),
             Primitive::Binary(bin) => {
                 let ((sa, da), (sb, db)) = (inputs[0], inputs[1]);
