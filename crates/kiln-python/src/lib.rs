@@ -8,10 +8,12 @@
 
 mod array;
 mod convert;
+mod creation;
 mod device;
 mod dtype;
 mod error;
 mod format;
+mod math;
 mod memory;
 mod ops;
 mod random;
@@ -28,5 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     memory::register(m)?;
     random::register(m)?;
+    math::register(m)?;
+    creation::register(m)?;
     Ok(())
 }
