@@ -135,7 +135,10 @@ fn bitwise_and_logical_ops() {
     assert_eq!(run(BinaryOp::BitwiseXor), vec![0, 1, 1, 0]);
     assert_eq!(run(BinaryOp::FloorDivide), vec![0, 0, 0, 1]);
     assert_eq!(run(BinaryOp::Remainder), vec![0, 0, 1, 0]);
-    assert_eq!(read::<u8>(&eval(&un(UnaryOp::LogicalNot), &[p.clone()])), vec![1, 1, 0, 0]);
+    assert_eq!(
+        read::<u8>(&eval(&un(UnaryOp::LogicalNot), std::slice::from_ref(&p))),
+        vec![1, 1, 0, 0]
+    );
     assert_eq!(read::<u8>(&eval(&un(UnaryOp::BitwiseInvert), &[p])), vec![1, 1, 0, 0]);
     // Logical ops only take bool (the front end converts).
     let f = f32s(&[1.0], &[1]);

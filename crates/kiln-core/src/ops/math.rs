@@ -55,16 +55,22 @@ pub fn reciprocal(x: &Array) -> Result<Array> {
 }
 
 /// Round half to even to `decimals` places (negative: to tens, hundreds, ...). Integers keep
-/// their dtype. As MLX: `round(x * 10^d) * 10^-d` with the scale in the float dtype (so
-/// scales past the dtype's range give NaN).
+/// their dtype. Floats as MLX: `round(x * 10^d) * 10^-d` with both factors in the array's
+/// dtype (so scales past the dtype's range give NaN).
 pub fn round(x: &Array, decimals: i32) -> Result<Array> {
     let dtype = x.dtype();
     if decimals == 0 || (decimals > 0 && !dtype.is_float()) {
         return unary(UnaryOp::Round, x);
     }
-    // Integers round in float64 (exact below 2^53) and convert back.
-    let compute = if dtype.is_float() { dtype } else { DType::F64 };
-    let (scale, inv) = if compute == DType::F64 {
+    if !dtype.is_float() {
+        // Integers (negative decimals) round in float64 as numpy does: x / 10^-d is
+        // correctly rounded, so ties stay ties (exact below 2^53). Past 10^20 every
+        // 64-bit integer rounds to 0, so the power is capped there (no overflow).
+        let p = scalar(Scalar::Float(10f64.powi(decimals.saturating_neg().min(20))), DType::F64)?;
+        let rounded = unary(UnaryOp::Round, &super::divide(&astype(x, DType::F64)?, &p)?)?;
+        return astype(&multiply(&rounded, &p)?, dtype);
+    }
+    let (scale, inv) = if dtype == DType::F64 {
         let scale = 10f64.powi(decimals);
         (scale, 1.0 / scale)
     } else {
@@ -72,9 +78,9 @@ pub fn round(x: &Array, decimals: i32) -> Result<Array> {
         let scale = 10f64.powi(decimals) as f32;
         (scale as f64, (1.0f32 / scale) as f64)
     };
-    let scaled = multiply(&astype(x, compute)?, &scalar(Scalar::Float(scale), compute)?)?;
+    let scaled = multiply(x, &scalar(Scalar::Float(scale), dtype)?)?;
     let rounded = unary(UnaryOp::Round, &scaled)?;
-    astype(&multiply(&rounded, &scalar(Scalar::Float(inv), compute)?)?, dtype)
+    multiply(&rounded, &scalar(Scalar::Float(inv), dtype)?)
 }
 
 /// A 0-d array of `value` in float `dtype`.
