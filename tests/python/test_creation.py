@@ -218,6 +218,8 @@ def test_meshgrid_as_mlx():
     x, y = mx.meshgrid(mx.array(1), b)
     assert x.tolist() == [[1], [1]] and y.tolist() == [[4], [5]]
     assert mx.meshgrid() == ()
+    x, y = mx.meshgrid(a, b, sparse=None, indexing=None)  # MLX's defaults
+    assert x.shape == (2, 4) and y.shape == (2, 4)
     # A transposed view is flattened in its own (row-major) order.
     t = mx.arange(6).reshape(2, 3).T
     (g,) = mx.meshgrid(t)

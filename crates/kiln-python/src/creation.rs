@@ -137,13 +137,15 @@ fn triu(x: &Bound<'_, PyAny>, k: i64, stream: Stream<'_, '_>) -> PyResult<PyArra
 
 /// Coordinate grids from coordinate vectors (a tuple of arrays).
 #[pyfunction]
-#[pyo3(signature = (*arrays, sparse = false, indexing = "xy", stream = None))]
+#[pyo3(signature = (*arrays, sparse = None, indexing = None, stream = None))]
 fn meshgrid<'py>(
     arrays: &Bound<'py, PyTuple>,
-    sparse: bool,
-    indexing: &str,
+    sparse: Option<bool>,
+    indexing: Option<&str>,
     stream: Stream<'_, '_>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    // MLX's defaults (None means the default there too).
+    let (sparse, indexing) = (sparse.unwrap_or(false), indexing.unwrap_or("xy"));
     let py = arrays.py();
     let arrays = arrays.iter().map(|a| arr(&a)).collect::<PyResult<Vec<_>>>()?;
     let grids = with_stream(stream, || kops::meshgrid(&arrays, sparse, indexing))?;
