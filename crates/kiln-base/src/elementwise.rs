@@ -12,6 +12,10 @@ pub enum Domain {
     Numeric,
     /// Float math: integer and bool inputs are converted to float32 first (`exp`, `divide`).
     Float,
+    /// Truth values: inputs are converted to bool first (`logical_and`).
+    Bool,
+    /// Bit patterns: integers and bool only, floats are an error (`bitwise_and`).
+    Integer,
 }
 
 /// The facts of one elementwise op.
@@ -31,6 +35,10 @@ const fn row(name: &'static str, domain: Domain, c_expr: &'static str) -> Facts 
     Facts { name, domain, bool_output: false, c_expr }
 }
 
+const fn logical(name: &'static str, c_expr: &'static str) -> Facts {
+    Facts { name, domain: Domain::Bool, bool_output: true, c_expr }
+}
+
 const fn cmp(name: &'static str, c_expr: &'static str) -> Facts {
     Facts { name, domain: Domain::Any, bool_output: true, c_expr }
 }
@@ -48,10 +56,32 @@ pub enum UnaryOp {
     Sigmoid,
     Erf,
     ErfInv,
+    Sign,
+    Floor,
+    Ceil,
+    /// Round half to even (`rint`).
+    Round,
+    Rsqrt,
+    Expm1,
+    Log1p,
+    Log2,
+    Log10,
+    Cos,
+    Tan,
+    ArcSin,
+    ArcCos,
+    ArcTan,
+    Sinh,
+    Cosh,
+    ArcSinh,
+    ArcCosh,
+    ArcTanh,
+    LogicalNot,
+    BitwiseInvert,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 10] = [
+    pub const ALL: [UnaryOp; 31] = [
         UnaryOp::Negative,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -62,6 +92,27 @@ impl UnaryOp {
         UnaryOp::Sigmoid,
         UnaryOp::Erf,
         UnaryOp::ErfInv,
+        UnaryOp::Sign,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Rsqrt,
+        UnaryOp::Expm1,
+        UnaryOp::Log1p,
+        UnaryOp::Log2,
+        UnaryOp::Log10,
+        UnaryOp::Cos,
+        UnaryOp::Tan,
+        UnaryOp::ArcSin,
+        UnaryOp::ArcCos,
+        UnaryOp::ArcTan,
+        UnaryOp::Sinh,
+        UnaryOp::Cosh,
+        UnaryOp::ArcSinh,
+        UnaryOp::ArcCosh,
+        UnaryOp::ArcTanh,
+        UnaryOp::LogicalNot,
+        UnaryOp::BitwiseInvert,
     ];
 
     pub const fn facts(self) -> Facts {
@@ -77,6 +128,30 @@ impl UnaryOp {
             UnaryOp::Sigmoid => row("sigmoid", Float, "k_sigmoid(a)"),
             UnaryOp::Erf => row("erf", Float, "k_erf(a)"),
             UnaryOp::ErfInv => row("erfinv", Float, "k_erfinv(a)"),
+            // MLX's sign: NaN gives 0; unsigned gives 0 or 1; bool is the identity.
+            UnaryOp::Sign => row("sign", Any, "k_sign(a)"),
+            // Integers and bool are already integral: the front end returns them unchanged.
+            UnaryOp::Floor => row("floor", Any, "k_floor(a)"),
+            UnaryOp::Ceil => row("ceil", Any, "k_ceil(a)"),
+            UnaryOp::Round => row("round", Any, "k_rint(a)"),
+            UnaryOp::Rsqrt => row("rsqrt", Float, "k_rsqrt(a)"),
+            UnaryOp::Expm1 => row("expm1", Float, "k_expm1(a)"),
+            UnaryOp::Log1p => row("log1p", Float, "k_log1p(a)"),
+            UnaryOp::Log2 => row("log2", Float, "k_log2(a)"),
+            UnaryOp::Log10 => row("log10", Float, "k_log10(a)"),
+            UnaryOp::Cos => row("cos", Float, "k_cos(a)"),
+            UnaryOp::Tan => row("tan", Float, "k_tan(a)"),
+            UnaryOp::ArcSin => row("arcsin", Float, "k_asin(a)"),
+            UnaryOp::ArcCos => row("arccos", Float, "k_acos(a)"),
+            UnaryOp::ArcTan => row("arctan", Float, "k_atan(a)"),
+            UnaryOp::Sinh => row("sinh", Float, "k_sinh(a)"),
+            UnaryOp::Cosh => row("cosh", Float, "k_cosh(a)"),
+            UnaryOp::ArcSinh => row("arcsinh", Float, "k_asinh(a)"),
+            UnaryOp::ArcCosh => row("arccosh", Float, "k_acosh(a)"),
+            UnaryOp::ArcTanh => row("arctanh", Float, "k_atanh(a)"),
+            UnaryOp::LogicalNot => logical("logical_not", "(!a)"),
+            // On bool it is logical not (C's `~` would promote to int first).
+            UnaryOp::BitwiseInvert => row("bitwise_invert", Integer, "k_invert(a)"),
         }
     }
 }
@@ -97,10 +172,21 @@ pub enum BinaryOp {
     LessEqual,
     Greater,
     GreaterEqual,
+    FloorDivide,
+    Remainder,
+    LogicalAnd,
+    LogicalOr,
+    LogAddExp,
+    ArcTan2,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    LeftShift,
+    RightShift,
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 13] = [
+    pub const ALL: [BinaryOp; 24] = [
         BinaryOp::Add,
         BinaryOp::Subtract,
         BinaryOp::Multiply,
@@ -114,6 +200,17 @@ impl BinaryOp {
         BinaryOp::LessEqual,
         BinaryOp::Greater,
         BinaryOp::GreaterEqual,
+        BinaryOp::FloorDivide,
+        BinaryOp::Remainder,
+        BinaryOp::LogicalAnd,
+        BinaryOp::LogicalOr,
+        BinaryOp::LogAddExp,
+        BinaryOp::ArcTan2,
+        BinaryOp::BitwiseAnd,
+        BinaryOp::BitwiseOr,
+        BinaryOp::BitwiseXor,
+        BinaryOp::LeftShift,
+        BinaryOp::RightShift,
     ];
 
     pub const fn facts(self) -> Facts {
@@ -133,6 +230,21 @@ impl BinaryOp {
             BinaryOp::LessEqual => cmp("less_equal", "(a <= b)"),
             BinaryOp::Greater => cmp("greater", "(a > b)"),
             BinaryOp::GreaterEqual => cmp("greater_equal", "(a >= b)"),
+            // Integers never trap: `x // 0` is 0 and `x % 0` is x; floats: floor(a / b) and
+            // a remainder with the divisor's sign.
+            BinaryOp::FloorDivide => row("floor_divide", Any, "k_floor_divide(a, b)"),
+            BinaryOp::Remainder => row("remainder", Any, "k_remainder(a, b)"),
+            BinaryOp::LogicalAnd => logical("logical_and", "(a && b)"),
+            BinaryOp::LogicalOr => logical("logical_or", "(a || b)"),
+            BinaryOp::LogAddExp => row("logaddexp", Float, "k_logaddexp(a, b)"),
+            BinaryOp::ArcTan2 => row("arctan2", Float, "k_atan2(a, b)"),
+            BinaryOp::BitwiseAnd => row("bitwise_and", Integer, "(a & b)"),
+            BinaryOp::BitwiseOr => row("bitwise_or", Integer, "(a | b)"),
+            BinaryOp::BitwiseXor => row("bitwise_xor", Integer, "(a ^ b)"),
+            // x86's shifts, as MLX's CPU build: types narrower than 32 bits shift as int32,
+            // and the count is taken modulo 32 (64 for 64-bit types). Bool shifts as uint8.
+            BinaryOp::LeftShift => row("left_shift", Integer, "k_left_shift(a, b)"),
+            BinaryOp::RightShift => row("right_shift", Integer, "k_right_shift(a, b)"),
         }
     }
 }

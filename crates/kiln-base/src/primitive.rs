@@ -59,6 +59,9 @@ pub enum Primitive {
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
     /// `width` bytes, from threefry2x32 (identical on every backend).
     RandomBits { shape: Shape, width: u8 },
+    /// The identity (a view of its input); transforms treat it as a constant, so gradients
+    /// stop here.
+    StopGradient,
 }
 
 impl Primitive {
@@ -89,6 +92,7 @@ impl Primitive {
             Primitive::Concatenate { .. } => "concatenate",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
+            Primitive::StopGradient => "stop_gradient",
         }
     }
 
@@ -112,9 +116,10 @@ impl Primitive {
         let same = |shape: &[usize], dtype| Ok(vec![(Shape::from(shape), dtype)]);
         match self {
             Primitive::Arange { len, dtype, .. } => same(&[*len], *dtype),
-            Primitive::Unary(_) | Primitive::Copy | Primitive::Identity => {
-                same(inputs[0].0, inputs[0].1)
-            }
+            Primitive::Unary(_)
+            | Primitive::Copy
+            | Primitive::Identity
+            | Primitive::StopGradient => same(inputs[0].0, inputs[0].1),
             Primitive::AsType(dtype) => same(inputs[0].0, *dtype),
             Primitive::Binary(bin) => {
                 let ((sa, da), (sb, db)) = (inputs[0], inputs[1]);
@@ -266,6 +271,7 @@ impl Primitive {
             Primitive::BroadcastTo { shape } => Some(input.broadcast_to(shape)),
             Primitive::Slice { start, step, len } => Some(input.slice(start, step, len)),
             Primitive::Identity => Some(input.clone()),
+            Primitive::StopGradient => Some(input.clone()),
             _ => None,
         }
     }

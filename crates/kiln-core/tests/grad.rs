@@ -70,6 +70,32 @@ fn unary_ops_match_finite_differences() {
     for (name, f) in cases {
         check_grad(name, f, std::slice::from_ref(&x));
     }
+    // x in (0.1, 0.9): inside every domain below (arccosh gets 1 + x).
+    let more: [(&str, Fun); 16] = [
+        ("rsqrt", |a| ops::rsqrt(&a[0])),
+        ("expm1", |a| ops::expm1(&a[0])),
+        ("log1p", |a| ops::log1p(&a[0])),
+        ("log2", |a| ops::log2(&a[0])),
+        ("log10", |a| ops::log10(&a[0])),
+        ("cos", |a| ops::cos(&a[0])),
+        ("tan", |a| ops::tan(&a[0])),
+        ("arcsin", |a| ops::arcsin(&a[0])),
+        ("arccos", |a| ops::arccos(&a[0])),
+        ("arctan", |a| ops::arctan(&a[0])),
+        ("sinh", |a| ops::sinh(&a[0])),
+        ("cosh", |a| ops::cosh(&a[0])),
+        ("arcsinh", |a| ops::arcsinh(&a[0])),
+        ("arccosh", |a| ops::arccosh(&ops::add(&a[0], &ops::ones(&[], DType::F64)?)?)),
+        ("arctanh", |a| ops::arctanh(&a[0])),
+        ("square", |a| ops::square(&a[0])),
+    ];
+    for (name, f) in more {
+        check_grad(name, f, std::slice::from_ref(&x));
+    }
+    // Piecewise constant ops have zero gradient.
+    let g =
+        grad(|a| ops::sum(&ops::floor(&a[0])?, None, false), &[arr(&[1.5], &[1])], &[0]).unwrap();
+    assert_eq!(g[0].to_vec::<f64>().unwrap(), vec![0.0]);
 }
 
 #[test]
@@ -86,6 +112,14 @@ fn binary_ops_match_finite_differences() {
         ("power", |x| ops::power(&x[0], &x[1])),
     ];
     for (name, f) in cases {
+        check_grad(name, f, &[a.clone(), b.clone()]);
+    }
+    let more: [(&str, Fun); 3] = [
+        ("logaddexp", |x| ops::logaddexp(&x[0], &x[1])),
+        ("arctan2", |x| ops::arctan2(&x[0], &x[1])),
+        ("remainder", |x| ops::remainder(&x[0], &x[1])),
+    ];
+    for (name, f) in more {
         check_grad(name, f, &[a.clone(), b.clone()]);
     }
     check_grad("where", |x| ops::where_(&ops::less(&x[0], &x[1])?, &x[0], &x[1]), &[a, b]);

@@ -52,5 +52,26 @@ proptest! {
             ops::broadcast_to(&a, &sb), ops::expand_dims(&a, &axes), ops::squeeze(&a, Some(&axes)),
             ops::concatenate(&[a.clone(), b.clone()], axis), ops::index(&a, &items),
         ]);
+        let k = axes.first().copied().unwrap_or(0) * 3;
+        check(vec![
+            ops::floor_divide(&a, &b), ops::remainder(&a, &b), ops::bitwise_and(&a, &b),
+            ops::left_shift(&a, &b), ops::right_shift(&b, &a), ops::logical_or(&a, &b),
+            ops::logaddexp(&a, &b), ops::arctan2(&a, &b), ops::bitwise_invert(&a),
+            ops::round(&a, axis as i32), ops::sign(&b), ops::arccosh(&a), ops::square(&b),
+            ops::nan_to_num(&a, 0.0, None, None), ops::clip(&a, Some(&b), None),
+            ops::isclose(&a, &b, 1e-5, 1e-8, true), ops::array_equal(&a, &b, true),
+            ops::allclose(&a, &b, 1e-5, 1e-8, false), ops::stop_gradient(&a),
+            ops::tril(&a, k), ops::triu(&b, -k), ops::diag(&a, k),
+            ops::diagonal(&a, k, axis, axes.first().copied().unwrap_or(1)),
+            ops::eye(k, Some(axis), axis, da), ops::tri(axis, None, k, db),
+            ops::linspace(axis as f64, k as f64, k, axis > 0, da),
+            ops::full_like(&a, &b, Some(db)), ops::zeros_like(&b, None),
+        ]);
+        if let Ok(grids) = ops::meshgrid(&[a.clone(), b.clone()], axis > 0, "xy") {
+            check(grids.into_iter().map(Ok).collect());
+        }
+        if let Ok((q, r)) = ops::divmod(&a, &b) {
+            check(vec![Ok(q), Ok(r)]);
+        }
     }
 }

@@ -9,6 +9,7 @@ mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod math;
 mod matmul;
 mod random;
 mod reduce;
@@ -61,7 +62,8 @@ impl Backend for CpuBackend {
             | Primitive::Transpose { .. }
             | Primitive::BroadcastTo { .. }
             | Primitive::Slice { .. }
-            | Primitive::Identity => copy::view(prim, &inputs[0], shape),
+            | Primitive::Identity
+            | Primitive::StopGradient => copy::view(prim, &inputs[0], shape),
             Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
             Primitive::Matmul => matmul::matmul(&inputs[0], &inputs[1], shape),
             Primitive::RandomBits { shape: per_key, width } => {

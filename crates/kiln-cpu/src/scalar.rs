@@ -3,6 +3,7 @@
 //! closure to a visitor (the kernel), so a new `UnaryOp`/`BinaryOp` fails to compile here
 //! until every family defines it, and kernels' inner loops see one inlined closure.
 
+use crate::math::{self, FloatMath, IntMath};
 use kiln_base::{ArrayData, BinaryOp, DType, Error, Result, UnaryOp};
 
 /// A kernel that applies a one-input scalar function.
@@ -67,7 +68,7 @@ macro_rules! comparisons {
 }
 
 macro_rules! float_num {
-    ($t:ty, $erf:path, $erfinv:path) => {
+    ($t:ty, $erf:path, $erfinv:path, $asinh:path, $acosh:path, $atanh:path) => {
         impl Num for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -94,6 +95,29 @@ macro_rules! float_num {
                     }),
                     UnaryOp::Erf => v.visit($erf),
                     UnaryOp::ErfInv => v.visit($erfinv),
+                    UnaryOp::Sign => v.visit(<$t as FloatMath>::sign),
+                    UnaryOp::Floor => v.visit(<$t>::floor),
+                    UnaryOp::Ceil => v.visit(<$t>::ceil),
+                    UnaryOp::Round => v.visit(<$t>::round_ties_even),
+                    UnaryOp::Rsqrt => v.visit(|x: $t| 1.0 / x.sqrt()),
+                    UnaryOp::Expm1 => v.visit(<$t>::exp_m1),
+                    UnaryOp::Log1p => v.visit(<$t>::ln_1p),
+                    UnaryOp::Log2 => v.visit(<$t>::log2),
+                    UnaryOp::Log10 => v.visit(<$t>::log10),
+                    UnaryOp::Cos => v.visit(<$t>::cos),
+                    UnaryOp::Tan => v.visit(<$t>::tan),
+                    UnaryOp::ArcSin => v.visit(<$t>::asin),
+                    UnaryOp::ArcCos => v.visit(<$t>::acos),
+                    UnaryOp::ArcTan => v.visit(<$t>::atan),
+                    UnaryOp::Sinh => v.visit(<$t>::sinh),
+                    UnaryOp::Cosh => v.visit(<$t>::cosh),
+                    // libm's (musl's) forms stay accurate where the textbook logs overflow.
+                    UnaryOp::ArcSinh => v.visit($asinh),
+                    UnaryOp::ArcCosh => v.visit($acosh),
+                    UnaryOp::ArcTanh => v.visit($atanh),
+                    UnaryOp::LogicalNot | UnaryOp::BitwiseInvert => {
+                        unsupported(op.facts().name, v.dtype())
+                    }
                 }
             }
             fn binary<V: BinaryVisitor<Self>>(op: BinaryOp, v: V) -> Result<ArrayData> {
@@ -105,14 +129,25 @@ macro_rules! float_num {
                     BinaryOp::Maximum => v.arith(maximum::<$t>),
                     BinaryOp::Minimum => v.arith(minimum::<$t>),
                     BinaryOp::Power => v.arith(<$t>::powf),
+                    BinaryOp::FloorDivide => v.arith(<$t as FloatMath>::floor_div),
+                    BinaryOp::Remainder => v.arith(<$t as FloatMath>::floor_rem),
+                    BinaryOp::LogAddExp => v.arith(<$t as FloatMath>::logaddexp),
+                    BinaryOp::ArcTan2 => v.arith(<$t>::atan2),
+                    BinaryOp::LogicalAnd
+                    | BinaryOp::LogicalOr
+                    | BinaryOp::BitwiseAnd
+                    | BinaryOp::BitwiseOr
+                    | BinaryOp::BitwiseXor
+                    | BinaryOp::LeftShift
+                    | BinaryOp::RightShift => unsupported(op.facts().name, v.dtype()),
                 })
             }
         }
     };
 }
 
-float_num!(f32, libm::erff, crate::erfinv::erfinv_f32);
-float_num!(f64, libm::erf, crate::erfinv::erfinv_f64);
+float_num!(f32, libm::erff, crate::erfinv::erfinv_f32, libm::asinhf, math::acosh_f32, libm::atanhf);
+float_num!(f64, libm::erf, crate::erfinv::erfinv_f64, libm::asinh, math::acosh_f64, libm::atanh);
 
 // Integers wrap. Power is MLX's square-and-multiply; any negative exponent gives 0.
 macro_rules! int_num {
@@ -127,6 +162,9 @@ macro_rules! int_num {
                 match op {
                     UnaryOp::Negative => v.visit(<$t>::wrapping_neg),
                     UnaryOp::Abs => v.visit($abs),
+                    UnaryOp::Sign => v.visit(<$t as IntMath>::sign),
+                    UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => v.visit(|x: $t| x),
+                    UnaryOp::BitwiseInvert => v.visit(|x: $t| !x),
                     UnaryOp::Exp
                     | UnaryOp::Log
                     | UnaryOp::Sqrt
@@ -134,7 +172,23 @@ macro_rules! int_num {
                     | UnaryOp::Tanh
                     | UnaryOp::Sigmoid
                     | UnaryOp::Erf
-                    | UnaryOp::ErfInv => unsupported(op.facts().name, v.dtype()),
+                    | UnaryOp::ErfInv
+                    | UnaryOp::Rsqrt
+                    | UnaryOp::Expm1
+                    | UnaryOp::Log1p
+                    | UnaryOp::Log2
+                    | UnaryOp::Log10
+                    | UnaryOp::Cos
+                    | UnaryOp::Tan
+                    | UnaryOp::ArcSin
+                    | UnaryOp::ArcCos
+                    | UnaryOp::ArcTan
+                    | UnaryOp::Sinh
+                    | UnaryOp::Cosh
+                    | UnaryOp::ArcSinh
+                    | UnaryOp::ArcCosh
+                    | UnaryOp::ArcTanh
+                    | UnaryOp::LogicalNot => unsupported(op.facts().name, v.dtype()),
                 }
             }
             fn binary<V: BinaryVisitor<Self>>(op: BinaryOp, v: V) -> Result<ArrayData> {
@@ -159,6 +213,17 @@ macro_rules! int_num {
                         }
                         acc
                     }),
+                    BinaryOp::FloorDivide => v.arith(<$t as IntMath>::floor_div),
+                    BinaryOp::Remainder => v.arith(<$t as IntMath>::floor_rem),
+                    BinaryOp::BitwiseAnd => v.arith(|a: $t, b: $t| a & b),
+                    BinaryOp::BitwiseOr => v.arith(|a: $t, b: $t| a | b),
+                    BinaryOp::BitwiseXor => v.arith(|a: $t, b: $t| a ^ b),
+                    BinaryOp::LeftShift => v.arith(<$t as IntMath>::shl),
+                    BinaryOp::RightShift => v.arith(<$t as IntMath>::shr),
+                    BinaryOp::LogicalAnd
+                    | BinaryOp::LogicalOr
+                    | BinaryOp::LogAddExp
+                    | BinaryOp::ArcTan2 => unsupported(op.facts().name, v.dtype()),
                 })
             }
         }
@@ -183,7 +248,10 @@ impl Num for bool {
     }
     fn unary<V: UnaryVisitor<Self>>(op: UnaryOp, v: V) -> Result<ArrayData> {
         match op {
-            UnaryOp::Abs => v.visit(|x: bool| x),
+            UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => {
+                v.visit(|x: bool| x)
+            }
+            UnaryOp::LogicalNot | UnaryOp::BitwiseInvert => v.visit(|x: bool| !x),
             UnaryOp::Negative
             | UnaryOp::Exp
             | UnaryOp::Log
@@ -192,7 +260,22 @@ impl Num for bool {
             | UnaryOp::Tanh
             | UnaryOp::Sigmoid
             | UnaryOp::Erf
-            | UnaryOp::ErfInv => unsupported(op.facts().name, v.dtype()),
+            | UnaryOp::ErfInv
+            | UnaryOp::Rsqrt
+            | UnaryOp::Expm1
+            | UnaryOp::Log1p
+            | UnaryOp::Log2
+            | UnaryOp::Log10
+            | UnaryOp::Cos
+            | UnaryOp::Tan
+            | UnaryOp::ArcSin
+            | UnaryOp::ArcCos
+            | UnaryOp::ArcTan
+            | UnaryOp::Sinh
+            | UnaryOp::Cosh
+            | UnaryOp::ArcSinh
+            | UnaryOp::ArcCosh
+            | UnaryOp::ArcTanh => unsupported(op.facts().name, v.dtype()),
         }
     }
     fn binary<V: BinaryVisitor<Self>>(op: BinaryOp, v: V) -> Result<ArrayData> {
@@ -205,6 +288,17 @@ impl Num for bool {
             BinaryOp::Minimum => v.arith(|a: bool, b: bool| a & b),
             // 0^0 = 1^k = 1, 0^1 = 0.
             BinaryOp::Power => v.arith(|a: bool, b: bool| a | !b),
+            // As 0/1 integers: x // 1 = x, x // 0 = 0; x % 1 = 0, x % 0 = x.
+            BinaryOp::FloorDivide => v.arith(|a: bool, b: bool| a & b),
+            BinaryOp::Remainder => v.arith(|a: bool, b: bool| a & !b),
+            BinaryOp::LogicalAnd | BinaryOp::BitwiseAnd => v.arith(|a: bool, b: bool| a & b),
+            BinaryOp::LogicalOr | BinaryOp::BitwiseOr => v.arith(|a: bool, b: bool| a | b),
+            BinaryOp::BitwiseXor => v.arith(|a: bool, b: bool| a ^ b),
+            // The front end shifts bool as uint8 (MLX).
+            BinaryOp::LeftShift
+            | BinaryOp::RightShift
+            | BinaryOp::LogAddExp
+            | BinaryOp::ArcTan2 => unsupported(op.facts().name, v.dtype()),
         })
     }
 }

@@ -4,6 +4,7 @@
 use crate::convert::{self, arrays_of, Operand};
 use crate::dtype::Dtype;
 use crate::error::{raise, OrRaise};
+use crate::math;
 use crate::ops::{self, ReduceFn};
 use kiln_base::Scalar;
 use kiln_core::ops::IndexItem;
@@ -365,6 +366,62 @@ impl PyArray {
     fn __abs__(&self) -> PyResult<PyArray> {
         kops::abs(&self.0).map(PyArray).or_raise()
     }
+    fn __floordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::floor_divide, false)
+    }
+    fn __rfloordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::floor_divide, true)
+    }
+    fn __mod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::remainder, false)
+    }
+    fn __rmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(other, kops::remainder, true)
+    }
+    fn __divmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::divmod_operator(&self.0, other, false)
+    }
+    fn __rdivmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::divmod_operator(&self.0, other, true)
+    }
+    // Bitwise operators; the reflected forms are kiln's (MLX's arrays lack them).
+    fn __and__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_and, false, "bitwise_and")
+    }
+    fn __rand__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_and, true, "bitwise_and")
+    }
+    fn __or__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_or, false, "bitwise_or")
+    }
+    fn __ror__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_or, true, "bitwise_or")
+    }
+    fn __xor__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_xor, false, "bitwise_xor")
+    }
+    fn __rxor__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::bitwise_xor, true, "bitwise_xor")
+    }
+    fn __lshift__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::left_shift, false, "left_shift")
+    }
+    fn __rlshift__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::left_shift, true, "left_shift")
+    }
+    fn __rshift__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::right_shift, false, "right_shift")
+    }
+    fn __rrshift__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        math::bitwise_operator(&self.0, other, kops::right_shift, true, "right_shift")
+    }
+    fn __invert__(&self) -> PyResult<PyArray> {
+        if self.0.dtype().is_float() {
+            let msg = "Floating point types not allowed with bitwise inversion.";
+            return Err(raise!(Value, "bitwise_invert", "{msg}"));
+        }
+        kops::bitwise_invert(&self.0).map(PyArray).or_raise()
+    }
 
     // ---- methods ----------------------------------------------------------------------
 
@@ -499,6 +556,63 @@ impl PyArray {
     #[pyo3(signature = (*, stream = None))]
     fn sin(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
         self.unary(kops::sin, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn cos(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::cos, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn log2(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::log2, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn log10(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::log10, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn log1p(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::log1p, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn square(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::square, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn rsqrt(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::rsqrt, stream)
+    }
+
+    #[pyo3(signature = (*, stream = None))]
+    fn reciprocal(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::reciprocal, stream)
+    }
+
+    #[pyo3(signature = (decimals = 0, *, stream = None))]
+    fn round(&self, decimals: i32, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::round(&self.0, decimals)).map(PyArray)
+    }
+
+    #[pyo3(signature = (k = 0, *, stream = None))]
+    fn diag(&self, k: i64, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::diag(&self.0, k)).map(PyArray)
+    }
+
+    #[pyo3(signature = (offset = 0, axis1 = 0, axis2 = 1, stream = None))]
+    fn diagonal(
+        &self,
+        offset: i64,
+        axis1: i64,
+        axis2: i64,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        crate::device::with_stream(stream, || kops::diagonal(&self.0, offset, axis1, axis2))
+            .map(PyArray)
     }
 }
 

@@ -8,11 +8,13 @@
 
 mod array;
 mod convert;
+mod creation;
 mod device;
 mod dtype;
 mod error;
 mod format;
 mod io;
+mod math;
 mod memory;
 mod ops;
 mod random;
@@ -32,5 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     io::register(m)?;
     transforms::register(m)?;
     random::register(m)?;
+    math::register(m)?;
+    creation::register(m)?;
     Ok(())
 }

@@ -1,7 +1,12 @@
-//! Arrays made from nothing: constants, fills and ranges.
+//! Arrays made from nothing (or from another array's shape): constants, fills, ranges,
+//! `eye`/`tri` masks and coordinate grids.
 
-use super::{broadcast_to, record};
+use super::elementwise::int_range;
+use super::{
+    add, astype, broadcast_to, divide, equal, less_equal, multiply, record, reshape, subtract,
+};
 use crate::array::Array;
+use kiln_base::shape::{broadcast_shapes, Shape};
 use kiln_base::{bail, ensure, DType, Primitive, Result, Scalar};
 
 /// A 0-d array holding `value` converted to `dtype`.
@@ -65,4 +70,134 @@ pub fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<Array> {
         (Scalar::Int(start as i64), Scalar::Int(step as i64))
     };
     record(Primitive::Arange { start, step, len: len as usize, dtype }, vec![])
+}
+
+/// Zeros with the shape (and, unless given, the dtype) of `x`.
+pub fn zeros_like(x: &Array, dtype: Option<DType>) -> Result<Array> {
+    zeros(x.shape(), dtype.unwrap_or(x.dtype()))
+}
+
+/// Ones with the shape (and, unless given, the dtype) of `x`.
+pub fn ones_like(x: &Array, dtype: Option<DType>) -> Result<Array> {
+    ones(x.shape(), dtype.unwrap_or(x.dtype()))
+}
+
+/// `vals` converted to `dtype` (default: the dtype of `x`) and broadcast to the shape of `x`.
+pub fn full_like(x: &Array, vals: &Array, dtype: Option<DType>) -> Result<Array> {
+    let vals = astype(vals, dtype.unwrap_or(x.dtype()))?;
+    broadcast_shapes("full_like", vals.shape(), x.shape())?;
+    broadcast_to(&vals, x.shape())
+}
+
+/// A 0-d array of `value` in `dtype`; an integer that does not fit an integer dtype is an
+/// error (`full_like(int8_array, 300)`), a float converts as C does.
+pub fn scalar_checked(op: &'static str, value: Scalar, dtype: DType) -> Result<Array> {
+    let int = match value {
+        Scalar::Int(i) => Some(i as i128),
+        Scalar::UInt(u) => Some(u as i128),
+        _ => None,
+    };
+    if let Some(i) = int.filter(|_| dtype.is_integer()) {
+        ensure!(
+            int_range(dtype).contains(&i),
+            Value,
+            op,
+            "Converting {i} to {dtype} would result in overflow."
+        );
+    }
+    scalar(value, dtype)
+}
+
+/// `num` evenly spaced values from `start` to `stop` (excluded unless `endpoint`). As MLX:
+/// `(1 - t) * start + t * stop` with `t = i / (num - 1)` computed in float32 (float64 for a
+/// float64 result), then converted to `dtype` (integers truncate).
+pub fn linspace(start: f64, stop: f64, num: i64, endpoint: bool, dtype: DType) -> Result<Array> {
+    let op = "linspace";
+    ensure!(num >= 0, Value, op, "number of samples, {num}, must be non-negative.");
+    ensure!(num <= i32::MAX as i64, Value, op, "Maximum size exceeded ({num} samples).");
+    let compute = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    if num <= 1 {
+        let one = reshape(&scalar(Scalar::Float(start), compute)?, &[1])?;
+        let one = super::slice(&one, &[Some(0)], &[Some(num)], &[1])?;
+        return astype(&one, dtype);
+    }
+    let steps = if endpoint { num - 1 } else { num };
+    let t = divide(
+        &arange(0.0, num as f64, 1.0, compute)?,
+        &scalar(Scalar::Float(steps as f64), compute)?,
+    )?;
+    let f = |v: f64| scalar(Scalar::Float(v), compute);
+    let t_bar = subtract(&f(1.0)?, &t)?;
+    let out = add(&multiply(&t_bar, &f(start)?)?, &multiply(&t, &f(stop)?)?)?;
+    astype(&out, dtype)
+}
+
+/// Row and column indices of an `n x m` grid as int64 `(n, 1)` and `(m,)` arrays.
+fn grid(n: usize, m: usize) -> Result<(Array, Array)> {
+    let rows = reshape(&arange(0.0, n as f64, 1.0, DType::I64)?, &[n as i64, 1])?;
+    Ok((rows, arange(0.0, m as f64, 1.0, DType::I64)?))
+}
+
+/// Bool `n x m` mask of `j - i <= k` (the lower triangle through diagonal `k`).
+pub(crate) fn tri_mask(n: usize, m: usize, k: i64) -> Result<Array> {
+    // Diagonals beyond the matrix all give the same mask, so k can be clamped (no overflow).
+    let k = k.clamp(-(n as i64) - 1, m as i64 + 1);
+    let (rows, cols) = grid(n, m)?;
+    less_equal(&subtract(&cols, &rows)?, &scalar(Scalar::Int(k), DType::I64)?)
+}
+
+/// Ones on diagonal `k` (above the main one when positive) of an `n x m` matrix.
+pub fn eye(n: i64, m: Option<i64>, k: i64, dtype: DType) -> Result<Array> {
+    let m = m.unwrap_or(n);
+    ensure!(n >= 0 && m >= 0, Value, "eye", "N and M must be positive integers.");
+    let (n, m) = (n as usize, m as usize);
+    let k = k.clamp(-(n as i64) - 1, m as i64 + 1);
+    let (rows, cols) = grid(n, m)?;
+    let mask = equal(&subtract(&cols, &rows)?, &scalar(Scalar::Int(k), DType::I64)?)?;
+    astype(&mask, dtype)
+}
+
+/// The `n x n` identity matrix.
+pub fn identity(n: i64, dtype: DType) -> Result<Array> {
+    eye(n, Some(n), 0, dtype)
+}
+
+/// Ones at and below diagonal `k` of an `n x m` matrix (negative sizes count as 0, as MLX).
+pub fn tri(n: i64, m: Option<i64>, k: i64, dtype: DType) -> Result<Array> {
+    let m = m.unwrap_or(n).max(0) as usize;
+    astype(&tri_mask(n.max(0) as usize, m, k)?, dtype)
+}
+
+/// Coordinate arrays from 1-d coordinate vectors (other inputs are flattened first).
+/// `ij` indexing gives shape `(len0, len1, ...)`, `xy` swaps the first two; `sparse` keeps
+/// size-1 axes instead of broadcasting.
+pub fn meshgrid(arrays: &[Array], sparse: bool, indexing: &str) -> Result<Vec<Array>> {
+    let op = "meshgrid";
+    ensure!(
+        indexing == "xy" || indexing == "ij",
+        Value,
+        op,
+        "Invalid indexing value. Valid values are 'xy' and 'ij'."
+    );
+    let n = arrays.len();
+    let mut out = Vec::with_capacity(n);
+    for (i, a) in arrays.iter().enumerate() {
+        let mut shape = vec![1i64; n];
+        // xy: the first array varies along axis 1, the second along axis 0.
+        let axis = match (indexing, i) {
+            ("xy", 0) if n > 1 => 1,
+            ("xy", 1) => 0,
+            _ => i,
+        };
+        shape[axis] = a.size() as i64;
+        out.push(reshape(a, &shape)?);
+    }
+    if sparse {
+        return Ok(out);
+    }
+    let mut shape = Shape::new();
+    for a in &out {
+        shape = broadcast_shapes(op, &shape, a.shape())?;
+    }
+    out.iter().map(|a| broadcast_to(a, &shape)).collect()
 }

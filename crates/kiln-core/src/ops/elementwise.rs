@@ -25,9 +25,23 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
             x.clone()
         }
         Domain::Float => astype(x, x.dtype().to_float())?,
+        Domain::Bool => astype(x, DType::Bool)?,
+        Domain::Integer => {
+            if x.dtype().is_float() {
+                bail!(Value, facts.name, "Only allowed on integer or boolean types.");
+            }
+            x.clone()
+        }
     };
-    if op == UnaryOp::Abs && x.dtype().kind() != DTypeKind::Signed && !x.dtype().is_float() {
-        return Ok(x); // |x| of unsigned and bool is x
+    let (float, kind) = (x.dtype().is_float(), x.dtype().kind());
+    let identity = match op {
+        UnaryOp::Abs => kind != DTypeKind::Signed && !float, // |x| of unsigned and bool
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => !float, // already integral
+        UnaryOp::Sign => kind == DTypeKind::Bool,
+        _ => false,
+    };
+    if identity {
+        return Ok(x);
     }
     record(Primitive::Unary(op), vec![x])
 }
@@ -35,10 +49,28 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
 /// Applies a two-input op: promote, broadcast, then record.
 pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
     let facts = op.facts();
-    let mut dtype = a.dtype().promote(b.dtype());
-    if facts.domain == Domain::Float {
-        dtype = dtype.to_float();
-    }
+    let promoted = a.dtype().promote(b.dtype());
+    let dtype = match facts.domain {
+        Domain::Any | Domain::Numeric => promoted,
+        Domain::Float => promoted.to_float(),
+        Domain::Bool => DType::Bool,
+        // MLX raises RuntimeError here (its operators check first and raise ValueError).
+        Domain::Integer if promoted.is_float() => bail!(
+            Runtime,
+            facts.name,
+            "Only allowed on integer or boolean types but got types {} and {}.",
+            a.dtype(),
+            b.dtype()
+        ),
+        // Bool shifts as uint8, as MLX.
+        Domain::Integer
+            if promoted == DType::Bool
+                && matches!(op, BinaryOp::LeftShift | BinaryOp::RightShift) =>
+        {
+            DType::U8
+        }
+        Domain::Integer => promoted,
+    };
     let shape = broadcast_shapes(facts.name, a.shape(), b.shape())?;
     let prep = |x: &Array| -> Result<Array> { broadcast_to(&astype(x, dtype)?, &shape) };
     record(Primitive::Binary(op), vec![prep(a)?, prep(b)?])
@@ -60,6 +92,10 @@ pub fn weak_scalar(value: Scalar, like: &Array) -> Result<Array> {
     let dtype = weak_scalar_dtype(value, like.dtype());
     if dtype.is_integer() {
         let fits = match value {
+            // MLX lets negative ints wrap next to uint64 (and only there).
+            Scalar::Int(i) if dtype == DType::U64 => {
+                i < 0 || int_range(dtype).contains(&(i as i128))
+            }
             Scalar::Int(i) => int_range(dtype).contains(&(i as i128)),
             Scalar::UInt(u) => int_range(dtype).contains(&(u as i128)),
             _ => true,
@@ -75,7 +111,7 @@ pub fn weak_scalar(value: Scalar, like: &Array) -> Result<Array> {
     super::scalar(value, dtype)
 }
 
-fn int_range(dtype: DType) -> std::ops::RangeInclusive<i128> {
+pub(crate) fn int_range(dtype: DType) -> std::ops::RangeInclusive<i128> {
     let bits = dtype.size() as u32 * 8;
     if dtype.kind() == DTypeKind::Signed {
         -(1i128 << (bits - 1))..=(1i128 << (bits - 1)) - 1

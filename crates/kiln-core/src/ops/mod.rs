@@ -3,17 +3,24 @@
 //! never at eval.
 
 mod creation;
+mod diag;
 mod elementwise;
 mod index;
 mod linalg;
+mod math;
 pub mod random;
 mod reduce;
 mod shape;
 
-pub use creation::{arange, full, ones, scalar, zeros};
+pub use creation::{
+    arange, eye, full, full_like, identity, linspace, meshgrid, ones, ones_like, scalar,
+    scalar_checked, tri, zeros, zeros_like,
+};
+pub use diag::{diag, diagonal, tril, triu};
 pub use elementwise::*;
 pub use index::{index, IndexItem};
 pub use linalg::matmul;
+pub use math::*;
 pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
 pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
 

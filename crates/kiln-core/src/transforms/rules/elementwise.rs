@@ -10,14 +10,16 @@ fn constant(value: f64, like: &Array) -> Result<Array> {
     scalar(Scalar::Float(value), like.dtype())
 }
 
-/// cos(x), until the ops layer has its own: sin shifted by a quarter turn.
-fn cos(x: &Array) -> Result<Array> {
-    ops::sin(&ops::add(x, &constant(std::f64::consts::FRAC_PI_2, x)?)?)
+/// `1 / sqrt(c + sign * x^2)`: the derivative shape shared by the inverse trig functions.
+fn inv_sqrt_quadratic(x: &Array, c: f64, sign: f64) -> Result<Array> {
+    let q = ops::add(&constant(c, x)?, &ops::multiply(&constant(sign, x)?, &ops::square(x)?)?)?;
+    ops::rsqrt(&q)
 }
 
 /// d out / d x of a unary op.
 fn unary_derivative(op: UnaryOp, x: &Array, out: &Array) -> Result<Array> {
-    use std::f64::consts::PI;
+    use std::f64::consts::{LN_10, LN_2, PI};
+    let recip = |v: &Array| ops::divide(&constant(1.0, x)?, v);
     match op {
         UnaryOp::Negative => constant(-1.0, x),
         UnaryOp::Abs => {
@@ -28,7 +30,7 @@ fn unary_derivative(op: UnaryOp, x: &Array, out: &Array) -> Result<Array> {
         UnaryOp::Exp => Ok(out.clone()),
         UnaryOp::Log => ops::divide(&constant(1.0, x)?, x),
         UnaryOp::Sqrt => ops::divide(&constant(0.5, x)?, out),
-        UnaryOp::Sin => cos(x),
+        UnaryOp::Sin => ops::cos(x),
         UnaryOp::Tanh => ops::subtract(&constant(1.0, x)?, &ops::multiply(out, out)?),
         UnaryOp::Sigmoid => ops::multiply(out, &ops::subtract(&constant(1.0, x)?, out)?),
         UnaryOp::Erf => {
@@ -39,6 +41,28 @@ fn unary_derivative(op: UnaryOp, x: &Array, out: &Array) -> Result<Array> {
             let e = ops::exp(&ops::multiply(out, out)?)?;
             ops::multiply(&constant(PI.sqrt() / 2.0, x)?, &e)
         }
+        // Piecewise constant, or not defined on numbers: no gradient.
+        UnaryOp::Sign
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::LogicalNot
+        | UnaryOp::BitwiseInvert => zeros_like(x),
+        UnaryOp::Rsqrt => ops::multiply(&constant(-0.5, x)?, &ops::divide(out, x)?),
+        UnaryOp::Expm1 => ops::exp(x),
+        UnaryOp::Log1p => recip(&ops::add(x, &constant(1.0, x)?)?),
+        UnaryOp::Log2 => recip(&ops::multiply(x, &constant(LN_2, x)?)?),
+        UnaryOp::Log10 => recip(&ops::multiply(x, &constant(LN_10, x)?)?),
+        UnaryOp::Cos => ops::negative(&ops::sin(x)?),
+        UnaryOp::Tan => ops::add(&constant(1.0, x)?, &ops::square(out)?),
+        UnaryOp::ArcSin => inv_sqrt_quadratic(x, 1.0, -1.0),
+        UnaryOp::ArcCos => ops::negative(&inv_sqrt_quadratic(x, 1.0, -1.0)?),
+        UnaryOp::ArcTan => recip(&ops::add(&constant(1.0, x)?, &ops::square(x)?)?),
+        UnaryOp::Sinh => ops::cosh(x),
+        UnaryOp::Cosh => ops::sinh(x),
+        UnaryOp::ArcSinh => inv_sqrt_quadratic(x, 1.0, 1.0),
+        UnaryOp::ArcCosh => inv_sqrt_quadratic(x, -1.0, 1.0),
+        UnaryOp::ArcTanh => recip(&ops::subtract(&constant(1.0, x)?, &ops::square(x)?)?),
     }
 }
 
@@ -58,7 +82,26 @@ fn binary_partials(op: BinaryOp, a: &Array, b: &Array, out: &Array) -> Result<Op
             let da = ops::multiply(&ops::power(a, &ops::subtract(b, &one()?)?)?, b)?;
             [da, ops::multiply(out, &ops::log(a)?)?]
         }
-        BinaryOp::Equal
+        BinaryOp::Remainder => {
+            let q = ops::floor(&ops::divide(a, b)?)?;
+            [one()?, ops::negative(&q)?]
+        }
+        BinaryOp::LogAddExp => {
+            [ops::exp(&ops::subtract(a, out)?)?, ops::exp(&ops::subtract(b, out)?)?]
+        }
+        BinaryOp::ArcTan2 => {
+            let r2 = ops::add(&ops::square(a)?, &ops::square(b)?)?;
+            [ops::divide(b, &r2)?, ops::negative(&ops::divide(a, &r2)?)?]
+        }
+        BinaryOp::FloorDivide
+        | BinaryOp::LogicalAnd
+        | BinaryOp::LogicalOr
+        | BinaryOp::BitwiseAnd
+        | BinaryOp::BitwiseOr
+        | BinaryOp::BitwiseXor
+        | BinaryOp::LeftShift
+        | BinaryOp::RightShift
+        | BinaryOp::Equal
         | BinaryOp::NotEqual
         | BinaryOp::Less
         | BinaryOp::LessEqual

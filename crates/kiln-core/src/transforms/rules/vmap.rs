@@ -56,6 +56,7 @@ pub(super) fn vmap(
         | Primitive::AsType(_)
         | Primitive::Copy
         | Primitive::Identity
+        | Primitive::StopGradient
         | Primitive::Matmul
         | Primitive::RandomBits { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
         Primitive::Reduce { op, axes: red } => {
