@@ -2,8 +2,10 @@
 //! transforms only rewrite them, backends only evaluate them. Parameters are hashable and
 //! comparable, so compile can key kernels on them and merge identical nodes (CSE).
 
+use crate::conv::ConvParams;
 use crate::elementwise::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
+use crate::linalg::LinalgOp;
 use crate::shape::{fmt_shape, size_of, Shape};
 use crate::{bail, ensure, DType, Result, Scalar};
 
@@ -57,6 +59,12 @@ pub enum Primitive {
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
     /// `width` bytes, from threefry2x32 (identical on every backend).
     RandomBits { shape: Shape, width: u8 },
+    /// N-d convolution, channels last: input `(N, ..., C_in)`, weight `(C_out, ..., C_in /
+    /// groups)` of one float dtype (see `conv.rs`).
+    Conv(ConvParams),
+    /// A dense factorisation or solver over the last two axes (see `linalg.rs`); several
+    /// outputs for QR, SVD, eigh and slogdet.
+    Linalg(LinalgOp),
 }
 
 impl Primitive {
@@ -86,12 +94,17 @@ impl Primitive {
             Primitive::Concatenate { .. } => "concatenate",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
+            Primitive::Conv(_) => "conv",
+            Primitive::Linalg(op) => op.name(),
         }
     }
 
     /// Number of outputs (siblings) this primitive produces.
     pub fn num_outputs(&self) -> usize {
-        1
+        match self {
+            Primitive::Linalg(op) => op.num_outputs(),
+            _ => 1,
+        }
     }
 
     /// Output shapes and dtypes from input shapes and dtypes. Ops call this when they build a
@@ -101,7 +114,8 @@ impl Primitive {
         let arity = match self {
             Primitive::Arange { .. } => 0,
             Primitive::Where => 3,
-            Primitive::Binary(_) | Primitive::Matmul => 2,
+            Primitive::Binary(_) | Primitive::Matmul | Primitive::Conv(_) => 2,
+            Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             _ => 1,
         };
@@ -249,6 +263,11 @@ impl Primitive {
                 out.extend_from_slice(shape);
                 same(&out, dtype)
             }
+            Primitive::Conv(params) => {
+                let out = params.output_shape(op, inputs[0], inputs[1])?;
+                same(&out, inputs[0].1)
+            }
+            Primitive::Linalg(l) => l.output_shapes(inputs),
         }
     }
 

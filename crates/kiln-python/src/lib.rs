@@ -7,12 +7,14 @@
 //! mapping from kiln errors to Python exceptions).
 
 mod array;
+mod conv;
 mod convert;
 mod device;
 mod dtype;
 mod error;
 mod format;
 mod io;
+mod linalg;
 mod memory;
 mod ops;
 mod random;
@@ -30,5 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     memory::register(m)?;
     io::register(m)?;
     random::register(m)?;
+    linalg::register(m)?;
+    conv::register(m)?;
     Ok(())
 }
