@@ -226,3 +226,61 @@ def test_conv_matches_mlx(rng):
     want = np.asarray(mlx.conv_general(mlx.array(x), mlx.array(w), **kw))
     got = np.asarray(mx.conv_general(mx.array(x), mx.array(w), **kw))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def conv_transpose_ref(x, w, stride, padding, dilation, output_padding, groups=1):
+    """Transposed convolution by its scatter definition: input element i of each axis adds
+    `x[i] * w[k]` to output position `i * stride + k * dilation - padding`."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    d = x.ndim - 2
+    n, c = x.shape[0], x.shape[-1]
+    o, k, cg = w.shape[0], w.shape[1:-1], w.shape[-1]
+    size = [
+        (x.shape[i + 1] - 1) * stride[i] - 2 * padding[i] + (k[i] - 1) * dilation[i] + 1 + output_padding[i]
+        for i in range(d)
+    ]
+    out = np.zeros((n, *size, o))
+    og = o // groups
+    for pos in itertools.product(*(range(s) for s in x.shape[1:-1])):
+        for kpos in itertools.product(*(range(s) for s in k)):
+            t = [pos[i] * stride[i] + kpos[i] * dilation[i] - padding[i] for i in range(d)]
+            if any(v < 0 or v >= size[i] for i, v in enumerate(t)):
+                continue
+            for g in range(groups):
+                xs = x[(slice(None), *pos, slice(g * cg, (g + 1) * cg))]  # (n, cg)
+                ws = w[(slice(g * og, (g + 1) * og), *kpos, slice(None))]  # (og, cg)
+                out[(slice(None), *t, slice(g * og, (g + 1) * og))] += xs @ ws.T
+    return out
+
+
+TRANSPOSED = [
+    ((2, 5, 3), (4, 3, 3), {}),
+    ((1, 5, 2), (3, 3, 2), {"stride": 2, "output_padding": 1}),
+    ((1, 6, 2), (3, 2, 2), {"stride": 3, "padding": 1, "dilation": 2}),
+    ((1, 5, 4), (6, 3, 2), {"groups": 2}),
+    ((2, 5, 2), (3, 3, 2), {"padding": 2}),
+    ((1, 4, 3, 2), (3, 3, 2, 2), {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "output_padding": (1, 0)}),
+    ((1, 3, 3, 4), (4, 2, 2, 2), {"stride": 2, "groups": 2}),
+    ((1, 3, 2, 3, 2), (2, 2, 2, 2, 2), {"stride": 2, "padding": 1}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", TRANSPOSED)
+def test_conv_transpose(xs, ws, kw, rng):
+    (x, w), (xn, wn) = pair(rng, xs, ws)
+    d = len(xs) - 2
+    per = lambda v: list(v) if isinstance(v, tuple) else [v] * d  # noqa: E731
+    want = conv_transpose_ref(xn, wn, per(kw.get("stride", 1)), per(kw.get("padding", 0)),
+                              per(kw.get("dilation", 1)), per(kw.get("output_padding", 0)),
+                              kw.get("groups", 1))
+    f = {1: mx.conv_transpose1d, 2: mx.conv_transpose2d, 3: mx.conv_transpose3d}[d]
+    check(f(x, w, **kw), want)
+
+
+def test_conv_transpose_errors():
+    with pytest.raises(ValueError, match="floating"):
+        mx.conv_transpose1d(mx.ones((1, 5, 2), dtype=mx.int32), mx.ones((3, 3, 2)))
+    with pytest.raises(ValueError, match="Stride"):
+        mx.conv_transpose1d(mx.ones((1, 5, 2)), mx.ones((3, 3, 2)), stride=0)
+    with pytest.raises(TypeError, match="stride"):
+        mx.conv_transpose2d(mx.ones((1, 5, 5, 2)), mx.ones((3, 3, 3, 2)), stride=(1, 2, 3))

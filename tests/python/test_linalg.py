@@ -241,7 +241,7 @@ def test_einsum_ints_and_views(rng):
         ("ijk", [(2, 3)], "Invalid number of subscripts"),
         ("ij->ii", [(3, 3)], "Repeat"),
         ("i->i->i", [(2,)], "letters"),
-        ("ii", [(2, 3)], ""),
+        ("ii", [(2, 3)], "dimension"),
     ],
 )
 def test_einsum_errors(spec, shapes, text):
@@ -598,3 +598,41 @@ def test_linalg_submodule():
     assert la is mx.linalg
     assert la.norm is mx.linalg.norm
     assert "svd" in la.__all__
+
+
+@pytest.mark.parametrize("dtype", F)
+@pytest.mark.parametrize("shape", [(3, 3), (4, 3), (3, 5), (2, 4, 4), (1, 1), (0, 0), (2, 0, 3)])
+def test_lu(dtype, shape, rng):
+    x = rng.standard_normal(shape)
+    tol = 1e-4 if dtype == "float32" else 1e-9
+    for _, a, xv in variants(x, dtype):
+        p, l, u = mx.linalg.lu(a)
+        m, n = shape[-2:]
+        k = min(m, n)
+        assert p.dtype == mx.uint32 and p.shape == shape[:-2] + (m,)
+        assert l.shape == shape[:-2] + (m, k) and u.shape == shape[:-2] + (k, n)
+        pn, ln, un = np.asarray(p), to_np(l), to_np(u)
+        assert np.all(np.triu(ln, 1) == 0) and np.all(np.tril(un, -1) == 0)
+        if k:
+            assert np.all(np.diagonal(ln, axis1=-2, axis2=-1) == 1)
+            assert np.all(np.abs(ln) <= 1 + 1e-6)  # partial pivoting
+        close_np(np.take_along_axis(ln, pn[..., None].astype(np.int64), axis=-2) @ un, xv, tol)
+        packed, piv = mx.linalg.lu_factor(a)
+        assert packed.shape == shape and piv.shape == shape[:-2] + (k,) and piv.dtype == mx.uint32
+        close_np(np.tril(to_np(packed), -1)[..., :k] + np.eye(m, k), ln, tol)
+        close_np(np.triu(to_np(packed))[..., :k, :], un, tol)
+
+
+def test_lu_pivots_and_singular():
+    # LAPACK's row swaps; a zero column leaves L's column zero (no NaN), as MLX.
+    packed, piv = mx.linalg.lu_factor(mx.array([[1.0, 2.0], [3.0, 4.0]]))
+    np.testing.assert_array_equal(np.asarray(piv), [1, 1])
+    np.testing.assert_allclose(np.asarray(packed), [[3, 4], [1 / 3, 2 / 3]], rtol=1e-6)
+    p, l, u = mx.linalg.lu(mx.zeros((3, 3)))
+    np.testing.assert_array_equal(np.asarray(p), [0, 1, 2])
+    np.testing.assert_array_equal(np.asarray(l), np.eye(3))
+    np.testing.assert_array_equal(np.asarray(u), np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="float32 or float64"):
+        mx.linalg.lu(mx.ones((2, 2), dtype=mx.int32))
+    with pytest.raises(ValueError, match=">= 2 dimensions"):
+        mx.linalg.lu_factor(mx.ones((2,)))

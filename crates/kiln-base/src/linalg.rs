@@ -29,6 +29,12 @@ pub enum LinalgOp {
     Slogdet,
     /// Determinant of square matrices (batch shape).
     Det,
+    /// Partial-pivot LU of `(m, n)` matrices as LAPACK's `getrf` computes it: row indices
+    /// `p (m)` (uint32, `A = L[p] U`), unit lower `L (m, k)`, upper `U (k, n)`.
+    Lu,
+    /// The same LU packed in one `(m, n)` matrix (unit diagonal of `L` implied) and LAPACK's
+    /// row swaps `pivots (k)` (uint32, 0-based: row `i` was swapped with `pivots[i]`).
+    LuFactor,
 }
 
 impl LinalgOp {
@@ -45,6 +51,8 @@ impl LinalgOp {
             LinalgOp::SolveTriangular { .. } => "linalg::solve_triangular",
             LinalgOp::Slogdet => "linalg::slogdet",
             LinalgOp::Det => "linalg::det",
+            LinalgOp::Lu => "linalg::lu",
+            LinalgOp::LuFactor => "linalg::lu_factor",
         }
     }
 
@@ -57,8 +65,11 @@ impl LinalgOp {
 
     pub fn num_outputs(self) -> usize {
         match self {
-            LinalgOp::Svd { compute_uv: true } => 3,
-            LinalgOp::Qr | LinalgOp::Slogdet | LinalgOp::Eigh { vectors: true, .. } => 2,
+            LinalgOp::Svd { compute_uv: true } | LinalgOp::Lu => 3,
+            LinalgOp::Qr
+            | LinalgOp::Slogdet
+            | LinalgOp::LuFactor
+            | LinalgOp::Eigh { vectors: true, .. } => 2,
             _ => 1,
         }
     }
@@ -137,6 +148,16 @@ impl LinalgOp {
             LinalgOp::Det => {
                 square()?;
                 vec![with(&[])]
+            }
+            LinalgOp::Lu => {
+                let mut p = with(&[m]);
+                p.1 = DType::U32;
+                vec![p, with(&[m, k]), with(&[k, n])]
+            }
+            LinalgOp::LuFactor => {
+                let mut pivots = with(&[k]);
+                pivots.1 = DType::U32;
+                vec![with(&[m, n]), pivots]
             }
         })
     }

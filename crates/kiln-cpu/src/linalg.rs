@@ -13,7 +13,14 @@ use kiln_base::shape::size_of;
 use kiln_base::{bail, ArrayData, DType, LinalgOp, Result, Shape};
 
 /// The float types faer factorises (f32, f64); `Element::from_f64` converts back.
-trait Real: Gemm + RealField {
+trait Real:
+    Gemm
+    + RealField
+    + PartialOrd
+    + std::ops::Mul<Output = Self>
+    + std::ops::SubAssign
+    + std::ops::DivAssign
+{
     fn to_f64(self) -> f64;
 }
 
@@ -56,6 +63,8 @@ fn run<T: Real>(
     let rhs_cols = inputs.get(1).map_or(0, |x| x.layout.shape[nd - 1]);
     let mut outs: Vec<Vec<T>> =
         outputs.iter().map(|(s, _)| Vec::with_capacity(size_of(s))).collect();
+    // The one uint32 output (LU row indices or pivots), if any.
+    let mut indices: Vec<u32> = Vec::new();
     for i in 0..batch {
         let mat = MatRef::from_row_major_slice(&a[i * m * n..(i + 1) * m * n], m, n);
         let rhs = b.as_ref().map(|b| {
@@ -105,12 +114,37 @@ fn run<T: Real>(
             }
             // The pivots' product, not exp(log): exact for small integer matrices.
             LinalgOp::Det => outs[0].push(T::from_f64(det(mat))),
+            LinalgOp::Lu | LinalgOp::LuFactor => {
+                let mut lu: Vec<T> = a[i * m * n..(i + 1) * m * n].to_vec();
+                let pivots = getf2(&mut lu, m, n);
+                if op == LinalgOp::LuFactor {
+                    outs[0].extend_from_slice(&lu);
+                    indices.extend(pivots.iter().map(|&p| p as u32));
+                } else {
+                    unpack_lu(&lu, m, n, &pivots, &mut indices, &mut outs);
+                }
+            }
         }
     }
     outputs
         .iter()
         .zip(outs)
-        .map(|((s, _), values)| {
+        .map(|((s, dtype), values)| {
+            if *dtype == DType::U32 {
+                return output::<u32>(name, s, |out| {
+                    if out.len() != indices.len() {
+                        bail!(
+                            Runtime,
+                            name,
+                            "Kernel produced {} indices for {}.",
+                            indices.len(),
+                            out.len()
+                        );
+                    }
+                    out.copy_from_slice(&indices);
+                    Ok(())
+                });
+            }
             output::<T>(name, s, |out| {
                 if out.len() != values.len() {
                     bail!(
@@ -306,6 +340,78 @@ fn det<T: Real>(mat: MatRef<'_, T>) -> f64 {
         det *= u.to_f64();
     }
     det
+}
+
+/// LAPACK's unblocked partial-pivot LU (`getf2`) of the row-major `(m, n)` matrix `a`, in
+/// place: the first largest |pivot| of each column, rows swapped whole, and a zero pivot
+/// leaves its column of `L` unscaled (no NaN). Returns the row swaps.
+fn getf2<T: Real>(a: &mut [T], m: usize, n: usize) -> Vec<usize> {
+    let k = m.min(n);
+    let mut pivots = Vec::with_capacity(k);
+    for j in 0..k {
+        let mut p = j;
+        for r in j + 1..m {
+            if a[r * n + j].to_f64().abs() > a[p * n + j].to_f64().abs() {
+                p = r;
+            }
+        }
+        pivots.push(p);
+        if p != j {
+            for c in 0..n {
+                a.swap(j * n + c, p * n + c);
+            }
+        }
+        let pivot = a[j * n + j];
+        if pivot.to_f64() != 0.0 {
+            for r in j + 1..m {
+                a[r * n + j] /= pivot;
+            }
+        }
+        for r in j + 1..m {
+            let l = a[r * n + j];
+            for c in j + 1..n {
+                a[r * n + c] -= l * a[j * n + c];
+            }
+        }
+    }
+    pivots
+}
+
+/// Splits a packed LU into MLX's `lu` outputs: row indices `p` with `A = L[p] U`, `L`, `U`.
+fn unpack_lu<T: Real>(
+    lu: &[T],
+    m: usize,
+    n: usize,
+    pivots: &[usize],
+    indices: &mut Vec<u32>,
+    outs: &mut [Vec<T>],
+) {
+    let k = m.min(n);
+    // order[r]: the original row that ended up as row r.
+    let mut order: Vec<usize> = (0..m).collect();
+    for (j, &p) in pivots.iter().enumerate() {
+        order.swap(j, p);
+    }
+    let mut p = vec![0u32; m];
+    for (r, &row) in order.iter().enumerate() {
+        p[row] = r as u32;
+    }
+    indices.extend(p);
+    let (zero, one) = (T::from_f64(0.0), T::from_f64(1.0));
+    for r in 0..m {
+        for c in 0..k {
+            outs[1].push(match r.cmp(&c) {
+                std::cmp::Ordering::Greater => lu[r * n + c],
+                std::cmp::Ordering::Equal => one,
+                std::cmp::Ordering::Less => zero,
+            });
+        }
+    }
+    for r in 0..k {
+        for c in 0..n {
+            outs[2].push(if c >= r { lu[r * n + c] } else { zero });
+        }
+    }
 }
 
 #[cfg(test)]

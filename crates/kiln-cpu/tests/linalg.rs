@@ -168,3 +168,23 @@ fn rejects_other_dtypes_and_shapes() {
     assert!(try_eval(&lin(LinalgOp::Solve), &[f32s(&[1.0; 4], &[2, 2]), f64s(&[1.0; 2], &[2, 1])])
         .is_err());
 }
+
+#[test]
+fn lu_as_lapack() {
+    // Pivot rows are the first largest; `A = L[p] U`.
+    let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // (3, 2)
+    let out = try_eval_all(&lin(LinalgOp::Lu), &[f64s(&x, &[3, 2])]).unwrap();
+    assert_eq!(out[0].dtype, DType::U32);
+    let (p, l, u) = (read::<u32>(&out[0]), read::<f64>(&out[1]), read::<f64>(&out[2]));
+    assert_eq!(p, vec![1, 2, 0]);
+    let lu = mm(&l, &u, 3, 2, 2);
+    let rebuilt: Vec<f64> = (0..6).map(|i| lu[p[i / 2] as usize * 2 + i % 2]).collect();
+    assert_near(&rebuilt, &x, 1e-12);
+    let packed = try_eval_all(&lin(LinalgOp::LuFactor), &[f64s(&x, &[3, 2])]).unwrap();
+    assert_eq!(read::<u32>(&packed[1]), vec![2, 2]);
+    // A zero column: no division, no NaN.
+    let z =
+        try_eval_all(&lin(LinalgOp::LuFactor), &[f64s(&[0.0, 1.0, 0.0, 2.0], &[2, 2])]).unwrap();
+    assert_eq!(read::<f64>(&z[0]), vec![0.0, 1.0, 0.0, 2.0]);
+    assert_eq!(read::<u32>(&z[1]), vec![0, 1]);
+}

@@ -1,4 +1,5 @@
-//! `conv1d`, `conv2d`, `conv3d` and `conv_general` with MLX's signatures (channels last).
+//! `conv1d`, `conv2d`, `conv3d`, `conv_general` and `conv_transpose1d/2d/3d` with MLX's
+//! signatures (channels last).
 
 use crate::array::PyArray;
 use crate::convert::to_array;
@@ -184,10 +185,105 @@ fn conv_general(
     run(input, weight, &s, &lo, &hi, &kd, &id, groups, flip, stream)
 }
 
+/// Validated arguments of a transposed convolution.
+struct Transposed {
+    stride: Vec<usize>,
+    dilation: Vec<usize>,
+    groups: usize,
+}
+
+fn transposed(stride: &[i64], dilation: &[i64], groups: i64) -> PyResult<Transposed> {
+    Ok(Transposed {
+        stride: positive(stride, "Stride", "strides")?,
+        dilation: positive(dilation, "Kernel dilation", "kernel dilation")?,
+        groups: groups_arg(groups)?,
+    })
+}
+
+/// 1-d transposed convolution: input `(N, L, C_in)`, weight `(C_out, K, C_in / groups)`.
+#[pyfunction]
+#[pyo3(signature = (input, weight, /, stride = 1, padding = 0, dilation = 1, output_padding = 0,
+    groups = 1, *, stream = None))]
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose1d(
+    input: &Bound<'_, PyAny>,
+    weight: &Bound<'_, PyAny>,
+    stride: i64,
+    padding: i64,
+    dilation: i64,
+    output_padding: i64,
+    groups: i64,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let (x, w) = (to_array(input, None)?, to_array(weight, None)?);
+    let t = transposed(&[stride], &[dilation], groups)?;
+    with_stream(stream, || {
+        kops::conv_transpose1d(
+            &x,
+            &w,
+            t.stride[0],
+            padding,
+            t.dilation[0],
+            output_padding,
+            t.groups,
+        )
+    })
+    .map(PyArray)
+}
+
+macro_rules! conv_transpose_nd {
+    ($name:ident, $n:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[pyfunction]
+        #[pyo3(signature = (input, weight, /, stride = None, padding = None, dilation = None,
+                                            output_padding = None, groups = 1, *, stream = None))]
+        #[allow(clippy::too_many_arguments)]
+        fn $name(
+            input: &Bound<'_, PyAny>,
+            weight: &Bound<'_, PyAny>,
+            stride: Option<&Bound<'_, PyAny>>,
+            padding: Option<&Bound<'_, PyAny>>,
+            dilation: Option<&Bound<'_, PyAny>>,
+            output_padding: Option<&Bound<'_, PyAny>>,
+            groups: i64,
+            stream: Stream<'_, '_>,
+        ) -> PyResult<PyArray> {
+            let op = stringify!($name);
+            let arg = |v: Option<&Bound<'_, PyAny>>, what, default| match v {
+                Some(v) => fixed::<$n>(op, what, v),
+                None => Ok([default; $n]),
+            };
+            let (s, p) = (arg(stride, "stride", 1)?, arg(padding, "padding", 0)?);
+            let (d, o) = (arg(dilation, "dilation", 1)?, arg(output_padding, "output_padding", 0)?);
+            let (x, w) = (to_array(input, None)?, to_array(weight, None)?);
+            let t = transposed(&s, &d, groups)?;
+            let (stride, dilation): ([usize; $n], [usize; $n]) = (
+                t.stride.try_into().expect("one per axis"),
+                t.dilation.try_into().expect("one per axis"),
+            );
+            with_stream(stream, || kops::$name(&x, &w, stride, p, dilation, o, t.groups))
+                .map(PyArray)
+        }
+    };
+}
+conv_transpose_nd!(
+    conv_transpose2d,
+    2,
+    "2-d transposed convolution: input `(N, H, W, C_in)`, weight `(C_out, KH, KW, C_in / groups)`."
+);
+conv_transpose_nd!(
+    conv_transpose3d,
+    3,
+    "3-d transposed convolution: input `(N, D, H, W, C_in)`, weight `(C_out, KD, KH, KW, C_in / groups)`."
+);
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conv1d, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d, m)?)?;
     m.add_function(wrap_pyfunction!(conv3d, m)?)?;
     m.add_function(wrap_pyfunction!(conv_general, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose1d, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose2d, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose3d, m)?)?;
     Ok(())
 }

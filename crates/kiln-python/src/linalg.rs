@@ -249,6 +249,24 @@ fn slogdet(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<(PyArray, P
     Ok((PyArray(s), PyArray(l)))
 }
 
+/// `(p, L, U)` with `A = L[p] U`.
+#[pyfunction]
+#[pyo3(signature = (a, *, stream = None))]
+fn lu(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<(PyArray, PyArray, PyArray)> {
+    let a = arr(a)?;
+    let (p, l, u) = with_stream(stream, || linalg::lu(&a))?;
+    Ok((PyArray(p), PyArray(l), PyArray(u)))
+}
+
+/// `(LU, pivots)`: the packed factorisation and LAPACK's row swaps.
+#[pyfunction]
+#[pyo3(signature = (a, *, stream = None))]
+fn lu_factor(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<(PyArray, PyArray)> {
+    let a = arr(a)?;
+    let (lu, pivots) = with_stream(stream, || linalg::lu_factor(&a))?;
+    Ok((PyArray(lu), PyArray(pivots)))
+}
+
 /// Cross product along `axis`.
 #[pyfunction]
 #[pyo3(signature = (a, b, axis = -1, *, stream = None))]
@@ -269,6 +287,6 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     add!(parent; addmm, outer, inner, tensordot, einsum);
     let m = PyModule::new(parent.py(), "linalg")?;
     add!(&m; norm, inv, tri_inv, cholesky, cholesky_inv, qr, svd, eigh, eigvalsh, solve);
-    add!(&m; solve_triangular, det, slogdet, pinv, cross);
+    add!(&m; solve_triangular, det, slogdet, pinv, cross, lu, lu_factor);
     parent.add_submodule(&m)
 }

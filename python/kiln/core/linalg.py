@@ -18,6 +18,8 @@ solve_triangular = _linalg.solve_triangular
 det = _linalg.det
 slogdet = _linalg.slogdet
 cross = _linalg.cross
+lu = _linalg.lu
+lu_factor = _linalg.lu_factor
 
 __all__ = [
     "cholesky",
@@ -27,6 +29,8 @@ __all__ = [
     "eigh",
     "eigvalsh",
     "inv",
+    "lu",
+    "lu_factor",
     "norm",
     "pinv",
     "qr",

@@ -8,8 +8,8 @@ mod norm;
 
 pub use cross::cross;
 pub use factor::{
-    cholesky, cholesky_inv, det, eigh, eigvalsh, inv, pinv, qr, slogdet, solve, solve_triangular,
-    svd, tri_inv,
+    cholesky, cholesky_inv, det, eigh, eigvalsh, inv, lu, lu_factor, pinv, qr, slogdet, solve,
+    solve_triangular, svd, tri_inv,
 };
 pub use norm::{norm, NormOrd};
 

@@ -12,7 +12,9 @@ pub mod random;
 mod reduce;
 mod shape;
 
-pub use conv::{conv1d, conv2d, conv3d, conv_general};
+pub use conv::{
+    conv1d, conv2d, conv3d, conv_general, conv_transpose1d, conv_transpose2d, conv_transpose3d,
+};
 pub use creation::{arange, full, ones, scalar, zeros};
 pub use einsum::einsum;
 pub use elementwise::*;

@@ -219,6 +219,23 @@ pub fn slogdet(a: &Array) -> Result<(Array, Array)> {
     Ok((astype(&res.pop().expect("two outputs"), out)?, log))
 }
 
+/// Partial-pivot LU `(p, L, U)` with `A = L[p] U` (`p` uint32 row indices), as MLX.
+pub fn lu(a: &Array) -> Result<(Array, Array, Array)> {
+    check_matrix("linalg::lu", a, false)?;
+    let mut out = run(LinalgOp::Lu, vec![a.clone()])?;
+    let u = out.pop().expect("three outputs");
+    let l = out.pop().expect("three outputs");
+    Ok((out.pop().expect("three outputs"), l, u))
+}
+
+/// The packed LU matrix and LAPACK's 0-based row swaps (uint32), as MLX.
+pub fn lu_factor(a: &Array) -> Result<(Array, Array)> {
+    check_matrix("linalg::lu_factor", a, false)?;
+    let mut out = run(LinalgOp::LuFactor, vec![a.clone()])?;
+    let pivots = out.pop().expect("two outputs");
+    Ok((out.pop().expect("two outputs"), pivots))
+}
+
 /// Moore-Penrose pseudo-inverse through the SVD; singular values at most
 /// `10 * max(m, n) * eps * max(S)` count as zero (MLX's cutoff).
 pub fn pinv(a: &Array) -> Result<Array> {
