@@ -636,3 +636,17 @@ def test_lu_pivots_and_singular():
         mx.linalg.lu(mx.ones((2, 2), dtype=mx.int32))
     with pytest.raises(ValueError, match=">= 2 dimensions"):
         mx.linalg.lu_factor(mx.ones((2,)))
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30, 1e-40])
+def test_svd_eigh_extreme_scales(scale):
+    # Squares of these overflow or underflow float32: the kernels rescale first.
+    x = np.array([[3.0, 1.0], [1.0, 2.0]])
+    a = mx.array((x * scale).astype(np.float32))
+    want_s = np.linalg.svd(x, compute_uv=False) * scale
+    np.testing.assert_allclose(np.asarray(mx.linalg.svd(a, compute_uv=False)), want_s, rtol=1e-3)
+    u, s, vt = (np.asarray(t, np.float64) for t in mx.linalg.svd(a))
+    np.testing.assert_allclose((u * s) @ vt / scale, x, rtol=1e-3, atol=1e-3)
+    w, v = mx.linalg.eigh(a)
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(x) * scale, rtol=1e-3)
+    np.testing.assert_allclose(np.abs(np.asarray(v).T @ np.asarray(v)), np.eye(2), atol=1e-5)

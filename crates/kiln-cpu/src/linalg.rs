@@ -243,16 +243,36 @@ fn svd<T: Real>(op: &'static str, mat: MatRef<'_, T>, uv: bool, outs: &mut [Vec<
     }
     let failed =
         || -> Result<()> { bail!(Runtime, op, "SVD did not converge (is the input finite?).") };
+    let (scaled, unscale) = normalized(mat);
+    let unscale = |v: &T| T::from_f64(v.to_f64() * unscale);
     if !uv {
-        let Ok(s) = mat.singular_values() else { return failed() };
-        outs[0].extend(s);
+        let Ok(s) = scaled.singular_values() else { return failed() };
+        outs[0].extend(s.iter().map(unscale));
         return Ok(());
     }
-    let Ok(svd) = mat.svd() else { return failed() };
+    let Ok(svd) = scaled.svd() else { return failed() };
     push(&mut outs[0], svd.U());
-    outs[1].extend(svd.S().column_vector().iter().copied());
+    outs[1].extend(svd.S().column_vector().iter().map(unscale));
     push(&mut outs[2], svd.V().transpose());
     Ok(())
+}
+
+/// `mat` divided by the power of two nearest its largest |entry|, and the factor that undoes
+/// it: the iterative solvers square entries, which overflows float32 near 1e19 (and
+/// underflows tiny ones). Scaling by a power of two is exact; non-finite input is kept.
+fn normalized<T: Real>(mat: MatRef<'_, T>) -> (Mat<T>, f64) {
+    let mut largest = 0.0f64;
+    for j in 0..mat.ncols() {
+        for i in 0..mat.nrows() {
+            largest = largest.max(mat.get(i, j).to_f64().abs());
+        }
+    }
+    let factor =
+        if largest > 0.0 && largest.is_finite() { largest.log2().round().exp2() } else { 1.0 };
+    (
+        Mat::from_fn(mat.nrows(), mat.ncols(), |i, j| T::from_f64(mat.get(i, j).to_f64() / factor)),
+        factor,
+    )
 }
 
 /// Ascending eigenvalues (and eigenvectors as columns) of the symmetric matrix whose `upper`
@@ -267,16 +287,18 @@ fn eigh<T: Real>(mat: MatRef<'_, T>, upper: bool, vectors: bool, outs: &mut [Vec
         let (r, c) = if (upper && j >= i) || (!upper && j <= i) { (i, j) } else { (j, i) };
         *mat.get(r, c)
     });
+    let (sym, unscale) = normalized(sym.as_ref());
+    let unscale = |v: &T| T::from_f64(v.to_f64() * unscale);
     if !vectors {
         match sym.self_adjoint_eigenvalues(Side::Lower) {
-            Ok(w) => outs[0].extend(w),
+            Ok(w) => outs[0].extend(w.iter().map(unscale)),
             Err(_) => push_nan(&mut outs[0], n),
         }
         return;
     }
     match sym.self_adjoint_eigen(Side::Lower) {
         Ok(e) => {
-            outs[0].extend(e.S().column_vector().iter().copied());
+            outs[0].extend(e.S().column_vector().iter().map(unscale));
             push(&mut outs[1], e.U());
         }
         Err(_) => {
