@@ -5,21 +5,25 @@
 
 pub mod backend;
 pub mod buffer;
+pub mod conv;
 pub mod device;
 pub mod dtype;
 pub mod elementwise;
 pub mod error;
 pub mod layout;
+pub mod linalg;
 pub mod primitive;
 pub mod random;
 pub mod shape;
 
 pub use backend::{ArrayData, Backend};
 pub use buffer::{Buffer, HOST};
+pub use conv::ConvParams;
 pub use device::{Device, DeviceKind, Stream};
 pub use dtype::{DType, DTypeKind, Scalar};
 pub use elementwise::{BinaryOp, Domain, UnaryOp};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use linalg::LinalgOp;
 pub use primitive::{ArgReduceOp, Primitive, ReduceOp};
 pub use shape::{Shape, Strides};

@@ -2,8 +2,10 @@
 //! transforms only rewrite them, backends only evaluate them. Parameters are hashable and
 //! comparable, so compile can key kernels on them and merge identical nodes (CSE).
 
+use crate::conv::ConvParams;
 use crate::elementwise::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
+use crate::linalg::LinalgOp;
 use crate::shape::{fmt_shape, size_of, Shape};
 use crate::{bail, ensure, DType, Result, Scalar};
 
@@ -62,6 +64,12 @@ pub enum Primitive {
     /// The identity (a view of its input); transforms treat it as a constant, so gradients
     /// stop here.
     StopGradient,
+    /// N-d convolution, channels last: input `(N, ..., C_in)`, weight `(C_out, ..., C_in /
+    /// groups)` of one float dtype (see `conv.rs`).
+    Conv(ConvParams),
+    /// A dense factorisation or solver over the last two axes (see `linalg.rs`); several
+    /// outputs for QR, SVD, eigh and slogdet.
+    Linalg(LinalgOp),
 }
 
 impl Primitive {
@@ -93,12 +101,17 @@ impl Primitive {
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
             Primitive::StopGradient => "stop_gradient",
+            Primitive::Conv(_) => "conv",
+            Primitive::Linalg(op) => op.name(),
         }
     }
 
     /// Number of outputs (siblings) this primitive produces.
     pub fn num_outputs(&self) -> usize {
-        1
+        match self {
+            Primitive::Linalg(op) => op.num_outputs(),
+            _ => 1,
+        }
     }
 
     /// Output shapes and dtypes from input shapes and dtypes. Ops call this when they build a
@@ -108,7 +121,8 @@ impl Primitive {
         let arity = match self {
             Primitive::Arange { .. } => 0,
             Primitive::Where => 3,
-            Primitive::Binary(_) | Primitive::Matmul => 2,
+            Primitive::Binary(_) | Primitive::Matmul | Primitive::Conv(_) => 2,
+            Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             _ => 1,
         };
@@ -259,6 +273,11 @@ impl Primitive {
                 out.extend_from_slice(shape);
                 same(&out, dtype)
             }
+            Primitive::Conv(params) => {
+                let out = params.output_shape(op, inputs[0], inputs[1])?;
+                same(&out, inputs[0].1)
+            }
+            Primitive::Linalg(l) => l.output_shapes(inputs),
         }
     }
 

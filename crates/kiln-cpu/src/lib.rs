@@ -5,10 +5,12 @@
 
 mod binary;
 mod cast;
+mod conv;
 mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod linalg;
 mod math;
 mod matmul;
 mod random;
@@ -31,9 +33,6 @@ impl Backend for CpuBackend {
         outputs: &[(Shape, DType)],
     ) -> Result<Vec<ArrayData>> {
         let op = prim.name();
-        let [(shape, dtype)] = outputs else {
-            bail!(Runtime, op, "Expected one output, got {}.", outputs.len());
-        };
         for x in inputs {
             strided::validate(op, x)?;
         }
@@ -42,11 +41,15 @@ impl Backend for CpuBackend {
             inputs.iter().map(|x| (x.layout.shape.as_slice(), x.dtype)).collect();
         let expected = prim.output_shapes(&specs)?;
         ensure!(
-            expected.len() == 1 && expected[0].0 == *shape && expected[0].1 == *dtype,
+            expected.len() == outputs.len()
+                && expected.iter().zip(outputs).all(|(e, o)| e.0 == o.0 && e.1 == o.1),
             Runtime,
             op,
-            "Requested output {shape:?} {dtype} does not match the primitive's {expected:?}."
+            "Requested outputs {outputs:?} do not match the primitive's {expected:?}."
         );
+        let Some((shape, dtype)) = outputs.first() else {
+            bail!(Runtime, op, "Expected at least one output.");
+        };
         let out = match prim {
             Primitive::Arange { start, step, dtype, .. } => {
                 creation::arange(*start, *step, *dtype, shape)
@@ -69,6 +72,9 @@ impl Backend for CpuBackend {
             Primitive::RandomBits { shape: per_key, width } => {
                 random::random_bits(&inputs[0], per_key, *width, shape, *dtype)
             }
+            Primitive::Conv(params) => conv::conv(params, &inputs[0], &inputs[1], shape),
+            // Several outputs: the kernel builds them all.
+            Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
         }?;
         Ok(vec![out])
     }

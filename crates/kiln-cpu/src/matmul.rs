@@ -12,10 +12,10 @@ use kiln_base::shape::size_of;
 use kiln_base::{bail, ArrayData, DType, Layout, Result};
 
 /// Below this many multiply-adds, threading costs more than it saves.
-const PARALLEL_FLOPS: usize = 1 << 18;
+pub(crate) const PARALLEL_FLOPS: usize = 1 << 18;
 
 /// The float types faer multiplies natively.
-trait Gemm: Element + Default {
+pub(crate) trait Gemm: Element + Default {
     fn gemm(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>, par: Par);
 }
 

@@ -128,3 +128,14 @@ pub(crate) fn map3<A: Pod, B: Pod, C: Pod, U>(
         *o = f(sa[i], sb[j], sc[k]);
     }
 }
+
+/// The input's elements in row-major order: borrowed when row-contiguous, else gathered.
+pub(crate) fn dense<T: Pod>(x: &ArrayData) -> std::borrow::Cow<'_, [T]> {
+    match flat::<T>(x) {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => {
+            let src = x.buffer.host_slice::<T>();
+            std::borrow::Cow::Owned(x.layout.indices().map(|i| src[i]).collect())
+        }
+    }
+}

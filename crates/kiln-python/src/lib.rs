@@ -7,6 +7,7 @@
 //! mapping from kiln errors to Python exceptions).
 
 mod array;
+mod conv;
 mod convert;
 mod creation;
 mod device;
@@ -14,6 +15,7 @@ mod dtype;
 mod error;
 mod format;
 mod io;
+mod linalg;
 mod math;
 mod memory;
 mod ops;
@@ -36,5 +38,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     random::register(m)?;
     math::register(m)?;
     creation::register(m)?;
+    linalg::register(m)?;
+    conv::register(m)?;
     Ok(())
 }

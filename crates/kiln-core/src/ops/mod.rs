@@ -2,24 +2,30 @@
 //! broadcasts and casts, then records one primitive. Errors surface here, at the call site,
 //! never at eval.
 
+mod conv;
 mod creation;
 mod diag;
+mod einsum;
 mod elementwise;
 mod index;
-mod linalg;
+pub mod linalg;
 mod math;
 pub mod random;
 mod reduce;
 mod shape;
 
+pub use conv::{
+    conv1d, conv2d, conv3d, conv_general, conv_transpose1d, conv_transpose2d, conv_transpose3d,
+};
 pub use creation::{
     arange, eye, full, full_like, identity, linspace, meshgrid, ones, ones_like, scalar,
     scalar_checked, tri, zeros, zeros_like,
 };
 pub use diag::{diag, diagonal, tril, triu};
+pub use einsum::einsum;
 pub use elementwise::*;
 pub use index::{index, IndexItem};
-pub use linalg::matmul;
+pub use linalg::{addmm, inner, matmul, outer, tensordot, TensordotAxes};
 pub use math::*;
 pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
 pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
@@ -30,9 +36,14 @@ use kiln_base::{Primitive, Result};
 
 /// Records a single-output primitive on the current stream after checking its inputs.
 pub(crate) fn record(prim: Primitive, inputs: Vec<Array>) -> Result<Array> {
+    let mut arrays = record_all(prim, inputs)?;
+    Ok(arrays.swap_remove(0))
+}
+
+/// Records a primitive and returns all its outputs (siblings), in order.
+pub(crate) fn record_all(prim: Primitive, inputs: Vec<Array>) -> Result<Vec<Array>> {
     let metas: Vec<(&[usize], kiln_base::DType)> =
         inputs.iter().map(|a| (a.shape(), a.dtype())).collect();
     let outputs = prim.output_shapes(&metas)?;
-    let mut arrays = Array::from_call(prim, inputs, outputs, default_stream());
-    Ok(arrays.swap_remove(0))
+    Ok(Array::from_call(prim, inputs, outputs, default_stream()))
 }

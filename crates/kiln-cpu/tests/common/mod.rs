@@ -61,3 +61,16 @@ pub fn assert_close(got: &[f64], want: &[f64], rtol: f64) {
 pub fn shape(dims: &[usize]) -> Shape {
     Shape::from_slice(dims)
 }
+
+/// Evaluates a primitive with any number of outputs (each checked against its shape rule).
+pub fn try_eval_all(prim: &Primitive, inputs: &[ArrayData]) -> Result<Vec<ArrayData>> {
+    let specs: Vec<(&[usize], DType)> =
+        inputs.iter().map(|x| (x.layout.shape.as_slice(), x.dtype)).collect();
+    let outs: Vec<(Shape, DType)> = prim.output_shapes(&specs)?;
+    let res = CpuBackend.eval(prim, inputs, &outs)?;
+    assert_eq!(res.len(), outs.len());
+    for (r, (s, d)) in res.iter().zip(&outs) {
+        assert_eq!((&r.layout.shape, r.dtype), (s, *d));
+    }
+    Ok(res)
+}

@@ -88,6 +88,7 @@ impl Rules for Primitive {
                 movement::vjp(self, primals, &cotangents[0], argnums)?
             }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
+            Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
             Primitive::Arange { .. } | Primitive::RandomBits { .. } | Primitive::StopGradient => {
                 argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
             }
@@ -132,6 +133,7 @@ impl Rules for Primitive {
             | Primitive::Slice { .. }
             | Primitive::Concatenate { .. } => movement::jvp(self, primals, tangents, argnums)?,
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
+            Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("jvp", self)),
             Primitive::Arange { .. } | Primitive::RandomBits { .. } | Primitive::StopGradient => {
                 outputs.iter().map(zeros_like).collect::<Result<_>>()?
             }

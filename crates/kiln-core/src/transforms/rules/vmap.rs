@@ -4,7 +4,7 @@
 //! front and let the front-end op broadcast unbatched inputs.
 
 use crate::array::Array;
-use crate::ops::{self, record};
+use crate::ops::{self, record, record_all};
 use kiln_base::{Primitive, Result};
 
 /// Moves axis `from` of `x` to the front.
@@ -48,6 +48,12 @@ pub(super) fn vmap(
     axes: &[Option<usize>],
 ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
     let shift = |v: &[usize]| v.iter().map(|&a| a + 1).collect::<Vec<_>>();
+    if let Primitive::Linalg(_) = prim {
+        // Linear algebra already maps over leading axes: batch first, every output too.
+        let outs = record_all(prim.clone(), all_batched(inputs, axes)?)?;
+        let n = outs.len();
+        return Ok((outs, vec![Some(0); n]));
+    }
     let out = match prim {
         // Elementwise and per-element ops: same primitive on the batch-first inputs.
         Primitive::Unary(_)
@@ -101,6 +107,21 @@ pub(super) fn vmap(
         Primitive::Concatenate { axis } => {
             record(Primitive::Concatenate { axis: axis + 1 }, all_batched(inputs, axes)?)?
         }
+        Primitive::Conv(_) => {
+            // Fold the batch into the images when the weight is shared.
+            if axes.get(1).copied().flatten().is_some() {
+                return Err(super::missing("vmap", prim));
+            }
+            let x = to_front(&inputs[0], axes[0].expect("conv input is batched"))?;
+            let (b, n) = (x.shape()[0], x.shape()[1]);
+            let mut folded: Vec<i64> = vec![(b * n) as i64];
+            folded.extend(x.shape()[2..].iter().map(|&d| d as i64));
+            let y = record(prim.clone(), vec![ops::reshape(&x, &folded)?, inputs[1].clone()])?;
+            let mut unfolded: Vec<i64> = vec![b as i64, n as i64];
+            unfolded.extend(y.shape()[1..].iter().map(|&d| d as i64));
+            ops::reshape(&y, &unfolded)?
+        }
+        Primitive::Linalg(_) => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
     };
     let batched = !matches!(prim, Primitive::Arange { .. });
