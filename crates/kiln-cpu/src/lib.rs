@@ -4,15 +4,18 @@
 //! row-major host buffer.
 
 mod binary;
+mod bitcast;
 mod cast;
 mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod gather;
 mod matmul;
 mod random;
 mod reduce;
 mod scalar;
+mod scatter;
 mod strided;
 mod unary;
 
@@ -65,6 +68,25 @@ impl Backend for CpuBackend {
             Primitive::Matmul => matmul::matmul(&inputs[0], &inputs[1], shape),
             Primitive::RandomBits { shape: per_key, width } => {
                 random::random_bits(&inputs[0], per_key, *width, shape, *dtype)
+            }
+            Primitive::Gather { axes, slice_sizes } => {
+                gather::gather(axes, slice_sizes, inputs, shape)
+            }
+            Primitive::Scatter { axes, reduce } => scatter::scatter(axes, *reduce, inputs, shape),
+            Primitive::SliceUpdate { start, step, len } => {
+                scatter::slice_update(start, step, len, &inputs[0], &inputs[1], shape)
+            }
+            Primitive::MaskedScatter => {
+                scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
+            }
+            Primitive::View(to) => bitcast::view(&inputs[0], *to, shape),
+            Primitive::AsStrided { shape: s, strides, offset } => {
+                match prim.view_layout(&inputs[0].layout) {
+                    Some(layout) => {
+                        Ok(ArrayData { buffer: inputs[0].buffer.clone(), layout, dtype: *dtype })
+                    }
+                    None => bitcast::as_strided(&inputs[0], s, strides, *offset),
+                }
             }
         }?;
         Ok(vec![out])

@@ -5,17 +5,27 @@
 mod creation;
 mod elementwise;
 mod index;
+mod indexing;
 mod linalg;
+mod pad;
 pub mod random;
 mod reduce;
 mod shape;
 
 pub use creation::{arange, full, ones, scalar, zeros};
 pub use elementwise::*;
-pub use index::{index, IndexItem};
+pub use index::{index, index_update, IndexItem};
+pub use indexing::{
+    as_strided, gather, masked_scatter, put_along_axis, scatter, scatter_add, scatter_reduce,
+    slice_dynamic, slice_update_dynamic, take, take_along_axis, view,
+};
 pub use linalg::matmul;
+pub use pad::{pad, PadMode};
 pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
-pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
+pub use shape::{
+    broadcast_arrays, broadcast_to, concatenate, expand_dims, flatten, moveaxis, repeat, reshape,
+    roll, slice, split, squeeze, stack, swapaxes, tile, transpose, unflatten, SplitSpec,
+};
 
 use crate::array::Array;
 use crate::device::default_stream;
