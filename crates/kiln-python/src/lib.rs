@@ -2,7 +2,7 @@
 //! (code written for MLX runs with `import kiln.core as mx`).
 //!
 //! Each file has one job: `array` (the array class), `convert` (Python values <-> arrays),
-//! `ops` (free functions), `random` (the `random` submodule), `device` (devices and
+//! `ops` (free functions), `indexing` (shape and indexing functions, index expressions), `random` (the `random` submodule), `device` (devices and
 //! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
 //! mapping from kiln errors to Python exceptions).
 
@@ -12,6 +12,7 @@ mod device;
 mod dtype;
 mod error;
 mod format;
+mod indexing;
 mod memory;
 mod ops;
 mod random;
@@ -28,5 +29,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     memory::register(m)?;
     random::register(m)?;
+    indexing::register(m)?;
     Ok(())
 }
