@@ -4,7 +4,7 @@
 
 use crate::elementwise::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
-use crate::shape::{fmt_shape, size_of, Shape, Strides};
+use crate::shape::{checked_size, fmt_shape, size_of, Shape, Strides};
 use crate::{bail, ensure, DType, Result, Scalar};
 
 /// Associative reductions.
@@ -387,10 +387,11 @@ impl Primitive {
                     strides.len(),
                     shape.len()
                 );
-                if size_of(shape) > 0 {
-                    let (lo, hi) = span(shape, strides, *offset);
+                if checked_size(op, shape)? > 0 {
+                    let inside = span(shape, strides, *offset)
+                        .is_some_and(|(lo, hi)| lo >= 0 && hi < size_of(s) as i128);
                     ensure!(
-                        lo >= 0 && hi < size_of(s) as i128,
+                        inside,
                         Value,
                         op,
                         "Shape {}, strides {strides:?} and offset {offset} address elements \
@@ -421,19 +422,19 @@ impl Primitive {
     }
 }
 
-/// Lowest and highest element addressed by a non-empty strided view (i128: user strides
-/// may be huge).
-pub fn span(shape: &[usize], strides: &[isize], offset: usize) -> (i128, i128) {
+/// Lowest and highest element addressed by a non-empty strided view, `None` past i128
+/// (user shapes and strides may be huge).
+pub fn span(shape: &[usize], strides: &[isize], offset: usize) -> Option<(i128, i128)> {
     let (mut lo, mut hi) = (offset as i128, offset as i128);
     for (&d, &st) in shape.iter().zip(strides) {
-        let reach = (d as i128 - 1) * st as i128;
+        let reach = (d as i128 - 1).checked_mul(st as i128)?;
         if reach < 0 {
-            lo += reach;
+            lo = lo.checked_add(reach)?;
         } else {
-            hi += reach;
+            hi = hi.checked_add(reach)?;
         }
     }
-    (lo, hi)
+    Some((lo, hi))
 }
 
 /// A strided slice's parameters: one start, step and length per axis, every taken index in

@@ -230,9 +230,9 @@ impl PyArray {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let old = slf.borrow().0.clone();
+        let old = slf.try_borrow()?.0.clone();
         let new = indexing::setitem(&old, key, value)?;
-        slf.borrow_mut().0 = new;
+        slf.try_borrow_mut()?.0 = new;
         Ok(())
     }
 

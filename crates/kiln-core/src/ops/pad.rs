@@ -4,7 +4,7 @@
 
 use super::{astype, broadcast_to, record, reshape, take};
 use crate::array::Array;
-use kiln_base::shape::fmt_shape;
+use kiln_base::shape::{checked_size, fmt_shape};
 use kiln_base::{bail, ensure, Primitive, Result, Scalar};
 
 /// How `pad` fills the new elements.
@@ -79,6 +79,15 @@ pub fn pad(x: &Array, widths: &[(i64, i64)], mode: PadMode, value: &Array) -> Re
     );
     let widths: Vec<(usize, usize)> =
         widths.iter().map(|&(a, b)| (a as usize, b as usize)).collect();
+    // The padded shape must exist (and, as in MLX, dims are int32).
+    let mut shape = Vec::with_capacity(n);
+    for (&d, &(lo, hi)) in x.shape().iter().zip(&widths) {
+        match d.checked_add(lo).and_then(|t| t.checked_add(hi)) {
+            Some(t) if t <= i32::MAX as usize => shape.push(t),
+            _ => bail!(Value, op, "Padded size of an axis of size {d} is too large."),
+        }
+    }
+    checked_size(op, &shape)?;
     if widths.iter().all(|&w| w == (0, 0)) {
         return Ok(x.clone());
     }
@@ -106,9 +115,7 @@ pub fn pad(x: &Array, widths: &[(i64, i64)], mode: PadMode, value: &Array) -> Re
             out = pad_constant(&out, &w, &zero)?;
             continue;
         }
-        let Some(total) = dim.checked_add(lo).and_then(|t| t.checked_add(hi)) else {
-            bail!(Value, op, "Padded size of axis {axis} is too large.");
-        };
+        let total = shape[axis];
         let src: Vec<i64> =
             (0..total).map(|i| source(mode, i as i64 - lo as i64, dim as i64)).collect();
         let index = Array::from_slice(&src, &[total])?;

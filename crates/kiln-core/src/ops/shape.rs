@@ -3,7 +3,9 @@
 
 use super::{astype, record};
 use crate::array::Array;
-use kiln_base::shape::{broadcast_shapes, fmt_shape, normalize_axes, normalize_axis, Shape};
+use kiln_base::shape::{
+    broadcast_shapes, checked_size, fmt_shape, normalize_axes, normalize_axis, Shape,
+};
 use kiln_base::{bail, ensure, Primitive, Result};
 
 /// A new shape of the same size; one entry may be -1 (inferred).
@@ -250,7 +252,7 @@ pub fn unflatten(x: &Array, axis: i64, shape: &[i64]) -> Result<Array> {
             dims[i] = (dim / known) as i64;
         }
     }
-    let total = dims.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().map(|d| acc * d));
+    let total = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
     ensure!(
         total == Some(dim),
         Value,
@@ -376,8 +378,9 @@ pub fn repeat(x: &Array, repeats: i64, axis: Option<i64>) -> Result<Array> {
     let s = x.shape();
     let mut wide: Shape = s.into();
     wide.insert(axis + 1, repeats as usize);
+    checked_size(op, &wide)?;
     let mut out: Vec<i64> = s.iter().map(|&d| d as i64).collect();
-    out[axis] = (s[axis] as i64).saturating_mul(repeats);
+    out[axis] = (s[axis] * repeats as usize) as i64;
     let e = expand_dims(&x, &[axis as i64 + 1])?;
     reshape(&broadcast_to(&e, &wide)?, &out)
 }
@@ -400,8 +403,9 @@ pub fn tile(x: &Array, reps: &[i64]) -> Result<Array> {
     for i in 0..n {
         inter.extend([1, dims[i] as i64]);
         wide.extend([r[i], dims[i]]);
-        out.push((r[i] as i64).saturating_mul(dims[i] as i64));
+        out.push(r[i].saturating_mul(dims[i]) as i64);
     }
+    checked_size(op, &wide)?;
     let e = reshape(x, &inter)?;
     reshape(&broadcast_to(&e, &wide)?, &out)
 }
