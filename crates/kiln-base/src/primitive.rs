@@ -6,7 +6,7 @@ use crate::conv::ConvParams;
 use crate::elementwise::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
 use crate::linalg::LinalgOp;
-use crate::shape::{fmt_shape, size_of, Shape};
+use crate::shape::{checked_size, fmt_shape, size_of, Shape, Strides};
 use crate::{bail, ensure, DType, Result, Scalar};
 
 /// Associative reductions.
@@ -23,6 +23,17 @@ pub enum ReduceOp {
 pub enum ArgReduceOp {
     ArgMax,
     ArgMin,
+}
+
+/// How a scatter combines each update with the element already in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScatterReduce {
+    /// The update replaces the element (the last of duplicate indices wins).
+    None,
+    Add,
+    Prod,
+    Max,
+    Min,
 }
 
 /// One node kind of the lazy graph.
@@ -58,6 +69,27 @@ pub enum Primitive {
     Concatenate { axis: usize },
     /// `(..., m, k) @ (..., k, n)` with equal batch dims.
     Matmul,
+    /// For each position of the index arrays (inputs 1.., one per entry of `axes`, integer,
+    /// one shape), the block of `slice_sizes` of input 0 that starts at the indexed
+    /// positions on `axes` and at 0 elsewhere. Output: index shape ++ `slice_sizes`.
+    /// Negative indices count from the end; starts are then clamped so the block fits.
+    Gather { axes: Vec<usize>, slice_sizes: Shape },
+    /// Input 0 with blocks of the updates (last input, shape: index shape ++ block shape)
+    /// combined in at the indexed positions (inputs 1..k+1 as in Gather). Negative indices
+    /// count from the end; a block that does not fit is dropped (never written out of
+    /// bounds).
+    Scatter { axes: Vec<usize>, reduce: ScatterReduce },
+    /// Input 0 with the strided region `Slice { start, step, len }` replaced by input 1
+    /// (whose shape is `len`).
+    SliceUpdate { start: Vec<usize>, step: Vec<isize>, len: Vec<usize> },
+    /// Input 0 (`shape`) where the bool mask (input 1, `shape[..m]`) is true, filled in
+    /// row-major order with consecutive rows of input 2 (`(rows, shape[m..]...)`).
+    MaskedScatter,
+    /// The row-major bytes reinterpreted as another dtype; the last axis rescales.
+    View(DType),
+    /// A strided view of the row-major elements: `shape`, element `strides` and `offset`
+    /// (checked to stay inside the input).
+    AsStrided { shape: Shape, strides: Strides, offset: usize },
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
     /// `width` bytes, from threefry2x32 (identical on every backend).
     RandomBits { shape: Shape, width: u8 },
@@ -103,6 +135,18 @@ impl Primitive {
             Primitive::StopGradient => "stop_gradient",
             Primitive::Conv(_) => "conv",
             Primitive::Linalg(op) => op.name(),
+            Primitive::Gather { .. } => "gather",
+            Primitive::Scatter { reduce, .. } => match reduce {
+                ScatterReduce::None => "scatter",
+                ScatterReduce::Add => "scatter_add",
+                ScatterReduce::Prod => "scatter_prod",
+                ScatterReduce::Max => "scatter_max",
+                ScatterReduce::Min => "scatter_min",
+            },
+            Primitive::SliceUpdate { .. } => "slice_update",
+            Primitive::MaskedScatter => "masked_scatter",
+            Primitive::View(_) => "view",
+            Primitive::AsStrided { .. } => "as_strided",
         }
     }
 
@@ -124,6 +168,10 @@ impl Primitive {
             Primitive::Binary(_) | Primitive::Matmul | Primitive::Conv(_) => 2,
             Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
+            Primitive::Gather { axes, .. } => axes.len() + 1,
+            Primitive::Scatter { axes, .. } => axes.len() + 2,
+            Primitive::SliceUpdate { .. } => 2,
+            Primitive::MaskedScatter => 3,
             _ => 1,
         };
         ensure!(inputs.len() == arity, Value, op, "Expected {arity} inputs, got {}.", inputs.len());
@@ -199,26 +247,7 @@ impl Primitive {
             }
             Primitive::Slice { start, step, len } => {
                 let (s, d) = inputs[0];
-                ensure!(
-                    start.len() == s.len() && step.len() == s.len() && len.len() == s.len(),
-                    Value,
-                    op,
-                    "Expected one start, step and length per axis."
-                );
-                for ax in 0..s.len() {
-                    if len[ax] == 0 {
-                        continue;
-                    }
-                    let last = start[ax] as i128 + step[ax] as i128 * (len[ax] as i128 - 1);
-                    ensure!(step[ax] != 0, Value, op, "Slice step cannot be zero.");
-                    ensure!(
-                        start[ax] < s[ax] && last >= 0 && last < s[ax] as i128,
-                        Index,
-                        op,
-                        "Slice out of bounds on axis {ax} of size {}.",
-                        s[ax]
-                    );
-                }
+                check_slice(op, s, start, step, len)?;
                 same(len, d)
             }
             Primitive::Concatenate { axis } => {
@@ -278,6 +307,130 @@ impl Primitive {
                 same(&out, inputs[0].1)
             }
             Primitive::Linalg(l) => l.output_shapes(inputs),
+            Primitive::Gather { axes, slice_sizes } => {
+                let (s, d) = inputs[0];
+                let idx = check_indices(op, axes, s, &inputs[1..])?;
+                ensure!(
+                    slice_sizes.len() == s.len()
+                        && slice_sizes.iter().zip(s).all(|(&a, &b)| a <= b),
+                    Value,
+                    op,
+                    "Slice sizes {} must fit in the input shape {}.",
+                    fmt_shape(slice_sizes),
+                    fmt_shape(s)
+                );
+                let mut out = Shape::from(idx);
+                out.extend_from_slice(slice_sizes);
+                same(&out, d)
+            }
+            Primitive::Scatter { axes, .. } => {
+                let (s, d) = inputs[0];
+                let (u, du) = inputs[inputs.len() - 1];
+                let idx = check_indices(op, axes, s, &inputs[1..inputs.len() - 1])?;
+                ensure!(du == d, Type, op, "Updates must have the dtype of the input.");
+                let fits = u.len() == idx.len() + s.len()
+                    && u[..idx.len()] == *idx
+                    && u[idx.len()..].iter().zip(s).all(|(&a, &b)| a <= b);
+                ensure!(
+                    fits,
+                    Value,
+                    op,
+                    "Updates of shape {} do not match indices of shape {} into shape {}.",
+                    fmt_shape(u),
+                    fmt_shape(idx),
+                    fmt_shape(s)
+                );
+                same(s, d)
+            }
+            Primitive::SliceUpdate { start, step, len } => {
+                let [(s, d), (u, du)] = [inputs[0], inputs[1]];
+                check_slice(op, s, start, step, len)?;
+                ensure!(du == d, Type, op, "The update must have the dtype of the input.");
+                ensure!(
+                    u == len.as_slice(),
+                    Value,
+                    op,
+                    "Update of shape {} does not match the slice shape {}.",
+                    fmt_shape(u),
+                    fmt_shape(len)
+                );
+                same(s, d)
+            }
+            Primitive::MaskedScatter => {
+                let [(s, d), (m, dm), (v, dv)] = [inputs[0], inputs[1], inputs[2]];
+                ensure!(dm == DType::Bool, Type, op, "The mask must be bool.");
+                ensure!(dv == d, Type, op, "Values must have the dtype of the input.");
+                let k = m.len();
+                ensure!(
+                    k <= s.len() && m == &s[..k],
+                    Value,
+                    op,
+                    "The boolean mask should have the same shape as the beginning of the \
+                     indexed array but the mask has shape {} and the array has shape {}.",
+                    fmt_shape(m),
+                    fmt_shape(s)
+                );
+                ensure!(
+                    v.len() == 1 + s.len() - k && v[1..] == s[k..],
+                    Value,
+                    op,
+                    "Values of shape {} are not rows of shape {}.",
+                    fmt_shape(v),
+                    fmt_shape(&s[k..])
+                );
+                same(s, d)
+            }
+            Primitive::View(to) => {
+                let (s, d) = inputs[0];
+                let (from_size, to_size) = (d.size(), to.size());
+                if from_size == to_size {
+                    return same(s, *to);
+                }
+                let Some(&last) = s.last() else {
+                    bail!(
+                        Value,
+                        op,
+                        "Changing the type of a scalar is only allowed for types with the \
+                         same size."
+                    );
+                };
+                let bytes = last * from_size;
+                ensure!(
+                    bytes % to_size == 0,
+                    Value,
+                    op,
+                    "When viewing as a larger dtype, the size in bytes of the last axis must \
+                     be a multiple of the requested type size."
+                );
+                let mut out = Shape::from(s);
+                *out.last_mut().expect("not 0-d") = bytes / to_size;
+                same(&out, *to)
+            }
+            Primitive::AsStrided { shape, strides, offset } => {
+                let (s, d) = inputs[0];
+                ensure!(
+                    shape.len() == strides.len(),
+                    Value,
+                    op,
+                    "Got {} strides for a shape of {} dimensions.",
+                    strides.len(),
+                    shape.len()
+                );
+                if checked_size(op, shape)? > 0 {
+                    let inside = span(shape, strides, *offset)
+                        .is_some_and(|(lo, hi)| lo >= 0 && hi < size_of(s) as i128);
+                    ensure!(
+                        inside,
+                        Value,
+                        op,
+                        "Shape {}, strides {strides:?} and offset {offset} address elements \
+                         outside the input of size {}.",
+                        fmt_shape(shape),
+                        size_of(s)
+                    );
+                }
+                same(shape, d)
+            }
         }
     }
 
@@ -291,9 +444,81 @@ impl Primitive {
             Primitive::Slice { start, step, len } => Some(input.slice(start, step, len)),
             Primitive::Identity => Some(input.clone()),
             Primitive::StopGradient => Some(input.clone()),
+            // Over the row-major elements: a view only when the input already is row-major.
+            Primitive::AsStrided { shape, strides, offset } => input
+                .row_contiguous
+                .then(|| Layout::new(shape.clone(), strides.clone(), input.offset + offset)),
             _ => None,
         }
     }
+}
+
+/// Lowest and highest element addressed by a non-empty strided view, `None` past i128
+/// (user shapes and strides may be huge).
+pub fn span(shape: &[usize], strides: &[isize], offset: usize) -> Option<(i128, i128)> {
+    let (mut lo, mut hi) = (offset as i128, offset as i128);
+    for (&d, &st) in shape.iter().zip(strides) {
+        let reach = (d as i128 - 1).checked_mul(st as i128)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach)?;
+        } else {
+            hi = hi.checked_add(reach)?;
+        }
+    }
+    Some((lo, hi))
+}
+
+/// A strided slice's parameters: one start, step and length per axis, every taken index in
+/// bounds.
+fn check_slice(
+    op: &'static str,
+    s: &[usize],
+    start: &[usize],
+    step: &[isize],
+    len: &[usize],
+) -> Result<()> {
+    ensure!(
+        start.len() == s.len() && step.len() == s.len() && len.len() == s.len(),
+        Value,
+        op,
+        "Expected one start, step and length per axis."
+    );
+    for ax in 0..s.len() {
+        if len[ax] == 0 {
+            continue;
+        }
+        let last = start[ax] as i128 + step[ax] as i128 * (len[ax] as i128 - 1);
+        ensure!(step[ax] != 0, Value, op, "Slice step cannot be zero.");
+        ensure!(
+            start[ax] < s[ax] && last >= 0 && last < s[ax] as i128,
+            Index,
+            op,
+            "Slice out of bounds on axis {ax} of size {}.",
+            s[ax]
+        );
+    }
+    Ok(())
+}
+
+/// Gather/scatter index inputs: one integer array per (sorted, unique) axis, all of one
+/// shape, which is returned.
+fn check_indices<'a>(
+    op: &'static str,
+    axes: &[usize],
+    s: &[usize],
+    idx: &[(&'a [usize], DType)],
+) -> Result<&'a [usize]> {
+    check_axes(op, axes, s.len())?;
+    for &(shape, dtype) in idx {
+        ensure!(
+            dtype.is_integer(),
+            Value,
+            op,
+            "Got indices with invalid dtype. Indices must be integral."
+        );
+        ensure!(shape == idx[0].0, Value, op, "All index arrays must have one shape.");
+    }
+    Ok(idx.first().map_or(&[], |i| i.0))
 }
 
 fn check_axes(op: &'static str, axes: &[usize], ndim: usize) -> Result<()> {

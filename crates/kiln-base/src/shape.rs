@@ -13,13 +13,24 @@ pub fn size_of(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Number of elements of a shape, or an error when it does not fit in `usize` (shapes
+/// computed from user arguments: repeat counts, pad widths, strided views).
+pub fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
+    match shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) {
+        Some(n) => Ok(n),
+        None => bail!(Value, op, "Shape {} is too large.", fmt_shape(shape)),
+    }
+}
+
 /// Row-major (C order) strides of a contiguous array.
 pub fn row_major_strides(shape: &[usize]) -> Strides {
     let mut strides: Strides = smallvec::smallvec![0; shape.len()];
     let mut acc = 1isize;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
-        acc *= d.max(1) as isize;
+        // Saturating: only an empty array can have dims whose product overflows, and its
+        // strides are never used.
+        acc = acc.saturating_mul(isize::try_from(d.max(1)).unwrap_or(isize::MAX));
     }
     strides
 }

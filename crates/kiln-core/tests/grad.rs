@@ -239,3 +239,35 @@ fn integer_inputs_and_errors() {
     let err = grad(|a| ops::sum(&a[0], None, false), std::slice::from_ref(&x), &[3]).unwrap_err();
     assert!(matches!(err, kiln_core::Error::Value { .. }));
 }
+
+#[test]
+fn indexing_ops_match_finite_differences() {
+    let x = (values(11, 12, -1.0, 1.0), vec![3, 4]);
+    let cases: [(&str, Fun); 5] = [
+        ("strided_slice", |a| {
+            ops::index(
+                &a[0],
+                &[IndexItem::Slice(None, None, Some(-2)), IndexItem::Slice(Some(1), None, Some(2))],
+            )
+        }),
+        ("int_index", |a| ops::index(&a[0], &[IndexItem::Int(1)])),
+        ("take_duplicates", |a| {
+            let idx = Array::from_slice(&[2i32, 0, 2, 1], &[4]).unwrap();
+            ops::take(&a[0], &idx, Some(1))
+        }),
+        ("setitem", |a| {
+            let v = ops::exp(&ops::index(&a[0], &[IndexItem::Int(0)])?)?;
+            ops::index_update(&a[0], &[IndexItem::Int(2)], &v, kiln_base::ScatterReduce::None)
+        }),
+        ("at_add", |a| {
+            let idx = Array::from_slice(&[0i32, 2, 0], &[3]).unwrap();
+            let v = ops::multiply(&ops::take(&a[0], &idx, Some(0))?, &a[0].clone())?;
+            let v = ops::reshape(&ops::sum(&v, Some(&[1]), false)?, &[3, 1])?;
+            let v = ops::broadcast_to(&v, &[3, 4])?;
+            ops::index_update(&a[0], &[IndexItem::Array(idx)], &v, kiln_base::ScatterReduce::Add)
+        }),
+    ];
+    for (name, f) in cases {
+        check_grad(name, f, std::slice::from_ref(&x));
+    }
+}

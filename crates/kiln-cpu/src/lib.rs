@@ -4,18 +4,21 @@
 //! row-major host buffer.
 
 mod binary;
+mod bitcast;
 mod cast;
 mod conv;
 mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod gather;
 mod linalg;
 mod math;
 mod matmul;
 mod random;
 mod reduce;
 mod scalar;
+mod scatter;
 mod strided;
 mod unary;
 
@@ -75,6 +78,25 @@ impl Backend for CpuBackend {
             Primitive::Conv(params) => conv::conv(params, &inputs[0], &inputs[1], shape),
             // Several outputs: the kernel builds them all.
             Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
+            Primitive::Gather { axes, slice_sizes } => {
+                gather::gather(axes, slice_sizes, inputs, shape)
+            }
+            Primitive::Scatter { axes, reduce } => scatter::scatter(axes, *reduce, inputs, shape),
+            Primitive::SliceUpdate { start, step, len } => {
+                scatter::slice_update(start, step, len, &inputs[0], &inputs[1], shape)
+            }
+            Primitive::MaskedScatter => {
+                scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
+            }
+            Primitive::View(to) => bitcast::view(&inputs[0], *to, shape),
+            Primitive::AsStrided { shape: s, strides, offset } => {
+                match prim.view_layout(&inputs[0].layout) {
+                    Some(layout) => {
+                        Ok(ArrayData { buffer: inputs[0].buffer.clone(), layout, dtype: *dtype })
+                    }
+                    None => bitcast::as_strided(&inputs[0], s, strides, *offset),
+                }
+            }
         }?;
         Ok(vec![out])
     }

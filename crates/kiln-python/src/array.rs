@@ -4,17 +4,18 @@
 use crate::convert::{self, arrays_of, Operand};
 use crate::dtype::Dtype;
 use crate::error::{raise, OrRaise};
+use crate::indexing;
 use crate::math;
 use crate::ops::{self, ReduceFn};
 use kiln_base::Scalar;
 use kiln_core::ops::IndexItem;
 use kiln_core::{ops as kops, Array};
-use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PySlice, PyTuple};
+use pyo3::types::{PyFloat, PyInt, PyTuple};
 
-/// An immutable, lazily evaluated n-dimensional array (MLX's `mlx.core.array`).
-#[pyclass(name = "array", module = "kiln.core", frozen)]
+/// A lazily evaluated n-dimensional array (MLX's `mlx.core.array`). The data are immutable;
+/// item assignment (`a[i] = v`) rebinds the Python object to a new graph node, as in MLX.
+#[pyclass(name = "array", module = "kiln.core")]
 pub struct PyArray(pub Array);
 
 type BinaryFn = fn(&Array, &Array) -> kiln_base::Result<Array>;
@@ -84,66 +85,6 @@ fn variadic_ints(args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
         }
     }
     args.iter().map(|a| a.extract::<i64>()).collect()
-}
-
-/// An integer index that may exceed i64: clamped (it is out of bounds either way, or a
-/// slice bound past the end).
-fn saturating_index(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
-    match obj.extract::<i64>() {
-        Ok(v) => Ok(v),
-        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
-            Ok(if obj.lt(0)? { i64::MIN } else { i64::MAX })
-        }
-        Err(e) => Err(e),
-    }
-}
-
-fn optional_index(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
-    if obj.is_none() {
-        Ok(None)
-    } else {
-        saturating_index(&obj).map(Some)
-    }
-}
-
-/// One entry of an index expression.
-fn index_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
-    let py = obj.py();
-    if obj.is_none() {
-        return Ok(IndexItem::NewAxis);
-    }
-    if obj.is(py.Ellipsis().bind(py)) {
-        return Ok(IndexItem::Ellipsis);
-    }
-    if let Ok(s) = obj.cast::<PySlice>() {
-        let start = optional_index(s.getattr("start")?)?;
-        let stop = optional_index(s.getattr("stop")?)?;
-        let step = optional_index(s.getattr("step")?)?;
-        return Ok(IndexItem::Slice(start, stop, step));
-    }
-    if obj.cast::<PyBool>().is_ok() {
-        return Err(raise!(Unsupported, "__getitem__", "Boolean indices are not supported yet."));
-    }
-    let is_array = obj.cast::<PyArray>().is_ok()
-        || obj.cast::<PyList>().is_ok()
-        || obj.cast::<numpy::PyUntypedArray>().is_ok();
-    if is_array {
-        return Err(raise!(
-            Unsupported,
-            "__getitem__",
-            "Indexing with arrays or lists (gather) is not supported yet; use ints, slices, \
-             None and ... for now."
-        ));
-    }
-    if obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")? {
-        return saturating_index(obj).map(IndexItem::Int);
-    }
-    Err(raise!(
-        Value,
-        "__getitem__",
-        "Cannot index kiln array using the given type {}.",
-        convert::type_name(obj)
-    ))
 }
 
 #[pymethods]
@@ -280,20 +221,26 @@ impl PyArray {
     // ---- indexing ---------------------------------------------------------------------
 
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyArray> {
-        let items = match key.cast::<PyTuple>() {
-            Ok(t) => t.iter().map(|e| index_item(&e)).collect::<PyResult<Vec<_>>>()?,
-            Err(_) => vec![index_item(key)?],
-        };
-        kops::index(&self.0, &items).map(PyArray).or_raise()
+        indexing::getitem(&self.0, key).map(PyArray)
     }
 
-    fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(raise!(
-            Unsupported,
-            "__setitem__",
-            "kiln arrays do not support item assignment yet (MLX's scatter-based \
-             __setitem__ is a planned follow-up)."
-        ))
+    /// `a[key] = value`: `a` now refers to a copy with the indexed elements replaced
+    /// (other references to the old array keep the old values).
+    fn __setitem__(
+        slf: &Bound<'_, Self>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let old = slf.try_borrow()?.0.clone();
+        let new = indexing::setitem(&old, key, value)?;
+        slf.try_borrow_mut()?.0 = new;
+        Ok(())
+    }
+
+    /// Out-of-place updates at an index: `a.at[idx].add(v)` (duplicates accumulate).
+    #[getter]
+    fn at(&self) -> indexing::ArrayAt {
+        indexing::ArrayAt::new(self.0.clone())
     }
 
     // ---- operators --------------------------------------------------------------------
@@ -531,6 +478,55 @@ impl PyArray {
     ) -> PyResult<PyArray> {
         let axes = ops::axes_arg(axis)?;
         crate::device::with_stream(stream, || kops::squeeze(&self.0, axes.as_deref())).map(PyArray)
+    }
+
+    #[pyo3(signature = (start_axis = 0, end_axis = -1, *, stream = None))]
+    fn flatten(
+        slf: &Bound<'_, Self>,
+        start_axis: i64,
+        end_axis: i64,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        indexing::flatten(slf.as_any(), start_axis, end_axis, stream)
+    }
+
+    #[pyo3(signature = (axis1, axis2, *, stream = None))]
+    fn swapaxes(
+        slf: &Bound<'_, Self>,
+        axis1: i64,
+        axis2: i64,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        indexing::swapaxes(slf.as_any(), axis1, axis2, stream)
+    }
+
+    #[pyo3(signature = (source, destination, *, stream = None))]
+    fn moveaxis(
+        slf: &Bound<'_, Self>,
+        source: i64,
+        destination: i64,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        indexing::moveaxis(slf.as_any(), source, destination, stream)
+    }
+
+    #[pyo3(signature = (indices_or_sections, axis = 0, *, stream = None))]
+    fn split(
+        &self,
+        indices_or_sections: &Bound<'_, PyAny>,
+        axis: i64,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyArray>> {
+        indexing::split_impl(&self.0, indices_or_sections, axis, stream)
+    }
+
+    #[pyo3(signature = (dtype, *, stream = None))]
+    fn view(
+        slf: &Bound<'_, Self>,
+        dtype: Dtype,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        indexing::view(slf.as_any(), dtype, stream)
     }
 
     #[pyo3(signature = (*, stream = None))]

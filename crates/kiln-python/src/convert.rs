@@ -91,7 +91,7 @@ pub enum Operand {
 /// scalars; `None` when `obj` is neither (the dunder methods return NotImplemented).
 pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
     if let Ok(a) = obj.cast::<PyArray>() {
-        return Ok(Some(Operand::Array(a.get().0.clone())));
+        return Ok(Some(Operand::Array(a.borrow().0.clone())));
     }
     if let Some(s) = py_scalar(obj)? {
         return Ok(Some(Operand::Scalar(s)));
@@ -141,7 +141,7 @@ pub fn arrays_of(a: Operand, b: Operand) -> PyResult<(Array, Array)> {
 /// and arrays) and numpy arrays/scalars.
 pub fn to_array(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Array> {
     let array = if let Ok(a) = obj.cast::<PyArray>() {
-        a.get().0.clone()
+        a.borrow().0.clone()
     } else if let Ok(np) = obj.cast::<PyUntypedArray>() {
         return from_numpy(np, dtype);
     } else if is_numpy_scalar(obj)? {

@@ -2,7 +2,7 @@
 //! (code written for MLX runs with `import kiln.core as mx`).
 //!
 //! Each file has one job: `array` (the array class), `convert` (Python values <-> arrays),
-//! `ops` (free functions), `random` (the `random` submodule), `device` (devices and
+//! `ops` (free functions), `indexing` (shape and indexing functions, index expressions), `random` (the `random` submodule), `device` (devices and
 //! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
 //! mapping from kiln errors to Python exceptions).
 
@@ -14,6 +14,7 @@ mod device;
 mod dtype;
 mod error;
 mod format;
+mod indexing;
 mod io;
 mod linalg;
 mod math;
@@ -40,5 +41,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     creation::register(m)?;
     linalg::register(m)?;
     conv::register(m)?;
+    indexing::register(m)?;
     Ok(())
 }

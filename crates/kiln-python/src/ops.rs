@@ -352,7 +352,7 @@ fn arange<'py>(
 /// ignored, as MLX does.
 fn collect_arrays(obj: &Bound<'_, PyAny>, out: &mut Vec<Array>) -> PyResult<()> {
     if let Ok(a) = obj.cast::<PyArray>() {
-        out.push(a.get().0.clone());
+        out.push(a.borrow().0.clone());
     } else if let Ok(list) = obj.cast::<PyList>() {
         for item in list.iter() {
             collect_arrays(&item, out)?;

@@ -33,7 +33,7 @@ fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
 }
 
 fn key_arg(key: Option<&Bound<'_, PyArray>>) -> Option<Array> {
-    key.map(|k| k.get().0.clone())
+    key.map(|k| k.borrow().0.clone())
 }
 
 /// A PRNG key (`(2,)` uint32) from a seed.
@@ -53,7 +53,7 @@ fn seed(seed: &Bound<'_, PyAny>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (key, num = 2, stream = None))]
 fn split(key: &Bound<'_, PyArray>, num: usize, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-    let key = key.get().0.clone();
+    let key = key.borrow().0.clone();
     with_stream(stream, || random::split(&key, num)).map(PyArray)
 }
 

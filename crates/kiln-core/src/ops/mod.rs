@@ -8,8 +8,10 @@ mod diag;
 mod einsum;
 mod elementwise;
 mod index;
+mod indexing;
 pub mod linalg;
 mod math;
+mod pad;
 pub mod random;
 mod reduce;
 mod shape;
@@ -24,11 +26,19 @@ pub use creation::{
 pub use diag::{diag, diagonal, tril, triu};
 pub use einsum::einsum;
 pub use elementwise::*;
-pub use index::{index, IndexItem};
+pub use index::{index, index_update, IndexItem};
+pub use indexing::{
+    as_strided, gather, masked_scatter, put_along_axis, scatter, scatter_add, scatter_reduce,
+    slice_dynamic, slice_update_dynamic, take, take_along_axis, view,
+};
 pub use linalg::{addmm, inner, matmul, outer, tensordot, TensordotAxes};
 pub use math::*;
+pub use pad::{pad, PadMode};
 pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
-pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
+pub use shape::{
+    broadcast_arrays, broadcast_to, concatenate, expand_dims, flatten, moveaxis, repeat, reshape,
+    roll, slice, split, squeeze, stack, swapaxes, tile, transpose, unflatten, SplitSpec,
+};
 
 use crate::array::Array;
 use crate::device::default_stream;

@@ -2,6 +2,7 @@
 //! generic and call these; each primitive class answers in its own file.
 
 mod elementwise;
+mod indexing;
 mod linalg;
 mod movement;
 mod reduce;
@@ -83,13 +84,22 @@ impl Rules for Primitive {
             | Primitive::Reshape { .. }
             | Primitive::Transpose { .. }
             | Primitive::BroadcastTo { .. }
-            | Primitive::Slice { .. }
             | Primitive::Concatenate { .. } => {
                 movement::vjp(self, primals, &cotangents[0], argnums)?
             }
+            Primitive::Slice { .. }
+            | Primitive::SliceUpdate { .. }
+            | Primitive::Gather { .. }
+            | Primitive::Scatter { .. } => indexing::vjp(self, primals, &cotangents[0], argnums)?,
+            Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
+                return Err(missing("vjp", self))
+            }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
-            Primitive::Arange { .. } | Primitive::RandomBits { .. } | Primitive::StopGradient => {
+            Primitive::Arange { .. }
+            | Primitive::RandomBits { .. }
+            | Primitive::StopGradient
+            | Primitive::View(_) => {
                 argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
             }
         };
@@ -130,13 +140,20 @@ impl Rules for Primitive {
             | Primitive::Reshape { .. }
             | Primitive::Transpose { .. }
             | Primitive::BroadcastTo { .. }
-            | Primitive::Slice { .. }
             | Primitive::Concatenate { .. } => movement::jvp(self, primals, tangents, argnums)?,
+            Primitive::Slice { .. }
+            | Primitive::SliceUpdate { .. }
+            | Primitive::Gather { .. }
+            | Primitive::Scatter { .. } => indexing::jvp(self, primals, tangents, argnums)?,
+            Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
+                return Err(missing("jvp", self))
+            }
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("jvp", self)),
-            Primitive::Arange { .. } | Primitive::RandomBits { .. } | Primitive::StopGradient => {
-                outputs.iter().map(zeros_like).collect::<Result<_>>()?
-            }
+            Primitive::Arange { .. }
+            | Primitive::RandomBits { .. }
+            | Primitive::StopGradient
+            | Primitive::View(_) => outputs.iter().map(zeros_like).collect::<Result<_>>()?,
         };
         outputs
             .iter()

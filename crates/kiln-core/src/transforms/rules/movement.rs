@@ -1,7 +1,7 @@
 //! Gradients of copies and views. These ops are linear, so the jvp applies the same
 //! primitive to the tangents; the vjp maps the cotangent back to the input's layout.
 
-use super::{missing, zeros_like};
+use super::zeros_like;
 use crate::array::Array;
 use crate::ops::{self, record};
 use kiln_base::{Primitive, Result};
@@ -52,7 +52,6 @@ pub(super) fn vjp(
             }
             Ok(argnums.iter().map(|&i| parts[i].clone()).collect())
         }
-        Primitive::Slice { .. } => Err(missing("vjp", prim)),
         _ => unreachable!("dispatched by class"),
     }
 }

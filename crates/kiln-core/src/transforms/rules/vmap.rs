@@ -63,6 +63,7 @@ pub(super) fn vmap(
         | Primitive::Copy
         | Primitive::Identity
         | Primitive::StopGradient
+        | Primitive::View(_)
         | Primitive::Matmul
         | Primitive::RandomBits { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
         Primitive::Reduce { op, axes: red } => {
@@ -121,6 +122,19 @@ pub(super) fn vmap(
             unfolded.extend(y.shape()[1..].iter().map(|&d| d as i64));
             ops::reshape(&y, &unfolded)?
         }
+        Primitive::SliceUpdate { start, step, len } => {
+            let b = batch_size(inputs, axes);
+            let prim = Primitive::SliceUpdate {
+                start: [0].into_iter().chain(start.iter().copied()).collect(),
+                step: [1].into_iter().chain(step.iter().copied()).collect(),
+                len: [b].into_iter().chain(len.iter().copied()).collect(),
+            };
+            record(prim, all_batched(inputs, axes)?)?
+        }
+        Primitive::Gather { .. }
+        | Primitive::Scatter { .. }
+        | Primitive::MaskedScatter
+        | Primitive::AsStrided { .. } => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
     };
