@@ -205,3 +205,30 @@ def test_vmap_errors():
         mx.vmap(lambda a, b: a + b)(x, mx.ones((3, 3)))
     with pytest.raises(ValueError, match=r"placeholder"):
         mx.vmap(lambda a: a.sum().item())(x)
+
+
+INDEXING_GRADS = [
+    ("slice", lambda x: (x[::-2, 1::2] ** 2).sum()),
+    ("int_array", lambda x: (x[mx.array([2, 0, 2])] * x[0]).sum()),
+    ("take", lambda x: mx.take(x, mx.array([1, 1, 3]), axis=1).prod()),
+    ("at_add", lambda x: x.at[mx.array([0, 0])].add(x[1] ** 2).sum()),
+    ("pad_concat", lambda x: (mx.pad(x, 1) * mx.concatenate([x, x], axis=0)[:5, :3].sum()).sum()),
+]
+
+
+@pytest.mark.parametrize("name,fun", INDEXING_GRADS, ids=[n for n, _ in INDEXING_GRADS])
+def test_grad_through_indexing(name, fun):
+    x = f64((3, 4))
+    g = mx.grad(fun)(x)
+    np.testing.assert_allclose(np.array(g), finite_difference(fun, x), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_linalg_and_conv():
+    a = mx.array(rng.standard_normal((3, 4, 4)).astype(np.float32)) + 4 * mx.eye(4)
+    inv = mx.vmap(mx.linalg.inv)(a)
+    np.testing.assert_allclose(np.array(inv), np.linalg.inv(np.array(a)), rtol=1e-4, atol=1e-5)
+    x = mx.array(rng.standard_normal((5, 2, 8, 3)).astype(np.float32))
+    w = mx.array(rng.standard_normal((4, 3, 3)).astype(np.float32))
+    got = mx.vmap(lambda xi: mx.conv1d(xi, w), in_axes=0)(x)
+    want = np.stack([np.array(mx.conv1d(x[i], w)) for i in range(5)])
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-5)
