@@ -21,5 +21,5 @@ pub use dtype::{DType, DTypeKind, Scalar};
 pub use elementwise::{BinaryOp, Domain, UnaryOp};
 pub use error::{Error, Result};
 pub use layout::Layout;
-pub use primitive::{ArgReduceOp, Primitive, ReduceOp};
+pub use primitive::{ArgReduceOp, Primitive, ReduceOp, ScanOp};
 pub use shape::{Shape, Strides};

@@ -14,6 +14,21 @@ pub enum ReduceOp {
     Prod,
     Max,
     Min,
+    /// Logical and of a bool input (`all`); true over no elements.
+    And,
+    /// Logical or of a bool input (`any`); false over no elements.
+    Or,
+}
+
+/// Cumulative ops along one axis (one `Scan` primitive, the op a parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScanOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// `log(exp(a) + exp(b))`, float inputs only (`logcumsumexp`).
+    LogAddExp,
 }
 
 /// Reductions that return an index (uint32, as MLX).
@@ -52,6 +67,14 @@ pub enum Primitive {
     Slice { start: Vec<usize>, step: Vec<isize>, len: Vec<usize> },
     /// Joins inputs of one dtype along an axis.
     Concatenate { axis: usize },
+    /// Cumulative `op` along `axis`: from the end when `reverse`; `inclusive: false` shifts
+    /// by one, starting from the op's identity (0, 1, the dtype's lowest/highest, -inf).
+    Scan { op: ScanOp, axis: usize, reverse: bool, inclusive: bool },
+    /// Stable ascending sort along `axis`, NaN last; `arg` gives uint32 indices instead.
+    Sort { axis: usize, arg: bool },
+    /// Along `axis`, the element of sorted rank `kth` in place, none greater before it and
+    /// none smaller after (NaN last); `arg` gives uint32 indices instead.
+    Partition { kth: usize, axis: usize, arg: bool },
     /// `(..., m, k) @ (..., k, n)` with equal batch dims.
     Matmul,
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
@@ -74,6 +97,8 @@ impl Primitive {
                 ReduceOp::Prod => "prod",
                 ReduceOp::Max => "max",
                 ReduceOp::Min => "min",
+                ReduceOp::And => "all",
+                ReduceOp::Or => "any",
             },
             Primitive::ArgReduce { op, .. } => match op {
                 ArgReduceOp::ArgMax => "argmax",
@@ -84,6 +109,17 @@ impl Primitive {
             Primitive::BroadcastTo { .. } => "broadcast_to",
             Primitive::Slice { .. } => "slice",
             Primitive::Concatenate { .. } => "concatenate",
+            Primitive::Scan { op, .. } => match op {
+                ScanOp::Sum => "cumsum",
+                ScanOp::Prod => "cumprod",
+                ScanOp::Max => "cummax",
+                ScanOp::Min => "cummin",
+                ScanOp::LogAddExp => "logcumsumexp",
+            },
+            Primitive::Sort { arg: false, .. } => "sort",
+            Primitive::Sort { arg: true, .. } => "argsort",
+            Primitive::Partition { arg: false, .. } => "partition",
+            Primitive::Partition { arg: true, .. } => "argpartition",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
         }
@@ -122,9 +158,12 @@ impl Primitive {
                 ensure!(sc == sx && sx == sy, Value, op, "Inputs must have one shape.");
                 same(sx, dx)
             }
-            Primitive::Reduce { axes, .. } => {
+            Primitive::Reduce { op: rop, axes } => {
                 let (s, d) = inputs[0];
                 check_axes(op, axes, s.len())?;
+                if matches!(rop, ReduceOp::And | ReduceOp::Or) {
+                    ensure!(d == DType::Bool, Type, op, "Expected a bool input, got {d}.");
+                }
                 let mut out = Shape::from(s);
                 axes.iter().for_each(|&a| out[a] = 1);
                 same(&out, d)
@@ -135,6 +174,31 @@ impl Primitive {
                 let mut out = Shape::from(s);
                 out[*axis] = 1;
                 same(&out, DType::U32)
+            }
+            Primitive::Scan { op: sop, axis, .. } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                if *sop == ScanOp::LogAddExp {
+                    ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
+                }
+                same(s, d)
+            }
+            Primitive::Sort { axis, arg } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                same(s, if *arg { DType::U32 } else { d })
+            }
+            Primitive::Partition { kth, axis, arg } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                ensure!(
+                    *kth < s[*axis],
+                    Value,
+                    op,
+                    "kth {kth} is out of bounds for axis {axis} of size {}.",
+                    s[*axis]
+                );
+                same(s, if *arg { DType::U32 } else { d })
             }
             Primitive::Reshape { shape } => {
                 let (s, d) = inputs[0];

@@ -9,10 +9,13 @@ mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod lines;
 mod matmul;
 mod random;
 mod reduce;
 mod scalar;
+mod scan;
+mod sort;
 mod strided;
 mod unary;
 
@@ -62,6 +65,13 @@ impl Backend for CpuBackend {
             | Primitive::BroadcastTo { .. }
             | Primitive::Slice { .. } => copy::view(prim, &inputs[0], shape),
             Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
+            Primitive::Scan { op, axis, reverse, inclusive } => {
+                scan::scan(*op, *axis, *reverse, *inclusive, &inputs[0], shape)
+            }
+            Primitive::Sort { axis, arg } => sort::sort(prim, *axis, None, *arg, &inputs[0], shape),
+            Primitive::Partition { kth, axis, arg } => {
+                sort::sort(prim, *axis, Some(*kth), *arg, &inputs[0], shape)
+            }
             Primitive::Matmul => matmul::matmul(&inputs[0], &inputs[1], shape),
             Primitive::RandomBits { shape: per_key, width } => {
                 random::random_bits(&inputs[0], per_key, *width, shape, *dtype)

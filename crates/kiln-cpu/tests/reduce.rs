@@ -30,6 +30,7 @@ fn naive(data: &[f64], dims: [usize; 3], axes: &[usize], op: ReduceOp) -> Vec<f6
                     (Some(a), ReduceOp::Prod) => a * v,
                     (Some(a), ReduceOp::Max) => a.max(v),
                     (Some(a), ReduceOp::Min) => a.min(v),
+                    (Some(_), ReduceOp::And | ReduceOp::Or) => unreachable!("bool inputs only"),
                 });
             }
         }

@@ -15,6 +15,8 @@ mod format;
 mod memory;
 mod ops;
 mod random;
+mod reductions;
+mod sort;
 
 use pyo3::prelude::*;
 
@@ -28,5 +30,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     memory::register(m)?;
     random::register(m)?;
+    reductions::register(m)?;
     Ok(())
 }

@@ -8,14 +8,20 @@ mod index;
 mod linalg;
 pub mod random;
 mod reduce;
+mod scan;
 mod shape;
+mod sort;
 
 pub use creation::{arange, full, ones, scalar, zeros};
 pub use elementwise::*;
 pub use index::{index, IndexItem};
 pub use linalg::matmul;
-pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
+pub use reduce::{
+    all, any, argmax, argmin, logsumexp, max, mean, min, prod, softmax, std, sum, var,
+};
+pub use scan::{cummax, cummin, cumprod, cumsum, logcumsumexp};
 pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
+pub use sort::{argpartition, argsort, partition, sort, topk};
 
 use crate::array::Array;
 use crate::device::default_stream;

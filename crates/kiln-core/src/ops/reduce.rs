@@ -1,10 +1,13 @@
 //! Reductions. The primitive keeps reduced axes as size 1; the op squeezes them unless
-//! `keepdims`.
+//! `keepdims`. var, std, logsumexp and softmax are compositions (MLX's formulas).
 
-use super::{astype, divide, record, reshape, scalar};
+use super::{
+    abs, add, astype, divide, equal, exp, log, multiply, record, reshape, scalar, sqrt, subtract,
+    where_,
+};
 use crate::array::Array;
 use kiln_base::shape::{normalize_axes, normalize_axis};
-use kiln_base::{bail, ArgReduceOp, DType, Primitive, ReduceOp, Result, Scalar};
+use kiln_base::{bail, ensure, ArgReduceOp, DType, Primitive, ReduceOp, Result, Scalar};
 
 fn op_name(op: ReduceOp) -> &'static str {
     Primitive::Reduce { op, axes: vec![] }.name()
@@ -66,6 +69,95 @@ pub fn mean(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
     let dtype = x.dtype().to_float();
     let total = sum(&astype(x, dtype)?, axes, keepdims)?;
     divide(&total, &scalar(Scalar::Float(count as f64), dtype)?)
+}
+
+fn logical(op: ReduceOp, x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    let axes = reduce_axes(op_name(op), x, axes)?;
+    let x = astype(x, DType::Bool)?;
+    if axes.is_empty() {
+        return Ok(x);
+    }
+    let out = record(Primitive::Reduce { op, axes: axes.clone() }, vec![x])?;
+    finish(out, &axes, keepdims)
+}
+
+/// Whether every element over `axes` is nonzero (true over none), bool.
+pub fn all(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    logical(ReduceOp::And, x, axes, keepdims)
+}
+
+/// Whether any element over `axes` is nonzero (NaN counts), bool.
+pub fn any(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    logical(ReduceOp::Or, x, axes, keepdims)
+}
+
+/// Variance over `axes` with `ddof` delta degrees of freedom; integers give float32. As MLX,
+/// the mean of squared deviations scaled by `n / max(n - ddof, 0)` (inf or NaN when
+/// `ddof >= n`).
+pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result<Array> {
+    let axes_n = reduce_axes("var", x, axes)?;
+    let dtype = x.dtype().to_float();
+    let x = astype(x, dtype)?;
+    let dev = subtract(&x, &mean(&x, axes, true)?)?;
+    let v = mean(&multiply(&dev, &dev)?, axes, keepdims)?;
+    if ddof == 0 {
+        return Ok(v);
+    }
+    let n = axes_n.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
+    let factor = n / (n - ddof as f64).max(0.0);
+    multiply(&v, &scalar(Scalar::Float(factor), dtype)?)
+}
+
+/// Standard deviation: `sqrt(var(...))`.
+pub fn std(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result<Array> {
+    sqrt(&var(x, axes, keepdims, ddof)?)
+}
+
+/// Raises MLX's error for a 0-d input given axes.
+fn no_axes_of_scalar(op: &'static str, x: &Array, axes: Option<&[i64]>) -> Result<()> {
+    ensure!(
+        x.ndim() > 0 || axes.is_none_or(|a| a.is_empty()),
+        Value,
+        op,
+        "Received non-empty axes for array with 0 dimensions."
+    );
+    Ok(())
+}
+
+/// `log(sum(exp(x)))` over `axes`, computed as `m + log(sum(exp(x - m)))` with `m` the max
+/// (no overflow); where the max is infinite the result is the max. Integers give float32.
+pub fn logsumexp(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    let op = "logsumexp";
+    ensure!(x.size() > 0, Value, op, "Received empty array.");
+    no_axes_of_scalar(op, x, axes)?;
+    let axes_n = reduce_axes(op, x, axes)?;
+    let dtype = x.dtype().to_float();
+    let x = astype(x, dtype)?;
+    let m = max(&x, axes, true)?;
+    let out = add(&log(&sum(&exp(&subtract(&x, &m)?)?, axes, true)?)?, &m)?;
+    // An infinite max makes x - m NaN (inf - inf) or -inf everywhere.
+    let infinite = equal(&abs(&m)?, &scalar(Scalar::Float(f64::INFINITY), dtype)?)?;
+    finish(where_(&infinite, &m, &out)?, &axes_n, keepdims)
+}
+
+/// `exp(x) / sum(exp(x))` over `axes` (all when `None`), shifted by the max for stability.
+/// `precise` computes half floats in float32. Integers give float32 (on every axis: MLX
+/// casts back to the integer type off the last axis, which rounds to zeros).
+pub fn softmax(x: &Array, axes: Option<&[i64]>, precise: bool) -> Result<Array> {
+    let op = "softmax";
+    no_axes_of_scalar(op, x, axes)?;
+    reduce_axes(op, x, axes)?;
+    let dtype = x.dtype().to_float();
+    let compute = match dtype {
+        DType::F16 | DType::BF16 if precise => DType::F32,
+        d => d,
+    };
+    let x = astype(x, compute)?;
+    if x.size() == 0 {
+        return astype(&x, dtype);
+    }
+    let e = exp(&subtract(&x, &max(&x, axes, true)?)?)?;
+    astype(&divide(&e, &sum(&e, axes, true)?)?, dtype)
 }
 
 fn arg_reduce(op: ArgReduceOp, x: &Array, axis: Option<i64>, keepdims: bool) -> Result<Array> {
