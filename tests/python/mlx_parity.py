@@ -1,6 +1,6 @@
-"""Runs one expression with `mx` bound to kiln.core and to mlx.core and asserts the same
-outcome: the same exception class, or results of one dtype and shape with equal values
-(floats within 1e-2, NaN equal to NaN). Skips where MLX is not installed."""
+"""Runs expressions with `mx` bound to kiln.core and to mlx.core and asserts the same
+outcome for each: the same exception class, or results of one dtype and shape with equal
+values (floats within 1e-2, NaN equal to NaN). Skips where MLX is not installed."""
 
 import kiln.core as kx
 import numpy as np
@@ -20,17 +20,24 @@ def _as_numpy(a, module):
     return np.array(a)
 
 
-def assert_same_as_mlx(expression):
-    mlx = pytest.importorskip("mlx.core")
+def _difference(expression, mlx):
+    """None when kiln and MLX agree on `expression`, else what differs."""
     (kind_k, k), (kind_m, m) = _run(expression, kx), _run(expression, mlx)
-    assert kind_k == kind_m, (k, m)
-    if kind_k == "error":
-        assert k == m
-        return
-    assert str(k.dtype).split(".")[-1] == str(m.dtype).split(".")[-1]
+    if kind_k != kind_m or kind_k == "error":
+        return None if (kind_k, k) == (kind_m, m) else f"kiln {k!r}, mlx {m!r}"
+    dk, dm = str(k.dtype).split(".")[-1], str(m.dtype).split(".")[-1]
     kv, mv = _as_numpy(k, kx), _as_numpy(m, mlx)
-    assert kv.shape == mv.shape
+    if dk != dm or kv.shape != mv.shape:
+        return f"kiln {dk}{kv.shape}, mlx {dm}{mv.shape}"
     if kv.dtype.kind == "f":
-        np.testing.assert_allclose(kv, mv, rtol=1e-2, atol=1e-2, equal_nan=True)
+        same = np.allclose(kv, mv, rtol=1e-2, atol=1e-2, equal_nan=True)
     else:
-        np.testing.assert_array_equal(kv, mv)
+        same = np.array_equal(kv, mv)
+    return None if same else f"kiln {kv.tolist()}, mlx {mv.tolist()}"
+
+
+def assert_same_as_mlx(expressions):
+    """Every expression gives the same outcome on kiln and MLX (all differences listed)."""
+    mlx = pytest.importorskip("mlx.core")
+    diffs = [(e, d) for e in expressions if (d := _difference(e, mlx)) is not None]
+    assert not diffs, "\n".join(f"{e}: {d}" for e, d in diffs)

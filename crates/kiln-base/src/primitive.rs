@@ -360,4 +360,25 @@ mod tests {
             .unwrap();
         assert_eq!(cmp[0].1, DType::Bool);
     }
+
+    #[test]
+    fn scan_sort_and_logical_shapes() {
+        let f = |p: Primitive, s: &[usize], d| p.output_shapes(&[(s, d)]);
+        let scan = |op| Primitive::Scan { op, axis: 1, reverse: false, inclusive: true };
+        let out = f(scan(ScanOp::Sum), &[2, 3], DType::I8).unwrap();
+        assert_eq!((out[0].0.as_slice(), out[0].1), (&[2, 3][..], DType::I8));
+        assert!(f(scan(ScanOp::Sum), &[3], DType::I8).is_err()); // axis out of range
+        assert!(f(scan(ScanOp::LogAddExp), &[2, 3], DType::I32).is_err()); // floats only
+        let argsort = f(Primitive::Sort { axis: 0, arg: true }, &[4], DType::F16).unwrap();
+        assert_eq!(argsort[0].1, DType::U32);
+        assert_eq!(Primitive::Sort { axis: 0, arg: true }.name(), "argsort");
+        let part = |kth, arg| Primitive::Partition { kth, axis: 0, arg };
+        assert_eq!(f(part(3, false), &[4, 2], DType::I64).unwrap()[0].1, DType::I64);
+        let err = f(part(4, true), &[4, 2], DType::I64).unwrap_err();
+        assert_eq!(err.to_string(), "[argpartition] kth 4 is out of bounds for axis 0 of size 4.");
+        let and = Primitive::Reduce { op: ReduceOp::And, axes: vec![0] };
+        assert_eq!(and.name(), "all");
+        assert!(f(and.clone(), &[2], DType::Bool).is_ok());
+        assert!(f(and, &[2], DType::F32).is_err()); // bools only
+    }
 }
