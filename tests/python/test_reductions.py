@@ -1,4 +1,4 @@
-"""all, any, var, std, logsumexp and softmax against numpy: every dtype, axes (None, int,
+"""all, any, var, std, logsumexp, softmax, count_nonzero, median and minmax against numpy: every dtype, axes (None, int,
 negative, lists, empty tuples), keepdims, 0-d and empty inputs, transposed and
 negative-step views, NaN/inf, argument errors; and the whole reduction family beside MLX
 itself where it is installed.
@@ -221,6 +221,68 @@ def test_softmax_special(name):
 
 
 # ---------------------------------------------------------------------------------------
+# count_nonzero / median / minmax
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("shape,axis", AXES, ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_count_nonzero_and_minmax(name, shape, axis, keepdims, rng):
+    reduced = reduced_axes(shape, axis)
+    for kind, a, x in view_variants(name, shape, rng, low=0, high=2, special=True):
+        out = mx.count_nonzero(a, axis=axis, keepdims=keepdims)
+        assert out.dtype == mx.int32, kind
+        expected = np.sum(x != 0, axis=np_axis(axis), keepdims=keepdims)
+        assert_matches(out, np.asarray(expected), "int32")
+        if any(shape[i] == 0 for i in reduced):
+            with pytest.raises(ValueError, match=r"\[min\]"):
+                mx.minmax(a, axis=axis, keepdims=keepdims)
+            continue
+        lo, hi = mx.minmax(a, axis=axis, keepdims=keepdims)
+        assert lo.dtype == a.dtype and hi.dtype == a.dtype
+        assert_matches(lo, np.asarray(np.min(x, axis=np_axis(axis), keepdims=keepdims)))
+        assert_matches(hi, np.asarray(np.max(x, axis=np_axis(axis), keepdims=keepdims)))
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("shape,axis", AXES + [((3, 5), 1), ((4, 3, 2), (0, 2))], ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_median(name, shape, axis, keepdims, rng):
+    want = name if is_float(name) else "float32"
+    empty = any(shape[i] == 0 for i in reduced_axes(shape, axis))
+    for kind, a, x in view_variants(name, shape, rng, special=True):
+        if empty:
+            with pytest.raises(ValueError, match=r"\[median\] Cannot take median along empty axis"):
+                mx.median(a, axis=axis, keepdims=keepdims)
+            continue
+        out = mx.median(a, axis=axis, keepdims=keepdims)
+        assert name_of(out.dtype) == want, kind
+        if axis == ():
+            expected = x.astype(np.float64)  # over no axes: the input (MLX raises here)
+        else:
+            with np.errstate(all="ignore"):
+                expected = np.median(x.astype(np.float64), axis=np_axis(axis), keepdims=keepdims)
+        tol = MOMENT_TOL[want]
+        assert_matches(out, np.asarray(expected), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_median_special(name):
+    def med(values):
+        return mx.median(mx.array(values, dtype=dt(name))).item()
+
+    assert np.isnan(med([1.0, np.nan, 3.0]))  # any NaN makes the median NaN (numpy)
+    assert np.isnan(med([-np.inf, np.inf]))
+    assert med([1.0, np.inf, np.inf, 3.0]) == np.inf
+    assert med([-np.inf, -np.inf]) == -np.inf
+    assert med([3.0, 1.0, 2.0, 4.0]) == 2.5
+    near_max = {"float16": 6e4, "bfloat16": 3e38, "float32": 3e38, "float64": 1.7e308}[name]
+    big = mx.array(near_max, dtype=dt(name)).item()
+    assert med([big, big]) == big  # halves are added, so no overflow
+
+
+# ---------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------
 
@@ -241,6 +303,13 @@ ERRORS = [
     (lambda: mx.softmax(mx.arange(3), axis=[0, 0]), ValueError, r"\[softmax\]"),
     (lambda: mx.all(mx.arange(3), axis=0.5), TypeError, None),
     (lambda: mx.arange(3).any(axis="a"), TypeError, None),
+    (lambda: mx.count_nonzero(mx.arange(3), axis=5), IndexError, r"\[count_nonzero\]"),
+    (lambda: mx.count_nonzero(mx.arange(3), axis=[0, 0]), ValueError, r"\[count_nonzero\]"),
+    (lambda: mx.median(mx.array([])), ValueError, r"\[median\] Cannot take median along empty axis"),
+    (lambda: mx.median(mx.array(3), axis=0), IndexError, r"\[median\]"),
+    (lambda: mx.median(mx.arange(3), axis=[0, 0]), ValueError, r"\[median\]"),
+    (lambda: mx.minmax(mx.array([])), ValueError, r"\[min\]"),
+    (lambda: mx.minmax(mx.arange(3), axis=1), IndexError, r"\[min\]"),
 ]
 
 
@@ -273,7 +342,10 @@ PARITY_CALLS = [
     "mx.{f}({a}, axis=(0, 1), keepdims=True)", "mx.{f}({a}, axis=())", "mx.{f}({a}, axis=0)",
     "mx.{f}({a}, axis=2)",
 ]  # fmt: skip
-PARITY_FUNCS = ["sum", "prod", "max", "min", "mean", "all", "any", "var", "std", "logsumexp"]
+PARITY_FUNCS = [
+    "sum", "prod", "max", "min", "mean", "all", "any", "var", "std", "logsumexp", "count_nonzero",
+    "median",
+]  # fmt: skip
 
 
 def parity_cases():
@@ -284,7 +356,11 @@ def parity_cases():
                 if f == "logsumexp" and d in ("bool_", "uint8", "uint64"):
                     continue
                 for call in PARITY_CALLS:
+                    if f == "median" and "axis=()" in call:
+                        continue
                     yield call.format(f=f, a=a)
+            yield f"mx.minmax({a}, axis=0)[0]"
+            yield f"mx.minmax({a}, keepdims=True)[1]"
             for call in ["mx.argmax({a})", "mx.argmin({a}, axis=0)", "mx.argmax({a}, axis=-1, keepdims=True)",
                          "mx.var({a}, ddof=1)", "mx.std({a}, axis=-1, ddof=3)", "mx.var({a}, correction=1)"]:  # fmt: skip
                 yield call.format(a=a)

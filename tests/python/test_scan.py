@@ -173,6 +173,12 @@ def test_special_values(name):
     assert np.signbit(run("cumsum", [-0.0])[0])
 
 
+def test_cumulative_aliases():
+    x = mx.array([[1, 2], [3, 4]], dtype=mx.int8)
+    assert mx.cumulative_sum(x, axis=1, dtype=mx.int32).tolist() == [[1, 3], [3, 7]]
+    assert mx.cumulative_prod(x, reverse=True).tolist() == [24, 24, 12, 4]
+
+
 def test_flattening_and_shapes():
     x = mx.array([[1, 2], [3, 4]])
     assert mx.cumsum(x).tolist() == [1, 3, 6, 10]

@@ -1,4 +1,4 @@
-"""sort, argsort, partition, argpartition and topk against numpy: every dtype, axes (the
+"""sort, argsort, partition, argpartition, topk and searchsorted against numpy: every dtype, axes (the
 default -1, None flattens, negatives), 0-d/empty/view inputs, NaN (last, as numpy) and
 +-inf, stability, the partition property, argument errors, and MLX itself where
 installed."""
@@ -113,6 +113,41 @@ def test_topk(name, shape, axis, k, rng):
         assert_matches(out, expected)
 
 
+SEARCH_VALUES = [(), (4,), (3, 4), (0,), (2, 0, 3)]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("n", [0, 1, 6])
+@pytest.mark.parametrize("vshape", SEARCH_VALUES, ids=str)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted(name, n, vshape, side, rng):
+    s, seq = make(name, (n,), rng, low=-3, high=3, special=True)
+    seq_sorted = np.sort(seq)  # NaN last, as kiln orders it
+    s = mx.sort(s)
+    for kind, v, vals in view_variants(name, vshape, rng, low=-4, high=4, special=True):
+        out = mx.searchsorted(s, v, side=side)
+        assert out.dtype == mx.uint32 and out.shape == vshape, kind
+        assert_matches(out, np.searchsorted(seq_sorted, vals, side=side), "uint32")
+    # A negative-stride sequence: the descending buffer read backwards.
+    backwards = mx.array(np.ascontiguousarray(seq_sorted[::-1]), dtype=dt(name))[::-1]
+    v, vals = make(name, (5,), rng, low=-4, high=4)
+    assert_matches(mx.searchsorted(backwards, v, side=side), np.searchsorted(seq_sorted, vals, side=side), "uint32")
+
+
+def test_searchsorted_promotion_and_values():
+    seq = mx.array([1, 2, 3], dtype=mx.uint8)
+    # Compared in the promoted dtype: -1 and 300 stay themselves.
+    assert mx.searchsorted(seq, mx.array([-1, 300])).tolist() == [0, 3]
+    assert mx.searchsorted(mx.array([1, 2, 3]), mx.array([2.5])).tolist() == [2]
+    f = mx.array([-0.0, 0.0])
+    assert mx.searchsorted(f, mx.array([0.0, -0.0])).tolist() == [0, 0]  # -0.0 and 0.0 tie
+    assert mx.searchsorted(f, mx.array([0.0, -0.0]), side="right").tolist() == [2, 2]
+    nan = mx.array([1.0, 2.0, np.nan, np.nan])
+    assert mx.searchsorted(nan, mx.array([np.nan, np.inf])).tolist() == [2, 2]
+    assert mx.searchsorted(nan, mx.array([np.nan]), "right").tolist() == [4]
+    assert mx.searchsorted(mx.array([1.0, 3.0]), mx.array(2.0)).shape == ()
+
+
 @pytest.mark.parametrize("name", FLOATS)
 def test_special_values(name):
     nan, inf = np.nan, np.inf
@@ -170,6 +205,10 @@ ERRORS = [
     (lambda: mx.topk(mx.arange(5), 2, axis=1), IndexError, r"\[topk\]"),
     (lambda: mx.topk(mx.array(3), 1), IndexError, r"\[topk\]"),
     (lambda: mx.topk(mx.zeros((4, 50)), 7, axis=0), ValueError, r"\[topk\]"),
+    (lambda: mx.searchsorted(mx.zeros((2, 2)), mx.array([1.0])), ValueError, r"must be 1-D but has 2"),
+    (lambda: mx.searchsorted(mx.array(1.0), mx.array([1.0])), ValueError, r"\[searchsorted\]"),
+    (lambda: mx.searchsorted(mx.array([1.0]), mx.array([1.0]), side="middle"), ValueError, r"Invalid side"),
+    (lambda: mx.searchsorted(mx.array([1.0]), mx.array([1.0]), side=None), TypeError, None),
 ]
 
 
@@ -197,6 +236,10 @@ def parity_cases():
                 yield f"mx.sort(mx.partition({a}, {kw}))"
             for kw in ["1", "0", "2, axis=None", "5", "1, axis=0"]:
                 yield f"mx.sort(mx.topk({a}, {kw}))"
+        seq = f"mx.array([0, 1, 1, 3, 5], dtype=mx.{d})"
+        for vals in [f"mx.array([[3, 0, 1], [2, 5, 1]], dtype=mx.{d})", "mx.array([-1, 300, 2, 4])", "mx.array(2.5)"]:
+            yield f"mx.searchsorted({seq}, {vals})"
+            yield f"mx.searchsorted({seq}[::-1][::-1], {vals}, side='right')"
     yield "mx.argsort(mx.array([3., nan, 1., -inf, nan, inf, -0.0, 0.0]))"
     yield "mx.sort(mx.array([3., nan, 1., -inf, nan, inf, -0.0, 0.0], dtype=mx.float16))"
 

@@ -75,6 +75,9 @@ pub enum Primitive {
     /// Along `axis`, the element of sorted rank `kth` in place, none greater before it and
     /// none smaller after (NaN last); `arg` gives uint32 indices instead.
     Partition { kth: usize, axis: usize, arg: bool },
+    /// For each value (second input), the uint32 insertion index into the sorted 1-d first
+    /// input (one dtype, NaN last): before equal elements, or after them when `right`.
+    SearchSorted { right: bool },
     /// `(..., m, k) @ (..., k, n)` with equal batch dims.
     Matmul,
     /// Counter-based random bits: for each key (`(..., 2)` uint32) `shape` elements of
@@ -120,6 +123,7 @@ impl Primitive {
             Primitive::Sort { arg: true, .. } => "argsort",
             Primitive::Partition { arg: false, .. } => "partition",
             Primitive::Partition { arg: true, .. } => "argpartition",
+            Primitive::SearchSorted { .. } => "searchsorted",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
         }
@@ -137,7 +141,7 @@ impl Primitive {
         let arity = match self {
             Primitive::Arange { .. } => 0,
             Primitive::Where => 3,
-            Primitive::Binary(_) | Primitive::Matmul => 2,
+            Primitive::Binary(_) | Primitive::Matmul | Primitive::SearchSorted { .. } => 2,
             Primitive::Concatenate { .. } => inputs.len().max(1),
             _ => 1,
         };
@@ -199,6 +203,18 @@ impl Primitive {
                     s[*axis]
                 );
                 same(s, if *arg { DType::U32 } else { d })
+            }
+            Primitive::SearchSorted { .. } => {
+                let ((sa, da), (sv, dv)) = (inputs[0], inputs[1]);
+                ensure!(da == dv, Type, op, "Inputs must have one dtype.");
+                ensure!(
+                    sa.len() == 1,
+                    Value,
+                    op,
+                    "The sorted sequence must be 1-D but has {} dimensions.",
+                    sa.len()
+                );
+                same(sv, DType::U32)
             }
             Primitive::Reshape { shape } => {
                 let (s, d) = inputs[0];
@@ -380,5 +396,10 @@ mod tests {
         assert_eq!(and.name(), "all");
         assert!(f(and.clone(), &[2], DType::Bool).is_ok());
         assert!(f(and, &[2], DType::F32).is_err()); // bools only
+        let search = Primitive::SearchSorted { right: true };
+        let out = search.output_shapes(&[(&[5], DType::F32), (&[2, 3], DType::F32)]).unwrap();
+        assert_eq!((out[0].0.as_slice(), out[0].1), (&[2, 3][..], DType::U32));
+        assert!(search.output_shapes(&[(&[5, 1], DType::F32), (&[2], DType::F32)]).is_err());
+        assert!(search.output_shapes(&[(&[5], DType::I32), (&[2], DType::F32)]).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Reductions, scans and sorts end to end: hand-checked values, and properties over random
 //! shapes, axes, dtypes and views (calls return Ok or a typed error and never panic; sort
-//! output is ordered and a permutation; the last inclusive cumsum equals the sum).
+//! output is ordered and a permutation; the last inclusive cumsum equals the sum;
+//! searchsorted finds each value's first position).
 
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::{eval, Array, DType};
@@ -75,6 +76,9 @@ proptest! {
             ops::logcumsumexp(&a, axis, rev, incl),
             ops::sort(&a, axis), ops::argsort(&a, axis), ops::partition(&a, k, axis),
             ops::argpartition(&a, k, axis), ops::topk(&a, k, axis),
+            ops::count_nonzero(&a, Some(&axes), true), ops::median(&a, Some(&axes), false),
+            ops::median(&a, None, true), ops::searchsorted(&a, &a, flags.1),
+            ops::minmax(&a, Some(&axes), false).map(|(lo, _)| lo),
         ];
         let ok: Vec<Array> = results.into_iter().filter_map(Result::ok).collect();
         let _ = eval(&ok); // Ok or a typed error; a panic fails the test
@@ -89,11 +93,18 @@ proptest! {
         prop_assert_eq!(sorted, want.clone());
         let idx = ops::argsort(&x, None).unwrap().to_vec::<u32>().unwrap();
         let taken: Vec<i32> = idx.iter().map(|&i| values[i as usize]).collect();
-        prop_assert_eq!(taken, want);
+        prop_assert_eq!(taken, want.clone());
         let c = ops::cumsum(&x, None, false, true).unwrap().to_vec::<i32>().unwrap();
         let total = ops::sum(&x, None, false).unwrap().item::<i32>().unwrap();
         prop_assert_eq!(*c.last().unwrap(), total);
         let r = ops::cumsum(&x, None, true, true).unwrap().to_vec::<i32>().unwrap();
         prop_assert_eq!(r[0], total);
+        // Searching the sorted values for themselves finds each one's first position.
+        let s = ops::sort(&x, None).unwrap();
+        let at = ops::searchsorted(&s, &x, false).unwrap().to_vec::<u32>().unwrap();
+        for (&i, v) in at.iter().zip(&values) {
+            prop_assert_eq!(want[i as usize], *v);
+            prop_assert!(i == 0 || want[i as usize - 1] < *v);
+        }
     }
 }

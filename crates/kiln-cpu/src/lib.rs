@@ -72,6 +72,9 @@ impl Backend for CpuBackend {
             Primitive::Partition { kth, axis, arg } => {
                 sort::sort(prim, *axis, Some(*kth), *arg, &inputs[0], shape)
             }
+            Primitive::SearchSorted { right } => {
+                sort::search_sorted(*right, &inputs[0], &inputs[1], shape)
+            }
             Primitive::Matmul => matmul::matmul(&inputs[0], &inputs[1], shape),
             Primitive::RandomBits { shape: per_key, width } => {
                 random::random_bits(&inputs[0], per_key, *width, shape, *dtype)

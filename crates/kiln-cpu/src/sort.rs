@@ -1,10 +1,12 @@
-//! Sort, argsort, partition and argpartition along one axis. Floats order NaN after every
-//! number (numpy's rule; -0.0 and 0.0 tie). Sorting is stable; partition only guarantees
-//! the kth element in place with no greater element before it and no smaller one after.
+//! Sort, argsort, partition and argpartition along one axis, and binary search into a
+//! sorted sequence. Floats order NaN after every number (numpy's rule; -0.0 and 0.0 tie).
+//! Sorting is stable; partition only guarantees the kth element in place with no greater
+//! element before it and no smaller one after.
 
 use crate::element::{dispatch, Element};
 use crate::lines::Lines;
 use crate::scalar::Num;
+use crate::strided::map1;
 use crate::strided::output;
 use kiln_base::{ensure, ArrayData, Layout, Primitive, Result};
 use std::cmp::Ordering;
@@ -92,4 +94,53 @@ fn ordered_lines<T: Element>(
         }
         emit(si, so, &line);
     }
+}
+
+/// Evaluates `SearchSorted`: for each value, the number of sequence elements ordered before
+/// it (`right`: before or equal), by binary search over the (strided) 1-d sequence.
+pub(crate) fn search_sorted(
+    right: bool,
+    seq: &ArrayData,
+    values: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    dispatch!(seq.dtype, T => search_typed::<T>(right, seq, values, shape))
+}
+
+fn search_typed<T: Element>(
+    right: bool,
+    seq: &ArrayData,
+    values: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let name = "searchsorted";
+    let line = Lines::new(&seq.layout, 0);
+    let n = line.len;
+    ensure!(
+        n <= u32::MAX as usize,
+        Value,
+        name,
+        "Sequence of {n} elements is too long for uint32."
+    );
+    let src = seq.buffer.host_slice::<T>();
+    // A 1-d sequence is one line, starting at the layout's offset.
+    let start = seq.layout.offset;
+    output::<u32>(name, shape, |out| {
+        map1::<T, u32>(values, out, |v| {
+            let v = v.to_acc();
+            let (mut lo, mut hi) = (0, n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let o = order(&src[line.at(start, mid)].to_acc(), &v);
+                let before = if right { o != Ordering::Greater } else { o == Ordering::Less };
+                if before {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo as u32
+        });
+        Ok(())
+    })
 }

@@ -103,3 +103,29 @@ fn partition_property_for_every_kth() {
     let e = arr::<f32>(&[], &[0], DType::F32);
     assert!(try_eval(&Primitive::Partition { kth: 0, axis: 0, arg: true }, &[e]).is_err());
 }
+
+#[test]
+fn search_sorted_sides_nan_views_and_checks() {
+    let search = |right, seq: &ArrayData, v: &ArrayData| {
+        read::<u32>(&eval(&Primitive::SearchSorted { right }, &[seq.clone(), v.clone()]))
+    };
+    let nan = f32::NAN;
+    let seq = f32s(&[-1.0, 0.0, 0.0, 2.0, nan], &[5]);
+    let v = f32s(&[0.0, -0.0, -5.0, 3.0, nan, f32::INFINITY], &[2, 3]);
+    assert_eq!(search(false, &seq, &v), vec![1, 1, 0, 4, 4, 4]);
+    assert_eq!(search(true, &seq, &v), vec![3, 3, 0, 4, 5, 4]);
+    // A negative-stride sequence over a descending buffer, and a transposed values view.
+    let desc = f32s(&[nan, 2.0, 0.0, 0.0, -1.0], &[5]);
+    let back = with_layout(&desc, Layout::new(shape(&[5]), [-1isize].as_slice().into(), 4));
+    let vt = with_layout(&v, v.layout.transpose(&[1, 0]));
+    assert_eq!(search(false, &back, &vt), vec![1, 4, 1, 4, 0, 4]);
+    // Empty sequence or values, and 0-d values.
+    let empty = f32s(&[], &[0]);
+    assert_eq!(search(true, &empty, &v), vec![0; 6]);
+    assert_eq!(search(false, &seq, &empty), Vec::<u32>::new());
+    assert_eq!(search(false, &seq, &f32s(&[1.0], &[])), vec![3]);
+    // The sequence must be 1-d and share the values' dtype.
+    let p = Primitive::SearchSorted { right: false };
+    assert!(try_eval(&p, &[v.clone(), v.clone()]).is_err());
+    assert!(try_eval(&p, &[seq, arr(&[1i32], &[1], DType::I32)]).is_err());
+}

@@ -1,6 +1,7 @@
 //! Bindings of the reductions and scans beyond `ops.rs`'s basic ones: `all`, `any`, `var`,
-//! `std`, `logsumexp`, `softmax`, `cumsum`, `cumprod`, `cummax`, `cummin`, `logcumsumexp`,
-//! with MLX's signatures. The array methods of the same names call the `*_of` helpers.
+//! `std`, `logsumexp`, `count_nonzero`, `median`, `minmax`, `softmax`, `cumsum`, `cumprod`
+//! (also as `cumulative_sum`/`cumulative_prod`), `cummax`, `cummin`, `logcumsumexp`, with
+//! MLX's signatures. The array methods of the same names call the `*_of` helpers.
 
 use crate::array::PyArray;
 use crate::convert::to_array;
@@ -28,7 +29,7 @@ macro_rules! reductions {
     )*};
 }
 
-reductions!(all, any, logsumexp);
+reductions!(all, any, logsumexp, count_nonzero, median);
 
 /// `var`/`std` of an array (shared with the methods). `correction`, when given, replaces
 /// `ddof` (MLX's keyword alias).
@@ -73,6 +74,20 @@ fn std_(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     moment_of(true, &to_array(a, None)?, axis, keepdims, ddof, correction, stream)
+}
+
+/// `(min, max)` over `axis` (all axes when None).
+#[pyfunction]
+#[pyo3(signature = (a, /, axis = None, keepdims = false, *, stream = None))]
+fn minmax(
+    a: &Bound<'_, PyAny>,
+    axis: Option<&Bound<'_, PyAny>>,
+    keepdims: bool,
+    stream: Stream<'_, '_>,
+) -> PyResult<(PyArray, PyArray)> {
+    let (a, axes) = (to_array(a, None)?, axes_arg(axis)?);
+    let (lo, hi) = with_stream(stream, || kops::minmax(&a, axes.as_deref(), keepdims))?;
+    Ok((PyArray(lo), PyArray(hi)))
 }
 
 /// Softmax over `axis` (all axes when None); `precise` computes half floats in float32.
@@ -154,7 +169,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
-    add!(all, any, logsumexp, var, std_, softmax);
+    add!(all, any, logsumexp, var, std_, softmax, count_nonzero, median, minmax);
     add!(cumsum, cumprod, cummax, cummin, logcumsumexp);
+    // MLX's aliases (the same functions under a second name).
+    m.add("cumulative_sum", m.getattr("cumsum")?)?;
+    m.add("cumulative_prod", m.getattr("cumprod")?)?;
     crate::sort::register(m)
 }

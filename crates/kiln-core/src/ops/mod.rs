@@ -17,11 +17,12 @@ pub use elementwise::*;
 pub use index::{index, IndexItem};
 pub use linalg::matmul;
 pub use reduce::{
-    all, any, argmax, argmin, logsumexp, max, mean, min, prod, softmax, std, sum, var,
+    all, any, argmax, argmin, count_nonzero, logsumexp, max, mean, median, min, minmax, prod,
+    softmax, std, sum, var,
 };
 pub use scan::{cummax, cummin, cumprod, cumsum, logcumsumexp};
 pub use shape::{broadcast_to, concatenate, expand_dims, reshape, slice, squeeze, transpose};
-pub use sort::{argpartition, argsort, partition, sort, topk};
+pub use sort::{argpartition, argsort, partition, searchsorted, sort, topk};
 
 use crate::array::Array;
 use crate::device::default_stream;

@@ -1,5 +1,6 @@
 //! Cumulative ops (one `Scan` primitive, the op a parameter). `axis: None` scans the
-//! flattened array, as MLX.
+//! flattened array, as MLX. NaN propagates through cummax/cummin on every float dtype, as
+//! numpy (MLX's float16/bfloat16 kernels turn it into 0).
 
 use super::{astype, record, reshape};
 use crate::array::Array;

@@ -1,7 +1,7 @@
-//! Sorting ops: sort, argsort, partition, argpartition, topk. `axis: None` works on the
+//! Sorting ops: sort, argsort, partition, argpartition, topk, searchsorted. `axis: None` works on the
 //! flattened array, as MLX. Floats order NaN last.
 
-use super::{record, reshape, slice};
+use super::{astype, record, reshape, slice};
 use crate::array::Array;
 use kiln_base::shape::{fmt_shape, normalize_axis};
 use kiln_base::{ensure, Primitive, Result};
@@ -84,4 +84,20 @@ pub fn topk(x: &Array, k: i64, axis: Option<i64>) -> Result<Array> {
         return Ok(top);
     }
     sort(&top, Some(ax as i64))
+}
+
+/// For each of `values`, the uint32 index at which inserting it keeps the 1-d `sorted`
+/// sorted: before equal elements, or after them when `right`. Compared in the promoted
+/// dtype, NaN last.
+pub fn searchsorted(sorted: &Array, values: &Array, right: bool) -> Result<Array> {
+    let op = "searchsorted";
+    ensure!(
+        sorted.ndim() == 1,
+        Value,
+        op,
+        "The sorted sequence must be 1-D but has {} dimensions.",
+        sorted.ndim()
+    );
+    let dtype = sorted.dtype().promote(values.dtype());
+    record(Primitive::SearchSorted { right }, vec![astype(sorted, dtype)?, astype(values, dtype)?])
 }
