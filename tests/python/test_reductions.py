@@ -73,7 +73,9 @@ def moment_reference(fname, x, axis, keepdims, ddof):
     # numpy warns about empty slices and ddof >= n; the values are what is compared.
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return getattr(np, fname)(x.astype(np.float64), axis=np_axis(axis), keepdims=keepdims, ddof=ddof)
+        return getattr(np, fname)(
+            x.astype(np.float64), axis=np_axis(axis), keepdims=keepdims, ddof=ddof
+        )
 
 
 @pytest.mark.parametrize("fname", ["var", "std"])
@@ -95,17 +97,28 @@ def test_var_std(fname, name, shape, axis, keepdims, rng):
 @pytest.mark.parametrize("fname", ["var", "std"])
 @pytest.mark.parametrize("name", ["int32", "float32", "float64", "bool_"])
 @pytest.mark.parametrize("ddof", [-1, 1, 2, 3, 4, 7])
-@pytest.mark.parametrize("shape,axis", [((3, 4), 1), ((3, 4), None), ((3,), 0), ((), None)], ids=str)
+@pytest.mark.parametrize(
+    "shape,axis", [((3, 4), 1), ((3, 4), None), ((3,), 0), ((), None)], ids=str
+)
 def test_var_std_ddof(fname, name, ddof, shape, axis, rng):
     a, x = make(name, shape, rng)
     expected = moment_reference(fname, x, axis, False, ddof)
     tol = MOMENT_TOL.get(name, 1e-5)
     # ddof >= n divides by zero: inf, or NaN where every deviation is zero (numpy alike).
-    assert_matches(getattr(mx, fname)(a, axis=axis, ddof=ddof), np.asarray(expected), rtol=tol, atol=tol)
+    assert_matches(
+        getattr(mx, fname)(a, axis=axis, ddof=ddof), np.asarray(expected), rtol=tol, atol=tol
+    )
     # `correction` is MLX's keyword alias; it wins over ddof.
-    assert_matches(getattr(mx, fname)(a, axis, False, 5, correction=ddof), np.asarray(expected), rtol=tol, atol=tol)
+    assert_matches(
+        getattr(mx, fname)(a, axis, False, 5, correction=ddof),
+        np.asarray(expected),
+        rtol=tol,
+        atol=tol,
+    )
     assert_matches(getattr(a, fname)(axis, ddof=ddof), np.asarray(expected), rtol=tol, atol=tol)
-    assert_matches(getattr(a, fname)(axis, correction=ddof), np.asarray(expected), rtol=tol, atol=tol)
+    assert_matches(
+        getattr(a, fname)(axis, correction=ddof), np.asarray(expected), rtol=tol, atol=tol
+    )
 
 
 @pytest.mark.parametrize("name", FLOATS)
@@ -305,7 +318,11 @@ ERRORS = [
     (lambda: mx.arange(3).any(axis="a"), TypeError, None),
     (lambda: mx.count_nonzero(mx.arange(3), axis=5), IndexError, r"\[count_nonzero\]"),
     (lambda: mx.count_nonzero(mx.arange(3), axis=[0, 0]), ValueError, r"\[count_nonzero\]"),
-    (lambda: mx.median(mx.array([])), ValueError, r"\[median\] Cannot take median along empty axis"),
+    (
+        lambda: mx.median(mx.array([])),
+        ValueError,
+        r"\[median\] Cannot take median along empty axis",
+    ),
     (lambda: mx.median(mx.array(3), axis=0), IndexError, r"\[median\]"),
     (lambda: mx.median(mx.arange(3), axis=[0, 0]), ValueError, r"\[median\]"),
     (lambda: mx.minmax(mx.array([])), ValueError, r"\[min\]"),
@@ -329,7 +346,18 @@ def test_errors(i):
 #   and returns inf or wrong values; kiln converts to float first.
 # - softmax of integers off the last axis, of 0-d or of empty inputs: MLX keeps the integer
 #   type (rounding the result to zeros); kiln returns float32 always.
-PARITY_DTYPES = ["bool_", "uint8", "int8", "int32", "int64", "uint64", "float16", "bfloat16", "float32", "float64"]
+PARITY_DTYPES = [
+    "bool_",
+    "uint8",
+    "int8",
+    "int32",
+    "int64",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+]
 PARITY_INPUTS = [
     "mx.array([[3, 0, 1], [2, 5, 1]], dtype=mx.{d})",
     "mx.array([], dtype=mx.{d})",
@@ -370,7 +398,13 @@ def parity_cases():
                 yield f"mx.softmax({a}, axis=-1)"
             elif "arange" in a or "[[" in a:  # non-empty and not 0-d
                 yield f"mx.softmax({a}, axis=-1)"
-    for v in ["[1., nan, 3., -inf]", "[inf, 1., -inf, 2.]", "[-inf, -inf]", "[nan, nan, 1.]", "[1000., 1000.]"]:
+    for v in [
+        "[1., nan, 3., -inf]",
+        "[inf, 1., -inf, 2.]",
+        "[-inf, -inf]",
+        "[nan, nan, 1.]",
+        "[1000., 1000.]",
+    ]:
         for d in FLOATS:
             for f in PARITY_FUNCS + ["softmax", "argmax", "argmin"]:
                 yield f"mx.{f}(mx.array({v}, dtype=mx.{d}))"

@@ -7,7 +7,19 @@ import itertools
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, INTS, NP, assert_matches, dt, is_float, make, name_of, to_np, view_variants
+from conftest import (
+    ALL,
+    FLOATS,
+    INTS,
+    NP,
+    assert_matches,
+    dt,
+    is_float,
+    make,
+    name_of,
+    to_np,
+    view_variants,
+)
 from mlx_parity import assert_same_as_mlx
 
 SCAN_AXES = [
@@ -90,7 +102,8 @@ def inputs(fname, name, shape, rng):
 def test_scans(fname, name, shape, axis, rng):
     want = result_dtype(fname, name)
     for (kind, a, x), (reverse, inclusive) in itertools.product(
-        inputs(fname, name, shape, rng), [(False, True), (True, True), (False, False), (True, False)]
+        inputs(fname, name, shape, rng),
+        [(False, True), (True, True), (False, False), (True, False)],
     ):
         out = getattr(mx, fname)(a, axis=axis, reverse=reverse, inclusive=inclusive)
         assert name_of(out.dtype) == want, (kind, reverse, inclusive)
@@ -111,7 +124,7 @@ def test_scans(fname, name, shape, axis, rng):
 @pytest.mark.parametrize("to", ["bool_", "int8", "uint16", "int64", "float16", "float32"])
 def test_dtype_argument(fname, name, to, rng):
     """`dtype=` converts first; then the dtype rule applies (a bool cumsum gives int32)."""
-    a, x = make(name, (3, 4), rng, low=0, high=3)
+    a, _ = make(name, (3, 4), rng, low=0, high=3)
     out = getattr(mx, fname)(a, axis=1, dtype=dt(to))
     want = result_dtype(fname, to)
     assert name_of(out.dtype) == want
@@ -147,7 +160,10 @@ def test_exclusive_starts_at_the_identity():
     assert mx.cummax(x, axis=1, inclusive=False).tolist() == [[-(2**31), 1], [-(2**31), 3]]
     assert mx.cummin(x, axis=1, inclusive=False).tolist() == [[2**31 - 1, 1], [2**31 - 1, 3]]
     assert mx.cummax(x.astype(mx.uint8), axis=1, inclusive=False).tolist() == [[0, 1], [0, 3]]
-    assert mx.cummax(x.astype(mx.float16), axis=1, inclusive=False).tolist() == [[-np.inf, 1], [-np.inf, 3]]
+    assert mx.cummax(x.astype(mx.float16), axis=1, inclusive=False).tolist() == [
+        [-np.inf, 1],
+        [-np.inf, 3],
+    ]
     assert mx.logcumsumexp(mx.array([1.0, 2.0]), inclusive=False).tolist()[0] == -np.inf
 
 
@@ -186,7 +202,11 @@ def test_flattening_and_shapes():
     assert mx.cumsum(mx.array(5)).shape == (1,)
     assert mx.cummax(mx.zeros((2, 0)), axis=0).shape == (2, 0)
     assert mx.cumsum(x[::-1], axis=0).tolist() == [[3, 4], [4, 6]]
-    assert mx.cumsum(mx.broadcast_to(mx.array([1, 2]), (3, 2)), axis=0).tolist() == [[1, 2], [2, 4], [3, 6]]
+    assert mx.cumsum(mx.broadcast_to(mx.array([1, 2]), (3, 2)), axis=0).tolist() == [
+        [1, 2],
+        [2, 4],
+        [3, 6],
+    ]
 
 
 ERRORS = [

@@ -131,7 +131,11 @@ def test_searchsorted(name, n, vshape, side, rng):
     # A negative-stride sequence: the descending buffer read backwards.
     backwards = mx.array(np.ascontiguousarray(seq_sorted[::-1]), dtype=dt(name))[::-1]
     v, vals = make(name, (5,), rng, low=-4, high=4)
-    assert_matches(mx.searchsorted(backwards, v, side=side), np.searchsorted(seq_sorted, vals, side=side), "uint32")
+    assert_matches(
+        mx.searchsorted(backwards, v, side=side),
+        np.searchsorted(seq_sorted, vals, side=side),
+        "uint32",
+    )
 
 
 def test_searchsorted_promotion_and_values():
@@ -175,7 +179,10 @@ def test_stability_and_shapes():
     assert mx.topk(mx.array(3), 0, axis=None).shape == (0,)
     assert mx.topk(m, 1, axis=0).tolist() == [[3, 1]]
     assert mx.topk(mx.array([5, 3, 1, 4, 2, 9, 7, 8]), 3).tolist() == [7, 8, 9]
-    assert mx.sort(mx.broadcast_to(mx.array([[2], [1]]), (2, 3)), axis=0).tolist() == [[1] * 3, [2] * 3]
+    assert mx.sort(mx.broadcast_to(mx.array([[2], [1]]), (2, 3)), axis=0).tolist() == [
+        [1] * 3,
+        [2] * 3,
+    ]
     b = mx.array([True, False, True, False])
     assert mx.sort(b).tolist() == [False, False, True, True]
     assert mx.argsort(b).tolist() == [1, 3, 0, 2]
@@ -205,9 +212,17 @@ ERRORS = [
     (lambda: mx.topk(mx.arange(5), 2, axis=1), IndexError, r"\[topk\]"),
     (lambda: mx.topk(mx.array(3), 1), IndexError, r"\[topk\]"),
     (lambda: mx.topk(mx.zeros((4, 50)), 7, axis=0), ValueError, r"\[topk\]"),
-    (lambda: mx.searchsorted(mx.zeros((2, 2)), mx.array([1.0])), ValueError, r"must be 1-D but has 2"),
+    (
+        lambda: mx.searchsorted(mx.zeros((2, 2)), mx.array([1.0])),
+        ValueError,
+        r"must be 1-D but has 2",
+    ),
     (lambda: mx.searchsorted(mx.array(1.0), mx.array([1.0])), ValueError, r"\[searchsorted\]"),
-    (lambda: mx.searchsorted(mx.array([1.0]), mx.array([1.0]), side="middle"), ValueError, r"Invalid side"),
+    (
+        lambda: mx.searchsorted(mx.array([1.0]), mx.array([1.0]), side="middle"),
+        ValueError,
+        r"Invalid side",
+    ),
     (lambda: mx.searchsorted(mx.array([1.0]), mx.array([1.0]), side=None), TypeError, None),
 ]
 
@@ -220,7 +235,17 @@ def test_errors(i):
 
 
 def parity_cases():
-    for d in ["bool_", "uint8", "int8", "int32", "uint64", "float16", "bfloat16", "float32", "float64"]:
+    for d in [
+        "bool_",
+        "uint8",
+        "int8",
+        "int32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+    ]:
         for a in [
             f"mx.array([[3, 0, 1, 3], [2, 5, 1, 1]], dtype=mx.{d})",
             f"mx.arange(24).reshape(2, 3, 4).astype(mx.{d})[:, ::-1, ::2]",
@@ -237,7 +262,11 @@ def parity_cases():
             for kw in ["1", "0", "2, axis=None", "5", "1, axis=0"]:
                 yield f"mx.sort(mx.topk({a}, {kw}))"
         seq = f"mx.array([0, 1, 1, 3, 5], dtype=mx.{d})"
-        for vals in [f"mx.array([[3, 0, 1], [2, 5, 1]], dtype=mx.{d})", "mx.array([-1, 300, 2, 4])", "mx.array(2.5)"]:
+        for vals in [
+            f"mx.array([[3, 0, 1], [2, 5, 1]], dtype=mx.{d})",
+            "mx.array([-1, 300, 2, 4])",
+            "mx.array(2.5)",
+        ]:
             yield f"mx.searchsorted({seq}, {vals})"
             yield f"mx.searchsorted({seq}[::-1][::-1], {vals}, side='right')"
     yield "mx.argsort(mx.array([3., nan, 1., -inf, nan, inf, -0.0, 0.0]))"
