@@ -1,6 +1,6 @@
-//! Reduce (sum/prod/max/min, and/or of bools, over sorted axes) and ArgReduce (argmax/argmin on one axis).
-//! The input is viewed with the kept axes first and the reduced ones last, so its row-major
-//! walk yields each output's group of elements consecutively.
+//! Reduce (sum/prod/max/min, and/or of bools, over sorted axes) and ArgReduce
+//! (argmax/argmin on one axis). The input is viewed with the kept axes first and the reduced
+//! ones last, so its row-major walk yields each output's group of elements consecutively.
 
 use crate::element::{dispatch, Element};
 use crate::scalar::{BinaryVisitor, Num};

@@ -5,6 +5,8 @@
 //! `ops` (free functions), `random` (the `random` submodule), `device` (devices and
 //! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
 //! mapping from kiln errors to Python exceptions).
+//! `reductions` (var, std, logsumexp, softmax, median, scans, ...) and `sort` (sorting and
+//! searching) hold the reduction, scan and sort families.
 
 mod array;
 mod convert;

@@ -1,5 +1,5 @@
-//! Sorting ops: sort, argsort, partition, argpartition, topk, searchsorted. `axis: None` works on the
-//! flattened array, as MLX. Floats order NaN last.
+//! Sorting ops: sort, argsort, partition, argpartition, topk, searchsorted. `axis: None`
+//! works on the flattened array, as MLX. Floats order NaN last.
 
 use super::{astype, record, reshape, slice};
 use crate::array::Array;
