@@ -16,6 +16,21 @@ pub enum ReduceOp {
     Prod,
     Max,
     Min,
+    /// Logical and of a bool input (`all`); true over no elements.
+    And,
+    /// Logical or of a bool input (`any`); false over no elements.
+    Or,
+}
+
+/// Cumulative ops along one axis (one `Scan` primitive, the op a parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScanOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// `log(exp(a) + exp(b))`, float inputs only (`logcumsumexp`).
+    LogAddExp,
 }
 
 /// Reductions that return an index (uint32, as MLX).
@@ -67,6 +82,17 @@ pub enum Primitive {
     Slice { start: Vec<usize>, step: Vec<isize>, len: Vec<usize> },
     /// Joins inputs of one dtype along an axis.
     Concatenate { axis: usize },
+    /// Cumulative `op` along `axis`: from the end when `reverse`; `inclusive: false` shifts
+    /// by one, starting from the op's identity (0, 1, the dtype's lowest/highest, -inf).
+    Scan { op: ScanOp, axis: usize, reverse: bool, inclusive: bool },
+    /// Stable ascending sort along `axis`, NaN last; `arg` gives uint32 indices instead.
+    Sort { axis: usize, arg: bool },
+    /// Along `axis`, the element of sorted rank `kth` in place, none greater before it and
+    /// none smaller after (NaN last); `arg` gives uint32 indices instead.
+    Partition { kth: usize, axis: usize, arg: bool },
+    /// For each value (second input), the uint32 insertion index into the sorted 1-d first
+    /// input (one dtype, NaN last): before equal elements, or after them when `right`.
+    SearchSorted { right: bool },
     /// `(..., m, k) @ (..., k, n)` with equal batch dims.
     Matmul,
     /// For each position of the index arrays (inputs 1.., one per entry of `axes`, integer,
@@ -120,6 +146,8 @@ impl Primitive {
                 ReduceOp::Prod => "prod",
                 ReduceOp::Max => "max",
                 ReduceOp::Min => "min",
+                ReduceOp::And => "all",
+                ReduceOp::Or => "any",
             },
             Primitive::ArgReduce { op, .. } => match op {
                 ArgReduceOp::ArgMax => "argmax",
@@ -130,6 +158,18 @@ impl Primitive {
             Primitive::BroadcastTo { .. } => "broadcast_to",
             Primitive::Slice { .. } => "slice",
             Primitive::Concatenate { .. } => "concatenate",
+            Primitive::Scan { op, .. } => match op {
+                ScanOp::Sum => "cumsum",
+                ScanOp::Prod => "cumprod",
+                ScanOp::Max => "cummax",
+                ScanOp::Min => "cummin",
+                ScanOp::LogAddExp => "logcumsumexp",
+            },
+            Primitive::Sort { arg: false, .. } => "sort",
+            Primitive::Sort { arg: true, .. } => "argsort",
+            Primitive::Partition { arg: false, .. } => "partition",
+            Primitive::Partition { arg: true, .. } => "argpartition",
+            Primitive::SearchSorted { .. } => "searchsorted",
             Primitive::Matmul => "matmul",
             Primitive::RandomBits { .. } => "random_bits",
             Primitive::StopGradient => "stop_gradient",
@@ -165,7 +205,10 @@ impl Primitive {
         let arity = match self {
             Primitive::Arange { .. } => 0,
             Primitive::Where => 3,
-            Primitive::Binary(_) | Primitive::Matmul | Primitive::Conv(_) => 2,
+            Primitive::Binary(_)
+            | Primitive::Matmul
+            | Primitive::Conv(_)
+            | Primitive::SearchSorted { .. } => 2,
             Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             Primitive::Gather { axes, .. } => axes.len() + 1,
@@ -194,9 +237,12 @@ impl Primitive {
                 ensure!(sc == sx && sx == sy, Value, op, "Inputs must have one shape.");
                 same(sx, dx)
             }
-            Primitive::Reduce { axes, .. } => {
+            Primitive::Reduce { op: rop, axes } => {
                 let (s, d) = inputs[0];
                 check_axes(op, axes, s.len())?;
+                if matches!(rop, ReduceOp::And | ReduceOp::Or) {
+                    ensure!(d == DType::Bool, Type, op, "Expected a bool input, got {d}.");
+                }
                 let mut out = Shape::from(s);
                 axes.iter().for_each(|&a| out[a] = 1);
                 same(&out, d)
@@ -207,6 +253,43 @@ impl Primitive {
                 let mut out = Shape::from(s);
                 out[*axis] = 1;
                 same(&out, DType::U32)
+            }
+            Primitive::Scan { op: sop, axis, .. } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                if *sop == ScanOp::LogAddExp {
+                    ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
+                }
+                same(s, d)
+            }
+            Primitive::Sort { axis, arg } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                same(s, if *arg { DType::U32 } else { d })
+            }
+            Primitive::Partition { kth, axis, arg } => {
+                let (s, d) = inputs[0];
+                check_axes(op, &[*axis], s.len())?;
+                ensure!(
+                    *kth < s[*axis],
+                    Value,
+                    op,
+                    "kth {kth} is out of bounds for axis {axis} of size {}.",
+                    s[*axis]
+                );
+                same(s, if *arg { DType::U32 } else { d })
+            }
+            Primitive::SearchSorted { .. } => {
+                let ((sa, da), (sv, dv)) = (inputs[0], inputs[1]);
+                ensure!(da == dv, Type, op, "Inputs must have one dtype.");
+                ensure!(
+                    sa.len() == 1,
+                    Value,
+                    op,
+                    "The sorted sequence must be 1-D but has {} dimensions.",
+                    sa.len()
+                );
+                same(sv, DType::U32)
             }
             Primitive::Reshape { shape } => {
                 let (s, d) = inputs[0];
@@ -551,5 +634,31 @@ mod tests {
             .output_shapes(&[(&[2], DType::I32), (&[2], DType::I32)])
             .unwrap();
         assert_eq!(cmp[0].1, DType::Bool);
+    }
+
+    #[test]
+    fn scan_sort_and_logical_shapes() {
+        let f = |p: Primitive, s: &[usize], d| p.output_shapes(&[(s, d)]);
+        let scan = |op| Primitive::Scan { op, axis: 1, reverse: false, inclusive: true };
+        let out = f(scan(ScanOp::Sum), &[2, 3], DType::I8).unwrap();
+        assert_eq!((out[0].0.as_slice(), out[0].1), (&[2, 3][..], DType::I8));
+        assert!(f(scan(ScanOp::Sum), &[3], DType::I8).is_err()); // axis out of range
+        assert!(f(scan(ScanOp::LogAddExp), &[2, 3], DType::I32).is_err()); // floats only
+        let argsort = f(Primitive::Sort { axis: 0, arg: true }, &[4], DType::F16).unwrap();
+        assert_eq!(argsort[0].1, DType::U32);
+        assert_eq!(Primitive::Sort { axis: 0, arg: true }.name(), "argsort");
+        let part = |kth, arg| Primitive::Partition { kth, axis: 0, arg };
+        assert_eq!(f(part(3, false), &[4, 2], DType::I64).unwrap()[0].1, DType::I64);
+        let err = f(part(4, true), &[4, 2], DType::I64).unwrap_err();
+        assert_eq!(err.to_string(), "[argpartition] kth 4 is out of bounds for axis 0 of size 4.");
+        let and = Primitive::Reduce { op: ReduceOp::And, axes: vec![0] };
+        assert_eq!(and.name(), "all");
+        assert!(f(and.clone(), &[2], DType::Bool).is_ok());
+        assert!(f(and, &[2], DType::F32).is_err()); // bools only
+        let search = Primitive::SearchSorted { right: true };
+        let out = search.output_shapes(&[(&[5], DType::F32), (&[2, 3], DType::F32)]).unwrap();
+        assert_eq!((out[0].0.as_slice(), out[0].1), (&[2, 3][..], DType::U32));
+        assert!(search.output_shapes(&[(&[5, 1], DType::F32), (&[2], DType::F32)]).is_err());
+        assert!(search.output_shapes(&[(&[5], DType::I32), (&[2], DType::F32)]).is_err());
     }
 }

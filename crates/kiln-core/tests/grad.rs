@@ -271,3 +271,17 @@ fn indexing_ops_match_finite_differences() {
         check_grad(name, f, std::slice::from_ref(&x));
     }
 }
+
+#[test]
+fn scans_and_softmax_match_finite_differences() {
+    let x = (values(12, 12, -1.0, 1.0), vec![3, 4]);
+    let cases: [(&str, Fun); 4] = [
+        ("cumsum", |a| ops::cumsum(&a[0], Some(1), false, true)),
+        ("cumsum_reverse_exclusive", |a| ops::cumsum(&a[0], Some(0), true, false)),
+        ("logsumexp", |a| ops::logsumexp(&a[0], Some(&[1]), false)),
+        ("softmax", |a| ops::softmax(&a[0], Some(&[1]), false)),
+    ];
+    for (name, f) in cases {
+        check_grad(name, f, std::slice::from_ref(&x));
+    }
+}

@@ -13,12 +13,15 @@ mod element;
 mod erfinv;
 mod gather;
 mod linalg;
+mod lines;
 mod math;
 mod matmul;
 mod random;
 mod reduce;
 mod scalar;
+mod scan;
 mod scatter;
+mod sort;
 mod strided;
 mod unary;
 
@@ -71,6 +74,16 @@ impl Backend for CpuBackend {
             | Primitive::Identity
             | Primitive::StopGradient => copy::view(prim, &inputs[0], shape),
             Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
+            Primitive::Scan { op, axis, reverse, inclusive } => {
+                scan::scan(*op, *axis, *reverse, *inclusive, &inputs[0], shape)
+            }
+            Primitive::Sort { axis, arg } => sort::sort(prim, *axis, None, *arg, &inputs[0], shape),
+            Primitive::Partition { kth, axis, arg } => {
+                sort::sort(prim, *axis, Some(*kth), *arg, &inputs[0], shape)
+            }
+            Primitive::SearchSorted { right } => {
+                sort::search_sorted(*right, &inputs[0], &inputs[1], shape)
+            }
             Primitive::Matmul => matmul::matmul(&inputs[0], &inputs[1], shape),
             Primitive::RandomBits { shape: per_key, width } => {
                 random::random_bits(&inputs[0], per_key, *width, shape, *dtype)

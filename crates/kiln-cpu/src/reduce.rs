@@ -1,6 +1,6 @@
-//! Reduce (sum/prod/max/min over sorted axes) and ArgReduce (argmax/argmin on one axis).
-//! The input is viewed with the kept axes first and the reduced ones last, so its row-major
-//! walk yields each output's group of elements consecutively.
+//! Reduce (sum/prod/max/min, and/or of bools, over sorted axes) and ArgReduce
+//! (argmax/argmin on one axis). The input is viewed with the kept axes first and the reduced
+//! ones last, so its row-major walk yields each output's group of elements consecutively.
 
 use crate::element::{dispatch, Element};
 use crate::scalar::{BinaryVisitor, Num};
@@ -23,6 +23,9 @@ pub(crate) fn reduce(
         ReduceOp::Prod => BinaryOp::Multiply,
         ReduceOp::Max => BinaryOp::Maximum,
         ReduceOp::Min => BinaryOp::Minimum,
+        // On bools (the only input these take) minimum is `and` and maximum is `or`.
+        ReduceOp::And => BinaryOp::Minimum,
+        ReduceOp::Or => BinaryOp::Maximum,
     };
     dispatch!(x.dtype, T => {
         <T as Element>::Acc::binary(bin, Fold::<T> { op, axes, x, shape, ty: PhantomData })
@@ -56,10 +59,12 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
             ReduceOp::Prod => "prod",
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
+            ReduceOp::And => "all",
+            ReduceOp::Or => "any",
         };
         let empty = match self.op {
-            ReduceOp::Sum => Some(T::Acc::ZERO),
-            ReduceOp::Prod => Some(T::Acc::ONE),
+            ReduceOp::Sum | ReduceOp::Or => Some(T::Acc::ZERO),
+            ReduceOp::Prod | ReduceOp::And => Some(T::Acc::ONE),
             ReduceOp::Max | ReduceOp::Min => None,
         };
         let (view, group) = grouped(&self.x.layout, self.axes);

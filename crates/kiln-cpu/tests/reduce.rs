@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use half::f16;
-use kiln_base::{ArgReduceOp, DType, Layout, Primitive, ReduceOp};
+use kiln_base::{ArgReduceOp, ArrayData, DType, Layout, Primitive, ReduceOp};
 
 fn red(op: ReduceOp, axes: &[usize]) -> Primitive {
     Primitive::Reduce { op, axes: axes.to_vec() }
@@ -30,6 +30,7 @@ fn naive(data: &[f64], dims: [usize; 3], axes: &[usize], op: ReduceOp) -> Vec<f6
                     (Some(a), ReduceOp::Prod) => a * v,
                     (Some(a), ReduceOp::Max) => a.max(v),
                     (Some(a), ReduceOp::Min) => a.min(v),
+                    (Some(_), ReduceOp::And | ReduceOp::Or) => unreachable!("bool inputs only"),
                 });
             }
         }
@@ -151,4 +152,29 @@ fn argmax_argmin_first_wins_and_nan_wins() {
     let e = f32s(&[], &[0, 2]);
     assert!(try_eval(&arg(ArgReduceOp::ArgMax, 0), std::slice::from_ref(&e)).is_err());
     assert_eq!(read::<u32>(&eval(&arg(ArgReduceOp::ArgMax, 1), &[e])).len(), 0);
+}
+
+#[test]
+fn and_or_of_bools_with_empty_groups_and_views() {
+    let b = arr(&[1u8, 1, 0, 1, 0, 0], &[2, 3], DType::Bool);
+    let all = |axes: &[usize], x: &ArrayData| {
+        read::<u8>(&eval(&red(ReduceOp::And, axes), std::slice::from_ref(x)))
+    };
+    let any = |axes: &[usize], x: &ArrayData| {
+        read::<u8>(&eval(&red(ReduceOp::Or, axes), std::slice::from_ref(x)))
+    };
+    assert_eq!(all(&[1], &b), vec![0, 0]);
+    assert_eq!(all(&[0], &b), vec![1, 0, 0]);
+    assert_eq!(any(&[1], &b), vec![1, 1]);
+    assert_eq!(any(&[0, 1], &b), vec![1]);
+    // A transposed view: rows become columns.
+    let t = with_layout(&b, b.layout.transpose(&[1, 0]));
+    assert_eq!(all(&[1], &t), vec![1, 0, 0]);
+    // Over no elements: all is true, any is false.
+    let e = arr::<u8>(&[], &[2, 0], DType::Bool);
+    assert_eq!(all(&[1], &e), vec![1, 1]);
+    assert_eq!(any(&[1], &e), vec![0, 0]);
+    // Only bools: the op converts first, and the primitive refuses anything else.
+    let f = f32s(&[1.0], &[1]);
+    assert!(try_eval(&red(ReduceOp::And, &[0]), &[f]).is_err());
 }

@@ -7,6 +7,7 @@ use crate::error::{raise, OrRaise};
 use crate::indexing;
 use crate::math;
 use crate::ops::{self, ReduceFn};
+use crate::reductions;
 use kiln_base::Scalar;
 use kiln_core::ops::IndexItem;
 use kiln_core::{ops as kops, Array};
@@ -609,6 +610,117 @@ impl PyArray {
     ) -> PyResult<PyArray> {
         crate::device::with_stream(stream, || kops::diagonal(&self.0, offset, axis1, axis2))
             .map(PyArray)
+    }
+
+    // Reductions and scans of `reductions.rs`.
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn all(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::all, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn any(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::any, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, *, stream = None))]
+    fn logsumexp(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        self.reduce(kops::logsumexp, axis, keepdims, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, ddof = 0, *, correction = None, stream = None))]
+    fn var(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        ddof: i64,
+        correction: Option<i64>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::moment_of(false, &self.0, axis, keepdims, ddof, correction, stream)
+    }
+
+    #[pyo3(signature = (axis = None, keepdims = false, ddof = 0, *, correction = None, stream = None))]
+    fn std(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        ddof: i64,
+        correction: Option<i64>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::moment_of(true, &self.0, axis, keepdims, ddof, correction, stream)
+    }
+
+    #[pyo3(signature = (axis = None, *, reverse = false, inclusive = true, stream = None))]
+    fn cumsum(
+        &self,
+        axis: Option<i64>,
+        reverse: bool,
+        inclusive: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::scan_of(kops::cumsum, &self.0, axis, reverse, inclusive, None, stream)
+    }
+
+    #[pyo3(signature = (axis = None, *, reverse = false, inclusive = true, stream = None))]
+    fn cumprod(
+        &self,
+        axis: Option<i64>,
+        reverse: bool,
+        inclusive: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::scan_of(kops::cumprod, &self.0, axis, reverse, inclusive, None, stream)
+    }
+
+    #[pyo3(signature = (axis = None, *, reverse = false, inclusive = true, stream = None))]
+    fn cummax(
+        &self,
+        axis: Option<i64>,
+        reverse: bool,
+        inclusive: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::scan_of(kops::cummax, &self.0, axis, reverse, inclusive, None, stream)
+    }
+
+    #[pyo3(signature = (axis = None, *, reverse = false, inclusive = true, stream = None))]
+    fn cummin(
+        &self,
+        axis: Option<i64>,
+        reverse: bool,
+        inclusive: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::scan_of(kops::cummin, &self.0, axis, reverse, inclusive, None, stream)
+    }
+
+    #[pyo3(signature = (axis = None, *, reverse = false, inclusive = true, stream = None))]
+    fn logcumsumexp(
+        &self,
+        axis: Option<i64>,
+        reverse: bool,
+        inclusive: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArray> {
+        reductions::scan_of(kops::logcumsumexp, &self.0, axis, reverse, inclusive, None, stream)
     }
 }
 

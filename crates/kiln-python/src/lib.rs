@@ -5,6 +5,8 @@
 //! `ops` (free functions), `indexing` (shape and indexing functions, index expressions), `random` (the `random` submodule), `device` (devices and
 //! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
 //! mapping from kiln errors to Python exceptions).
+//! `reductions` (var, std, logsumexp, softmax, median, scans, ...) and `sort` (sorting and
+//! searching) hold the reduction, scan and sort families.
 
 mod array;
 mod conv;
@@ -21,6 +23,8 @@ mod math;
 mod memory;
 mod ops;
 mod random;
+mod reductions;
+mod sort;
 mod transforms;
 
 use pyo3::prelude::*;
@@ -42,5 +46,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     linalg::register(m)?;
     conv::register(m)?;
     indexing::register(m)?;
+    reductions::register(m)?;
     Ok(())
 }

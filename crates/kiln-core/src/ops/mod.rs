@@ -14,7 +14,9 @@ mod math;
 mod pad;
 pub mod random;
 mod reduce;
+mod scan;
 mod shape;
+mod sort;
 
 pub use conv::{
     conv1d, conv2d, conv3d, conv_general, conv_transpose1d, conv_transpose2d, conv_transpose3d,
@@ -34,11 +36,16 @@ pub use indexing::{
 pub use linalg::{addmm, inner, matmul, outer, tensordot, TensordotAxes};
 pub use math::*;
 pub use pad::{pad, PadMode};
-pub use reduce::{argmax, argmin, max, mean, min, prod, sum};
+pub use reduce::{
+    all, any, argmax, argmin, count_nonzero, logsumexp, max, mean, median, min, minmax, prod,
+    softmax, std, sum, var,
+};
+pub use scan::{cummax, cummin, cumprod, cumsum, logcumsumexp};
 pub use shape::{
     broadcast_arrays, broadcast_to, concatenate, expand_dims, flatten, moveaxis, repeat, reshape,
     roll, slice, split, squeeze, stack, swapaxes, tile, transpose, unflatten, SplitSpec,
 };
+pub use sort::{argpartition, argsort, partition, searchsorted, sort, topk};
 
 use crate::array::Array;
 use crate::device::default_stream;

@@ -1,10 +1,13 @@
 //! Reductions. The primitive keeps reduced axes as size 1; the op squeezes them unless
-//! `keepdims`.
+//! `keepdims`. var, std, logsumexp, softmax, median and count_nonzero are compositions.
 
-use super::{astype, divide, record, reshape, scalar};
+use super::{
+    abs, add, astype, divide, equal, exp, log, multiply, not_equal, partition, record, reshape,
+    scalar, slice, sqrt, subtract, transpose, where_,
+};
 use crate::array::Array;
 use kiln_base::shape::{normalize_axes, normalize_axis};
-use kiln_base::{bail, ArgReduceOp, DType, Primitive, ReduceOp, Result, Scalar};
+use kiln_base::{bail, ensure, ArgReduceOp, DType, Primitive, ReduceOp, Result, Scalar};
 
 fn op_name(op: ReduceOp) -> &'static str {
     Primitive::Reduce { op, axes: vec![] }.name()
@@ -66,6 +69,157 @@ pub fn mean(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
     let dtype = x.dtype().to_float();
     let total = sum(&astype(x, dtype)?, axes, keepdims)?;
     divide(&total, &scalar(Scalar::Float(count as f64), dtype)?)
+}
+
+fn logical(op: ReduceOp, x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    let axes = reduce_axes(op_name(op), x, axes)?;
+    let x = astype(x, DType::Bool)?;
+    if axes.is_empty() {
+        return Ok(x);
+    }
+    let out = record(Primitive::Reduce { op, axes: axes.clone() }, vec![x])?;
+    finish(out, &axes, keepdims)
+}
+
+/// Whether every element over `axes` is nonzero (true over none), bool.
+pub fn all(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    logical(ReduceOp::And, x, axes, keepdims)
+}
+
+/// Whether any element over `axes` is nonzero (NaN counts), bool.
+pub fn any(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    logical(ReduceOp::Or, x, axes, keepdims)
+}
+
+/// Variance over `axes` with `ddof` delta degrees of freedom; integers give float32. As MLX,
+/// the mean of squared deviations scaled by `n / max(n - ddof, 0)` (inf or NaN when
+/// `ddof >= n`).
+pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result<Array> {
+    let axes_n = reduce_axes("var", x, axes)?;
+    let dtype = x.dtype().to_float();
+    let x = astype(x, dtype)?;
+    let dev = subtract(&x, &mean(&x, axes, true)?)?;
+    let v = mean(&multiply(&dev, &dev)?, axes, keepdims)?;
+    if ddof == 0 {
+        return Ok(v);
+    }
+    let n = axes_n.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
+    let factor = n / (n - ddof as f64).max(0.0);
+    multiply(&v, &scalar(Scalar::Float(factor), dtype)?)
+}
+
+/// Standard deviation: `sqrt(var(...))`.
+pub fn std(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result<Array> {
+    sqrt(&var(x, axes, keepdims, ddof)?)
+}
+
+/// Raises MLX's error for a 0-d input given axes.
+fn no_axes_of_scalar(op: &'static str, x: &Array, axes: Option<&[i64]>) -> Result<()> {
+    ensure!(
+        x.ndim() > 0 || axes.is_none_or(|a| a.is_empty()),
+        Value,
+        op,
+        "Received non-empty axes for array with 0 dimensions."
+    );
+    Ok(())
+}
+
+/// `log(sum(exp(x)))` over `axes`, computed as `m + log(sum(exp(x - m)))` with `m` the max
+/// (no overflow); where the max is infinite the result is the max. Integers and bools give
+/// float32 and are converted first (MLX subtracts the max in the integer type, so unsigned
+/// and bool inputs wrap to inf or wrong values there).
+pub fn logsumexp(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    let op = "logsumexp";
+    ensure!(x.size() > 0, Value, op, "Received empty array.");
+    no_axes_of_scalar(op, x, axes)?;
+    let axes_n = reduce_axes(op, x, axes)?;
+    let dtype = x.dtype().to_float();
+    let x = astype(x, dtype)?;
+    let m = max(&x, axes, true)?;
+    let out = add(&log(&sum(&exp(&subtract(&x, &m)?)?, axes, true)?)?, &m)?;
+    // An infinite max makes x - m NaN (inf - inf) or -inf everywhere.
+    let infinite = equal(&abs(&m)?, &scalar(Scalar::Float(f64::INFINITY), dtype)?)?;
+    finish(where_(&infinite, &m, &out)?, &axes_n, keepdims)
+}
+
+/// `exp(x) / sum(exp(x))` over `axes` (all when `None`), shifted by the max for stability.
+/// `precise` computes half floats in float32. Integers give float32 (on every axis: MLX
+/// casts back to the integer type off the last axis, which rounds to zeros).
+pub fn softmax(x: &Array, axes: Option<&[i64]>, precise: bool) -> Result<Array> {
+    let op = "softmax";
+    no_axes_of_scalar(op, x, axes)?;
+    reduce_axes(op, x, axes)?;
+    let dtype = x.dtype().to_float();
+    let compute = match dtype {
+        DType::F16 | DType::BF16 if precise => DType::F32,
+        d => d,
+    };
+    let x = astype(x, compute)?;
+    if x.size() == 0 {
+        return astype(&x, dtype);
+    }
+    let e = exp(&subtract(&x, &max(&x, axes, true)?)?)?;
+    astype(&divide(&e, &sum(&e, axes, true)?)?, dtype)
+}
+
+/// The number of nonzero elements over `axes` (NaN counts), int32.
+pub fn count_nonzero(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    reduce_axes("count_nonzero", x, axes)?;
+    // A bool sum counts in int32; over no axes it is the input, so convert as well.
+    astype(&sum(&astype(x, DType::Bool)?, axes, keepdims)?, DType::I32)
+}
+
+/// `(min, max)` over `axes`, as two calls would give.
+pub fn minmax(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<(Array, Array)> {
+    Ok((min(x, axes, keepdims)?, max(x, axes, keepdims)?))
+}
+
+/// The median over `axes` (all when `None`): the middle element, or the mean of the two
+/// middle ones, of each group; NaN where the group holds a NaN (numpy). Integers give
+/// float32. Over no axes it is the input as float (MLX raises there).
+pub fn median(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
+    let op = "median";
+    let axes_n = reduce_axes(op, x, axes)?;
+    let x = astype(x, x.dtype().to_float())?;
+    if axes_n.is_empty() {
+        return Ok(x);
+    }
+    let n: usize = axes_n.iter().map(|&a| x.shape()[a]).product();
+    ensure!(n > 0, Value, op, "Cannot take median along empty axis.");
+    // Kept axes first, the reduced ones merged into one last axis.
+    let kept: Vec<usize> = (0..x.ndim()).filter(|a| !axes_n.contains(a)).collect();
+    let perm: Vec<i64> = kept.iter().chain(&axes_n).map(|&a| a as i64).collect();
+    let mut groups: Vec<i64> = kept.iter().map(|&a| x.shape()[a] as i64).collect();
+    groups.push(n as i64);
+    let flat = reshape(&transpose(&x, Some(&perm))?, &groups)?;
+    // One partition at n / 2 puts the upper middle in place and the lower half before it.
+    let last = kept.len();
+    let half = n / 2;
+    let part = partition(&flat, half as i64, Some(-1))?;
+    let pick = |start: usize, stop: usize| -> Result<Array> {
+        let mut starts = vec![None; last + 1];
+        let mut stops = vec![None; last + 1];
+        (starts[last], stops[last]) = (Some(start as i64), Some(stop as i64));
+        slice(&part, &starts, &stops, &vec![1; last + 1])
+    };
+    let upper = pick(half, half + 1)?;
+    let mid = if n % 2 == 1 {
+        upper
+    } else {
+        // Halves first: no overflow for values near the dtype's max, and +-inf stay exact.
+        let lower = max(&pick(0, half)?, Some(&[-1]), true)?;
+        let h = scalar(Scalar::Float(0.5), x.dtype())?;
+        add(&multiply(&lower, &h)?, &multiply(&upper, &h)?)?
+    };
+    // NaNs order last, so a group's max is NaN exactly when it holds one.
+    let top = max(&flat, Some(&[-1]), true)?;
+    let mid = where_(&not_equal(&top, &top)?, &top, &mid)?;
+    let shape: Vec<i64> = if keepdims {
+        (0..x.ndim()).map(|a| if axes_n.contains(&a) { 1 } else { x.shape()[a] as i64 }).collect()
+    } else {
+        groups[..last].to_vec()
+    };
+    reshape(&mid, &shape)
 }
 
 fn arg_reduce(op: ArgReduceOp, x: &Array, axis: Option<i64>, keepdims: bool) -> Result<Array> {

@@ -94,6 +94,19 @@ impl Rules for Primitive {
             Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
                 return Err(missing("vjp", self))
             }
+            Primitive::Scan { .. } => {
+                let g = reduce::scan_vjp(self, &cotangents[0])?;
+                argnums.iter().map(|_| g.clone()).collect()
+            }
+            // Indices and positions carry no gradient; sorted values need a rule of their own.
+            Primitive::Sort { arg: true, .. }
+            | Primitive::Partition { arg: true, .. }
+            | Primitive::SearchSorted { .. } => {
+                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
+            }
+            Primitive::Sort { .. } | Primitive::Partition { .. } => {
+                return Err(missing("vjp", self))
+            }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
             Primitive::Arange { .. }
@@ -146,6 +159,15 @@ impl Rules for Primitive {
             | Primitive::Gather { .. }
             | Primitive::Scatter { .. } => indexing::jvp(self, primals, tangents, argnums)?,
             Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
+                return Err(missing("jvp", self))
+            }
+            Primitive::Scan { .. } => vec![reduce::scan_jvp(self, &tangents[0])?],
+            Primitive::Sort { arg: true, .. }
+            | Primitive::Partition { arg: true, .. }
+            | Primitive::SearchSorted { .. } => {
+                outputs.iter().map(zeros_like).collect::<Result<_>>()?
+            }
+            Primitive::Sort { .. } | Primitive::Partition { .. } => {
                 return Err(missing("jvp", self))
             }
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,

@@ -1,10 +1,10 @@
 //! Gradients of reductions. The primitives keep reduced axes as size 1, so cotangents and
 //! outputs broadcast straight back over the input.
 
-use super::zeros_like;
+use super::{missing, zeros_like};
 use crate::array::Array;
-use crate::ops;
-use kiln_base::{Primitive, ReduceOp, Result};
+use crate::ops::{self, record};
+use kiln_base::{Primitive, ReduceOp, Result, ScanOp};
 
 fn axes_i64(axes: &[usize]) -> Vec<i64> {
     axes.iter().map(|&a| a as i64).collect()
@@ -37,6 +37,7 @@ pub(super) fn vjp(
                 ReduceOp::Max | ReduceOp::Min => {
                     ops::multiply(&spread, &extremum_weights(x, out, axes)?)?
                 }
+                ReduceOp::And | ReduceOp::Or => zeros_like(x)?, // bool: no gradient
             }
         }
         _ => zeros_like(x)?, // arg reductions: indices carry no gradient
@@ -64,6 +65,7 @@ pub(super) fn jvp(
                     let w = extremum_weights(x, out, &prim_axes(prim))?;
                     ops::sum(&ops::multiply(t, &w)?, Some(&axes), true)?
                 }
+                ReduceOp::And | ReduceOp::Or => zeros_like(out)?,
             }
         }
         _ => zeros_like(out)?,
@@ -75,5 +77,29 @@ fn prim_axes(prim: &Primitive) -> Vec<usize> {
     match prim {
         Primitive::Reduce { axes, .. } => axes.clone(),
         _ => vec![],
+    }
+}
+
+/// A cumulative sum is linear: its vjp is the cumulative sum running the other way, its jvp
+/// the same scan of the tangent. Other scans have no rule yet.
+pub(super) fn scan_vjp(prim: &Primitive, g: &Array) -> Result<Array> {
+    match prim {
+        Primitive::Scan { op: ScanOp::Sum, axis, reverse, inclusive } => {
+            let back = Primitive::Scan {
+                op: ScanOp::Sum,
+                axis: *axis,
+                reverse: !reverse,
+                inclusive: *inclusive,
+            };
+            record(back, vec![g.clone()])
+        }
+        _ => Err(missing("vjp", prim)),
+    }
+}
+
+pub(super) fn scan_jvp(prim: &Primitive, t: &Array) -> Result<Array> {
+    match prim {
+        Primitive::Scan { op: ScanOp::Sum, .. } => record(prim.clone(), vec![t.clone()]),
+        _ => Err(missing("jvp", prim)),
     }
 }

@@ -131,7 +131,26 @@ pub(super) fn vmap(
             };
             record(prim, all_batched(inputs, axes)?)?
         }
-        Primitive::Gather { .. }
+        Primitive::Scan { op, axis, reverse, inclusive } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            let prim = Primitive::Scan {
+                op: *op,
+                axis: axis + 1,
+                reverse: *reverse,
+                inclusive: *inclusive,
+            };
+            record(prim, vec![x])?
+        }
+        Primitive::Sort { axis, arg } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            record(Primitive::Sort { axis: axis + 1, arg: *arg }, vec![x])?
+        }
+        Primitive::Partition { kth, axis, arg } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            record(Primitive::Partition { kth: *kth, axis: axis + 1, arg: *arg }, vec![x])?
+        }
+        Primitive::SearchSorted { .. }
+        | Primitive::Gather { .. }
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
         | Primitive::AsStrided { .. } => return Err(super::missing("vmap", prim)),

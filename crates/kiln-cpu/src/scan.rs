@@ -1,0 +1,156 @@
+//! Scan: cumulative sum/prod/max/min/log-add-exp along one axis, forward or reversed,
+//! inclusive or shifted by one (exclusive). Accumulates in the element's compute type
+//! (`Element::Acc`: half floats in f32, integers wrapping) and rounds each output once.
+
+use crate::element::{dispatch, Element};
+use crate::lines::Lines;
+use crate::scalar::{maximum, BinaryVisitor, Num};
+use crate::strided::output;
+use kiln_base::{bail, ArrayData, BinaryOp, DType, Error, Layout, Result, ScanOp};
+use std::marker::PhantomData;
+
+/// What a scan needs beyond `Num`: the starting values of exclusive max/min scans and the
+/// log-add-exp step.
+pub(crate) trait ScanAcc: Num {
+    /// The dtype's lowest value (-inf for floats): exclusive cummax and logcumsumexp start here.
+    const LOWEST: Self;
+    /// The dtype's highest value (+inf for floats): exclusive cummin starts here.
+    const HIGHEST: Self;
+    /// `log(exp(a) + exp(b))` without overflow; NaN propagates.
+    fn log_add_exp(a: Self, b: Self) -> Self;
+}
+
+macro_rules! float_acc {
+    ($t:ty) => {
+        impl ScanAcc for $t {
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            fn log_add_exp(a: $t, b: $t) -> $t {
+                if a.is_nan() || b.is_nan() {
+                    return <$t>::NAN;
+                }
+                let (hi, lo) = if a > b { (a, b) } else { (b, a) };
+                // -inf + x and inf + x must not become NaN through inf - inf.
+                if lo == <$t>::NEG_INFINITY || hi == <$t>::INFINITY {
+                    return hi;
+                }
+                hi + (lo - hi).exp().ln_1p()
+            }
+        }
+    };
+}
+float_acc!(f32);
+float_acc!(f64);
+
+// The primitive only accepts floats for log-add-exp and `scan` checks the dtype again
+// before any loop, so the integer form below is never reached; max is its limit anyway.
+macro_rules! int_acc {
+    ($($t:ty),*) => {$(
+        impl ScanAcc for $t {
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            fn log_add_exp(a: $t, b: $t) -> $t {
+                maximum(a, b)
+            }
+        }
+    )*};
+}
+int_acc!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+impl ScanAcc for bool {
+    const LOWEST: Self = false;
+    const HIGHEST: Self = true;
+    fn log_add_exp(a: bool, b: bool) -> bool {
+        a | b
+    }
+}
+
+/// Evaluates a `Scan` primitive.
+pub(crate) fn scan(
+    op: ScanOp,
+    axis: usize,
+    reverse: bool,
+    inclusive: bool,
+    x: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let name = kiln_base::Primitive::Scan { op, axis, reverse, inclusive }.name();
+    if op == ScanOp::LogAddExp && !x.dtype.is_float() {
+        bail!(Type, name, "Expected a float input, got {}.", x.dtype);
+    }
+    dispatch!(x.dtype, T => {
+        let job = Scan::<T> { name, op, axis, reverse, inclusive, x, shape, ty: PhantomData };
+        match op {
+            ScanOp::Sum => <T as Element>::Acc::binary(BinaryOp::Add, job),
+            ScanOp::Prod => <T as Element>::Acc::binary(BinaryOp::Multiply, job),
+            ScanOp::Max => <T as Element>::Acc::binary(BinaryOp::Maximum, job),
+            ScanOp::Min => <T as Element>::Acc::binary(BinaryOp::Minimum, job),
+            ScanOp::LogAddExp => job.run(<<T as Element>::Acc as ScanAcc>::log_add_exp),
+        }
+    })
+}
+
+struct Scan<'a, T> {
+    name: &'static str,
+    op: ScanOp,
+    axis: usize,
+    reverse: bool,
+    inclusive: bool,
+    x: &'a ArrayData,
+    shape: &'a [usize],
+    ty: PhantomData<T>,
+}
+
+impl<T: Element> Scan<'_, T>
+where
+    T::Acc: ScanAcc,
+{
+    fn run(self, f: impl Fn(T::Acc, T::Acc) -> T::Acc) -> Result<ArrayData> {
+        // An exclusive scan's first output: the op's identity.
+        let first = match self.op {
+            ScanOp::Sum => T::Acc::ZERO,
+            ScanOp::Prod => T::Acc::ONE,
+            ScanOp::Max | ScanOp::LogAddExp => T::Acc::LOWEST,
+            ScanOp::Min => T::Acc::HIGHEST,
+        };
+        let src = self.x.buffer.host_slice::<T>();
+        let input = Lines::new(&self.x.layout, self.axis);
+        let out_lines = Lines::new(&Layout::contiguous(self.shape), self.axis);
+        let n = input.len;
+        output::<T>(self.name, self.shape, |out| {
+            if out.is_empty() {
+                return Ok(());
+            }
+            for (si, so) in input.starts().zip(out_lines.starts()) {
+                let mut acc = first;
+                for step in 0..n {
+                    let j = if self.reverse { n - 1 - step } else { step };
+                    let v = src[input.at(si, j)].to_acc();
+                    // The first element starts the running value as is (keeps -0.0, NaN).
+                    let next = if step == 0 { v } else { f(acc, v) };
+                    let shown = if self.inclusive { next } else { acc };
+                    out[out_lines.at(so, j)] = T::from_acc(shown);
+                    acc = next;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<T: Element> BinaryVisitor<T::Acc> for Scan<'_, T>
+where
+    T::Acc: ScanAcc,
+{
+    fn dtype(&self) -> DType {
+        T::DTYPE
+    }
+
+    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+        self.run(f)
+    }
+
+    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy>(self, _f: F) -> Result<ArrayData> {
+        Err(Error::Runtime { op: self.name, msg: "Comparisons are not scans.".into() })
+    }
+}
