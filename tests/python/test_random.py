@@ -101,3 +101,39 @@ def test_seed_makes_global_state_reproducible():
 def test_key_validation():
     with pytest.raises(ValueError, match=r"\[random\]"):
         mx.random.uniform(shape=(2,), key=mx.array([1, 2, 3], dtype=mx.uint32))
+
+
+def test_more_distributions_match_mlx_numbers():
+    k = mx.random.key(0)
+    assert mx.random.randint(0, 10, (6,), key=k).tolist() == [5, 0, 7, 8, 5, 4]
+    r8 = mx.random.randint(-5, 5, (4,), dtype=mx.int8, key=k)
+    assert r8.dtype == mx.int8 and r8.tolist() == [4, -3, 1, -3]
+    assert mx.random.bernoulli(0.5, (6,), key=k).tolist() == [False, True, False, False, False, True]
+    np.testing.assert_allclose(mx.random.gumbel((3,), key=k).tolist(),
+                               [3.3440396785736084, -0.14513324201107025, 0.7825523614883423], rtol=1e-5)
+    np.testing.assert_allclose(mx.random.laplace((3,), key=k).tolist(),
+                               [-2.6684885025024414, 0.4630463123321533, -0.3093280792236328], rtol=1e-5)
+    np.testing.assert_allclose(mx.random.truncated_normal(-1, 1, (3,), key=k).tolist(),
+                               [0.9065213799476624, -0.32263678312301636, 0.2296501249074936], rtol=1e-5)
+    logits = mx.array([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])
+    assert mx.random.categorical(logits, key=k).tolist() == [2, 0]
+    assert mx.random.permutation(6, key=k).tolist() == [1, 5, 0, 4, 2, 3]
+
+
+def test_distribution_statistics_and_shapes():
+    k = mx.random.key(3)
+    r = np.array(mx.random.randint(2, 7, (4000,), key=k))
+    assert r.min() == 2 and r.max() == 6
+    b = np.array(mx.random.bernoulli(mx.array([0.1, 0.9]), (2000, 2), key=k))
+    assert abs(b[:, 0].mean() - 0.1) < 0.03 and abs(b[:, 1].mean() - 0.9) < 0.03
+    t = np.array(mx.random.truncated_normal(-0.5, 1.5, (4000,), key=k))
+    assert t.min() >= -0.5 and t.max() <= 1.5
+    lp = np.array(mx.random.laplace((8000,), loc=1.0, scale=2.0, key=k))
+    assert abs(np.median(lp) - 1.0) < 0.15 and abs(np.abs(lp - 1.0).mean() - 2.0) < 0.15
+    c = np.array(mx.random.categorical(mx.log(mx.array([0.2, 0.8])), num_samples=4000, key=k))
+    assert c.shape == (4000,) and abs(c.mean() - 0.8) < 0.03
+    x = mx.arange(12).reshape(3, 4)
+    p = mx.random.permutation(x, axis=1, key=k)
+    assert sorted(np.array(p)[0].tolist()) == [0, 1, 2, 3] and p.shape == (3, 4)
+    with pytest.raises(ValueError, match=r"\[randint\]"):
+        mx.random.randint(0, 5, (2,), dtype=mx.float32)

@@ -83,3 +83,38 @@ fn indexing_views() {
     assert_eq!(z.to_vec::<i32>().unwrap(), vec![20, 21, 22, 23]);
     assert!(matches!(ops::index(&x, &[IndexItem::Int(2)]), Err(kiln_core::Error::Index { .. })));
 }
+
+#[test]
+fn more_distributions_match_mlx() {
+    let k = random::key(0).unwrap();
+    let s = |v: f64| ops::scalar(kiln_core::Scalar::Float(v), DType::F32).unwrap();
+    let close = |got: Vec<f32>, want: &[f64]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!((*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()), "{got:?} vs {want:?}");
+        }
+    };
+    let r = random::randint(&s(0.0), &s(10.0), &[6], DType::I32, Some(&k)).unwrap();
+    assert_eq!(r.to_vec::<i32>().unwrap(), vec![5, 0, 7, 8, 5, 4]);
+    let r = random::randint(&s(-5.0), &s(5.0), &[4], DType::I8, Some(&k)).unwrap();
+    assert_eq!(r.to_vec::<i8>().unwrap(), vec![4, -3, 1, -3]);
+    let b = random::bernoulli(&s(0.5), &[6], Some(&k)).unwrap();
+    assert_eq!(b.to_bytes().unwrap(), vec![0, 1, 0, 0, 0, 1]);
+    close(
+        f32s(&random::gumbel(&[3], DType::F32, Some(&k)).unwrap()),
+        &[3.3440396785736084, -0.14513324201107025, 0.7825523614883423],
+    );
+    close(
+        f32s(&random::laplace(&[3], DType::F32, 0.0, 1.0, Some(&k)).unwrap()),
+        &[-2.6684885025024414, 0.4630463123321533, -0.3093280792236328],
+    );
+    close(
+        f32s(&random::truncated_normal(&s(-1.0), &s(1.0), &[3], DType::F32, Some(&k)).unwrap()),
+        &[0.9065213799476624, -0.32263678312301636, 0.2296501249074936],
+    );
+    let logits = Array::from_slice(&[0.0f32, 1.0, 2.0, 2.0, 1.0, 0.0], &[2, 3]).unwrap();
+    let c = random::categorical(&logits, -1, None, Some(&k)).unwrap();
+    assert_eq!(c.to_vec::<u32>().unwrap(), vec![2, 0]);
+    assert_eq!(random::categorical(&logits, -1, Some(5), Some(&k)).unwrap().shape(), &[2, 5]);
+    let p = random::permutation_of(6, Some(&k)).unwrap();
+    assert_eq!(p.to_vec::<i32>().unwrap(), vec![1, 5, 0, 4, 2, 3]);
+}

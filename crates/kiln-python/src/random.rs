@@ -180,6 +180,162 @@ fn normal(
     .map(PyArray)
 }
 
+/// A distribution parameter as an array of `dtype` (Python numbers become 0-d arrays).
+fn param_array(obj: Option<&Bound<'_, PyAny>>, default: f64, dtype: DType) -> PyResult<Array> {
+    let p = obj.map(|o| param(o, dtype)).transpose()?.unwrap_or(Param::Number(default));
+    as_array(&p, dtype).or_raise()
+}
+
+/// The shape argument, or the broadcast shape of the parameters when it is None.
+fn shape_or(
+    shape: Option<&Bound<'_, PyAny>>,
+    op: &'static str,
+    params: &[&Array],
+) -> PyResult<Vec<usize>> {
+    if let Some(s) = shape.filter(|s| !s.is_none()) {
+        return shape_arg(s);
+    }
+    let mut out: Vec<usize> = vec![];
+    for p in params {
+        out = kiln_base::shape::broadcast_shapes(op, &out, p.shape()).or_raise()?.to_vec();
+    }
+    Ok(out)
+}
+
+/// Random integers from `[low, high)`.
+#[pyfunction]
+#[pyo3(signature = (low, high, shape = None, dtype = None, key = None, stream = None))]
+fn randint(
+    low: &Bound<'_, PyAny>,
+    high: &Bound<'_, PyAny>,
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::I32, |d| d.0);
+    let (lo, hi) =
+        (param_array(Some(low), 0.0, DType::F32)?, param_array(Some(high), 1.0, DType::F32)?);
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let key = key_arg(key);
+    with_stream(stream, || random::randint(&lo, &hi, &shape, dtype, key.as_ref())).map(PyArray)
+}
+
+/// Bernoulli samples (bool) with probability `p`.
+#[pyfunction]
+#[pyo3(signature = (p = None, shape = None, key = None, stream = None))]
+fn bernoulli(
+    p: Option<&Bound<'_, PyAny>>,
+    shape: Option<&Bound<'_, PyAny>>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let p = param_array(p, 0.5, DType::F32)?;
+    let shape = shape_or(shape, "bernoulli", &[&p])?;
+    let key = key_arg(key);
+    with_stream(stream, || random::bernoulli(&p, &shape, key.as_ref())).map(PyArray)
+}
+
+/// Normal samples truncated to `(lower, upper)`.
+#[pyfunction]
+#[pyo3(signature = (lower, upper, shape = None, dtype = None, key = None, stream = None))]
+fn truncated_normal(
+    lower: &Bound<'_, PyAny>,
+    upper: &Bound<'_, PyAny>,
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let (lo, hi) = (param_array(Some(lower), 0.0, dtype)?, param_array(Some(upper), 0.0, dtype)?);
+    let shape = shape_or(shape, "truncated_normal", &[&lo, &hi])?;
+    let key = key_arg(key);
+    with_stream(stream, || random::truncated_normal(&lo, &hi, &shape, dtype, key.as_ref()))
+        .map(PyArray)
+}
+
+/// Standard Gumbel samples.
+#[pyfunction]
+#[pyo3(signature = (shape = None, dtype = None, key = None, stream = None))]
+fn gumbel(
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let key = key_arg(key);
+    with_stream(stream, || random::gumbel(&shape, dtype, key.as_ref())).map(PyArray)
+}
+
+/// Laplace samples with mean `loc` and scale `scale`.
+#[pyfunction]
+#[pyo3(signature = (shape = None, dtype = None, loc = 0.0, scale = 1.0, key = None, stream = None))]
+fn laplace(
+    shape: Option<&Bound<'_, PyAny>>,
+    dtype: Option<Dtype>,
+    loc: f64,
+    scale: f64,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let shape = shape.map(shape_arg).transpose()?.unwrap_or_default();
+    let key = key_arg(key);
+    with_stream(stream, || random::laplace(&shape, dtype, loc, scale, key.as_ref())).map(PyArray)
+}
+
+/// Samples of the categorical distributions given by `logits` along `axis`.
+#[pyfunction]
+#[pyo3(signature = (logits, axis = -1, shape = None, num_samples = None, key = None, stream = None))]
+fn categorical(
+    logits: &Bound<'_, PyArray>,
+    axis: i64,
+    shape: Option<&Bound<'_, PyAny>>,
+    num_samples: Option<usize>,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let logits = logits.borrow().0.clone();
+    if let Some(s) = shape.filter(|s| !s.is_none()) {
+        if num_samples.is_some() {
+            return Err(raise!(
+                Value,
+                "categorical",
+                "At most one of shape or num_samples can be specified."
+            ));
+        }
+        let mut batch = logits.shape().to_vec();
+        let ax = kiln_base::shape::normalize_axis("categorical", axis, batch.len()).or_raise()?;
+        batch.remove(ax);
+        if shape_arg(s)? != batch {
+            return Err(raise!(Value, "categorical", "shape= other than the batch shape of the logits is not supported; use num_samples."));
+        }
+    }
+    let key = key_arg(key);
+    with_stream(stream, || random::categorical(&logits, axis, num_samples, key.as_ref()))
+        .map(PyArray)
+}
+
+/// A random permutation of `range(x)` (int) or of `x` along `axis` (array).
+#[pyfunction]
+#[pyo3(signature = (x, axis = 0, key = None, stream = None))]
+fn permutation(
+    x: &Bound<'_, PyAny>,
+    axis: i64,
+    key: Option<&Bound<'_, PyArray>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let key = key_arg(key);
+    if let Ok(n) = x.extract::<usize>() {
+        return with_stream(stream, || random::permutation_of(n, key.as_ref())).map(PyArray);
+    }
+    let x = x.cast::<PyArray>()?.borrow().0.clone();
+    with_stream(stream, || random::permutation(&x, axis, key.as_ref())).map(PyArray)
+}
+
 pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     let m = PyModule::new(parent.py(), "random")?;
     m.add_function(wrap_pyfunction!(key, &m)?)?;
@@ -187,6 +343,17 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(split, &m)?)?;
     m.add_function(wrap_pyfunction!(bits, &m)?)?;
     m.add_function(wrap_pyfunction!(uniform, &m)?)?;
+    for f in [
+        wrap_pyfunction!(randint, &m)?,
+        wrap_pyfunction!(bernoulli, &m)?,
+        wrap_pyfunction!(truncated_normal, &m)?,
+        wrap_pyfunction!(gumbel, &m)?,
+        wrap_pyfunction!(laplace, &m)?,
+        wrap_pyfunction!(categorical, &m)?,
+        wrap_pyfunction!(permutation, &m)?,
+    ] {
+        m.add_function(f)?;
+    }
     m.add_function(wrap_pyfunction!(normal, &m)?)?;
     parent.add_submodule(&m)
 }

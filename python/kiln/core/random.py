@@ -9,5 +9,15 @@ split = _random.split
 bits = _random.bits
 uniform = _random.uniform
 normal = _random.normal
+randint = _random.randint
+bernoulli = _random.bernoulli
+truncated_normal = _random.truncated_normal
+gumbel = _random.gumbel
+laplace = _random.laplace
+categorical = _random.categorical
+permutation = _random.permutation
 
-__all__ = ["bits", "key", "normal", "seed", "split", "uniform"]
+__all__ = [
+    "bernoulli", "bits", "categorical", "gumbel", "key", "laplace", "normal", "permutation",
+    "randint", "seed", "split", "truncated_normal", "uniform",
+]

@@ -143,3 +143,116 @@ pub fn normal_with(
     }
     Ok(out)
 }
+
+/// Uniform samples as [`uniform`], with array bounds broadcast against `shape`.
+fn uniform_between(
+    low: &Array,
+    high: &Array,
+    shape: &[usize],
+    dtype: DType,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let unit = uniform(0.0, 1.0, shape, dtype, key)?;
+    let (low, high) = (astype(low, dtype)?, astype(high, dtype)?);
+    add(&multiply(&super::subtract(&high, &low)?, &unit)?, &low)
+}
+
+/// Integers drawn uniformly from `[low, high)`: a float32 uniform floored and clamped, as
+/// MLX does (so not every integer of a huge range is reachable).
+pub fn randint(
+    low: &Array,
+    high: &Array,
+    shape: &[usize],
+    dtype: DType,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let op = "randint";
+    ensure!(dtype.is_integer(), Value, op, "randint only supports integer dtypes, got {dtype}.");
+    let u = uniform_between(low, high, shape, DType::F32, key)?;
+    let top =
+        super::subtract(&astype(high, DType::F32)?, &scalar(Scalar::Float(1.0), DType::F32)?)?;
+    let clamped = super::maximum(&minimum(&super::floor(&u)?, &top)?, &astype(low, DType::F32)?)?;
+    astype(&clamped, dtype)
+}
+
+/// True with probability `p` (broadcast against `shape`).
+pub fn bernoulli(p: &Array, shape: &[usize], key: Option<&Array>) -> Result<Array> {
+    let dtype = p.dtype().to_float();
+    super::less(&uniform(0.0, 1.0, shape, dtype, key)?, &astype(p, dtype)?)
+}
+
+/// Normal samples restricted to `(lower, upper)`: inverse-CDF of a uniform between the
+/// bounds' CDF values.
+pub fn truncated_normal(
+    lower: &Array,
+    upper: &Array,
+    shape: &[usize],
+    dtype: DType,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let sqrt2 = scalar(Scalar::Float(std::f64::consts::SQRT_2), dtype)?;
+    let cdf = |b: &Array| super::erf(&divide(&astype(b, dtype)?, &sqrt2)?);
+    let u = uniform_between(&cdf(lower)?, &cdf(upper)?, shape, dtype, key)?;
+    let out = multiply(&sqrt2, &erfinv(&u)?)?;
+    super::clip(&out, Some(&astype(lower, dtype)?), Some(&astype(upper, dtype)?))
+}
+
+/// Standard Gumbel samples: `-log(-log(u))`.
+pub fn gumbel(shape: &[usize], dtype: DType, key: Option<&Array>) -> Result<Array> {
+    let u = uniform(0.0, 1.0, shape, dtype, key)?;
+    super::negative(&super::log(&super::negative(&super::log(&u)?)?)?)
+}
+
+/// Laplace samples with mean `loc` and scale `scale`.
+pub fn laplace(
+    shape: &[usize],
+    dtype: DType,
+    loc: f64,
+    scale: f64,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
+    let u = uniform(low, 1.0, shape, dtype, key)?;
+    let mag = super::log1p(&super::negative(&super::abs(&u)?)?)?;
+    let out = multiply(&super::sign(&u)?, &mag)?;
+    let out = multiply(&out, &scalar(Scalar::Float(scale), dtype)?)?;
+    add(&out, &scalar(Scalar::Float(loc), dtype)?)
+}
+
+/// Samples from the categorical distribution with unnormalised log-probabilities `logits`
+/// along `axis` (the Gumbel-max trick). `num_samples` draws that many per distribution
+/// (appended as the last axis).
+pub fn categorical(
+    logits: &Array,
+    axis: i64,
+    num_samples: Option<usize>,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let op = "categorical";
+    let axis = kiln_base::shape::normalize_axis(op, axis, logits.ndim())?;
+    let logits = astype(logits, logits.dtype().to_float())?;
+    let Some(n) = num_samples else {
+        let g = gumbel(logits.shape(), DType::F32, key)?;
+        return super::argmax(&add(&g, &logits)?, Some(axis as i64), false);
+    };
+    // Samples in front, then moved last: (n, ...logits) -> argmax -> (..., n).
+    let mut shape = vec![n];
+    shape.extend_from_slice(logits.shape());
+    let g = gumbel(&shape, DType::F32, key)?;
+    let draws = super::argmax(&add(&g, &logits)?, Some(axis as i64 + 1), false)?;
+    super::moveaxis(&draws, 0, -1)
+}
+
+/// A random permutation of `x` along `axis` (sorting random bits).
+pub fn permutation(x: &Array, axis: i64, key: Option<&Array>) -> Result<Array> {
+    let op = "permutation";
+    ensure!(x.ndim() > 0, Value, op, "Cannot permute a 0-d array.");
+    let axis_n = kiln_base::shape::normalize_axis(op, axis, x.ndim())?;
+    let order = super::argsort(&bits(&[x.shape()[axis_n]], 4, key)?, Some(0))?;
+    super::take(x, &order, Some(axis))
+}
+
+/// A random permutation of `0..n` (int32).
+pub fn permutation_of(n: usize, key: Option<&Array>) -> Result<Array> {
+    permutation(&super::arange(0.0, n as f64, 1.0, DType::I32)?, 0, key)
+}
