@@ -88,6 +88,26 @@ fn variadic_ints(args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
     args.iter().map(|a| a.extract::<i64>()).collect()
 }
 
+/// Points `slf` at the result of an operator (`NotImplemented` raises TypeError). The result
+/// is read before `slf` is borrowed mutably: it may be `slf` itself (`a += a`).
+fn rebind(
+    slf: &Bound<'_, PyArray>,
+    other: &Bound<'_, PyAny>,
+    result: Py<PyAny>,
+    op: &str,
+) -> PyResult<()> {
+    let result = result.bind(other.py());
+    let Ok(array) = result.cast::<PyArray>() else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "unsupported operand type(s) for {op}: 'array' and '{}'",
+            convert::type_name(other)
+        )));
+    };
+    let value = array.try_borrow()?.0.clone();
+    slf.try_borrow_mut()?.0 = value;
+    Ok(())
+}
+
 #[pymethods]
 impl PyArray {
     #[new]
@@ -307,6 +327,67 @@ impl PyArray {
     }
     fn __ge__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.binary(other, kops::greater_equal, false)
+    }
+    // In-place operators rebind this array object to the result, as MLX does, so every
+    // Python reference to it sees the new value.
+    fn __iadd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__add__(other)?;
+        rebind(slf, other, r, "+=")
+    }
+    fn __isub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__sub__(other)?;
+        rebind(slf, other, r, "-=")
+    }
+    fn __imul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__mul__(other)?;
+        rebind(slf, other, r, "*=")
+    }
+    fn __itruediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__truediv__(other)?;
+        rebind(slf, other, r, "/=")
+    }
+    fn __ifloordiv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__floordiv__(other)?;
+        rebind(slf, other, r, "//=")
+    }
+    fn __imod__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__mod__(other)?;
+        rebind(slf, other, r, "%=")
+    }
+    fn __ipow__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let r = slf.try_borrow()?.__pow__(other, None)?;
+        rebind(slf, other, r, "**=")
+    }
+    fn __imatmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__matmul__(other)?;
+        rebind(slf, other, r, "@=")
+    }
+    fn __iand__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__and__(other)?;
+        rebind(slf, other, r, "&=")
+    }
+    fn __ior__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__or__(other)?;
+        rebind(slf, other, r, "|=")
+    }
+    fn __ixor__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__xor__(other)?;
+        rebind(slf, other, r, "^=")
+    }
+    fn __ilshift__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__lshift__(other)?;
+        rebind(slf, other, r, "<<=")
+    }
+    fn __irshift__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = slf.try_borrow()?.__rshift__(other)?;
+        rebind(slf, other, r, ">>=")
+    }
+    fn __pos__(&self) -> PyArray {
+        PyArray(self.0.clone())
     }
     fn __neg__(&self) -> PyResult<PyArray> {
         kops::negative(&self.0).map(PyArray).or_raise()
