@@ -102,3 +102,14 @@ def test_files_interchange_with_mlx(tmp_path):
     assert mlx.load(str(tmp_path / "k.npy")).tolist() == ref.tolist()
     assert mlx.load(str(tmp_path / "k.npz"))["w"].tolist() == ref.tolist()
     assert mlx.load(str(tmp_path / "k.safetensors"))["w"].tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_pickle_round_trip(name):
+    import copy
+    import pickle
+
+    x = sample(name)[::-1]
+    y = pickle.loads(pickle.dumps(x))
+    same(y, x)
+    same(copy.deepcopy(x), x)

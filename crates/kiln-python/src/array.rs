@@ -386,6 +386,16 @@ impl PyArray {
         let r = slf.try_borrow()?.__rshift__(other)?;
         rebind(slf, other, r, ">>=")
     }
+    /// Pickling: the row-major bytes, shape and dtype name, rebuilt by `kiln.core._io`.
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let rebuild = py.import("kiln.core._io")?.getattr("_unpickle")?;
+        let bytes = pyo3::types::PyBytes::new(py, &convert::host_bytes(py, &self.0)?);
+        let args = (bytes, self.0.shape().to_vec(), self.0.dtype().name()).into_pyobject(py)?;
+        Ok((rebuild, args))
+    }
     fn __pos__(&self) -> PyArray {
         PyArray(self.0.clone())
     }

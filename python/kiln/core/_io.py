@@ -169,3 +169,8 @@ def load(file, /, format: str | None = None, return_metadata: bool = False, *, s
                 }
         return _load_safetensors(f.read(), return_metadata)
 
+
+
+def _unpickle(data: bytes, shape, dtype_name: str):
+    """Rebuilds a pickled array (see ``array.__reduce__``)."""
+    return _core._from_raw_bytes(data, list(shape), _dtype(dtype_name))
