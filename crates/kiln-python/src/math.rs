@@ -6,6 +6,7 @@ use crate::array::PyArray;
 use crate::convert::{arrays_of, operand, operand_pair, to_array, type_name, Operand};
 use crate::device::with_stream;
 use crate::error::{raise, OrRaise};
+use crate::ops::binary_functions;
 use kiln_core::{ops as kops, Array};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -38,19 +39,6 @@ macro_rules! unary_keyword_functions {
         fn $name(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
             let a = arr(a)?;
             with_stream(stream, || kops::$name(&a)).map(PyArray)
-        }
-    )*};
-}
-
-/// Two-input ops with weak Python scalars: `f(a, b, /, *, stream=None)`.
-macro_rules! binary_functions {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        #[pyfunction]
-        #[pyo3(signature = (a, b, /, *, stream = None))]
-        fn $name(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let (a, b) = operand_pair(stringify!($name), a, b)?;
-            with_stream(stream, || kops::$name(&a, &b)).map(PyArray)
         }
     )*};
 }

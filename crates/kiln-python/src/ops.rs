@@ -73,6 +73,8 @@ macro_rules! unary_functions {
     )*};
 }
 
+/// Two-input ops with weak Python scalars: `f(a, b, /, *, stream=None)` (also used by
+/// `math.rs`).
 macro_rules! binary_functions {
     ($($name:ident),* $(,)?) => {$(
         #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
@@ -84,6 +86,7 @@ macro_rules! binary_functions {
         }
     )*};
 }
+pub(crate) use binary_functions;
 
 macro_rules! reductions {
     ($($name:ident),* $(,)?) => {$(

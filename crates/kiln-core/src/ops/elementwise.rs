@@ -132,20 +132,6 @@ pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
     record(Primitive::Where, vec![cond, x, y])
 }
 
-macro_rules! unary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
-        pub fn $name(x: &Array) -> Result<Array> { unary(UnaryOp::$op, x) }
-    )*};
-}
-
-macro_rules! binary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        pub fn $name(a: &Array, b: &Array) -> Result<Array> { binary(BinaryOp::$op, a, b) }
-    )*};
-}
-
 unary_fns!(negative => Negative, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, sin => Sin,
     tanh => Tanh, sigmoid => Sigmoid, erf => Erf, erfinv => ErfInv);
 

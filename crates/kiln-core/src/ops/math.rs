@@ -11,20 +11,6 @@ use crate::array::Array;
 use kiln_base::shape::broadcast_shapes;
 use kiln_base::{bail, BinaryOp, DType, DTypeKind, Primitive, Result, Scalar, UnaryOp};
 
-macro_rules! unary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
-        pub fn $name(x: &Array) -> Result<Array> { unary(UnaryOp::$op, x) }
-    )*};
-}
-
-macro_rules! binary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        pub fn $name(a: &Array, b: &Array) -> Result<Array> { binary(BinaryOp::$op, a, b) }
-    )*};
-}
-
 unary_fns!(sign => Sign, floor => Floor, ceil => Ceil, rsqrt => Rsqrt, expm1 => Expm1,
     log1p => Log1p, log2 => Log2, log10 => Log10, cos => Cos, tan => Tan, arcsin => ArcSin,
     arccos => ArcCos, arctan => ArcTan, sinh => Sinh, cosh => Cosh, arcsinh => ArcSinh,
