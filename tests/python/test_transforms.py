@@ -232,3 +232,48 @@ def test_vmap_linalg_and_conv():
     got = mx.vmap(lambda xi: mx.conv1d(xi, w), in_axes=0)(x)
     want = np.stack([np.array(mx.conv1d(x[i], w)) for i in range(5)])
     np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_checkpoint_recomputes_forward():
+    calls = []
+
+    def block(x, w):
+        calls.append(1)
+        return mx.tanh(x @ w) * 2
+
+    x, w = f64((3, 4)), f64((4, 4))
+    loss = lambda w: block(x, w).sum()  # noqa: E731
+    loss_ck = lambda w: mx.checkpoint(block)(x, w).sum()  # noqa: E731
+    g = mx.grad(loss)(w)
+    calls.clear()
+    g_ck = mx.grad(loss_ck)(w)
+    np.testing.assert_allclose(np.array(g_ck), np.array(g), rtol=1e-12)
+    assert len(calls) == 2  # the forward pass, then its recomputation for the gradient
+    assert mx.checkpoint(block)(x, w).shape == (3, 4)
+
+
+def test_custom_function_vjp_and_jvp():
+    @mx.custom_function
+    def f(x, y):
+        return mx.sin(x) * y
+
+    @f.vjp
+    def f_vjp(primals, cotangent, output):
+        x, y = primals
+        return 2 * cotangent * mx.cos(x) * y, cotangent * mx.sin(x)  # doubled on purpose
+
+    x, y = f64((4,)), f64((4,))
+    gx, gy = mx.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(np.array(gx), 2 * np.cos(np.array(x)) * np.array(y), rtol=1e-12)
+    np.testing.assert_allclose(np.array(gy), np.sin(np.array(x)), rtol=1e-12)
+    np.testing.assert_allclose(np.array(f(x, y)), np.sin(np.array(x)) * np.array(y), rtol=1e-12)
+
+    @f.jvp
+    def f_jvp(primals, tangents):
+        return mx.zeros_like(primals[0]) + 5
+
+    _, (t,) = mx.jvp(f, [x, y], [mx.ones_like(x), mx.ones_like(y)])
+    assert t.tolist() == [5.0] * 4
+    # vmap maps the function itself.
+    out = mx.vmap(f)(x.reshape(2, 2), y.reshape(2, 2))
+    np.testing.assert_allclose(np.array(out).reshape(-1), np.sin(np.array(x)) * np.array(y), rtol=1e-12)

@@ -128,6 +128,10 @@ pub enum Primitive {
     /// A dense factorisation or solver over the last two axes (see `linalg.rs`); several
     /// outputs for QR, SVD, eigh and slogdet.
     Linalg(LinalgOp),
+    /// A function with transform rules of its own (custom_function, checkpoint). Inputs: the
+    /// `num_primals` primals, then the function's outputs; the outputs are those (views).
+    /// The rules live in kiln-core behind the opaque handle; backends never see this.
+    Custom { rules: Opaque, num_primals: usize },
 }
 
 impl Primitive {
@@ -175,6 +179,7 @@ impl Primitive {
             Primitive::StopGradient => "stop_gradient",
             Primitive::Conv(_) => "conv",
             Primitive::Linalg(op) => op.name(),
+            Primitive::Custom { .. } => "custom_function",
             Primitive::Gather { .. } => "gather",
             Primitive::Scatter { reduce, .. } => match reduce {
                 ScatterReduce::None => "scatter",
@@ -210,6 +215,7 @@ impl Primitive {
             | Primitive::Conv(_)
             | Primitive::SearchSorted { .. } => 2,
             Primitive::Linalg(op) => op.num_inputs(),
+            Primitive::Custom { num_primals, .. } => inputs.len().max(num_primals + 1),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             Primitive::Gather { axes, .. } => axes.len() + 1,
             Primitive::Scatter { axes, .. } => axes.len() + 2,
@@ -390,6 +396,9 @@ impl Primitive {
                 same(&out, inputs[0].1)
             }
             Primitive::Linalg(l) => l.output_shapes(inputs),
+            Primitive::Custom { num_primals, .. } => {
+                Ok(inputs[*num_primals..].iter().map(|&(s, d)| (Shape::from(s), d)).collect())
+            }
             Primitive::Gather { axes, slice_sizes } => {
                 let (s, d) = inputs[0];
                 let idx = check_indices(op, axes, s, &inputs[1..])?;
@@ -660,5 +669,27 @@ mod tests {
         assert_eq!((out[0].0.as_slice(), out[0].1), (&[2, 3][..], DType::U32));
         assert!(search.output_shapes(&[(&[5, 1], DType::F32), (&[2], DType::F32)]).is_err());
         assert!(search.output_shapes(&[(&[5], DType::I32), (&[2], DType::F32)]).is_err());
+    }
+}
+
+/// A shared value a primitive carries without knowing its type (kiln-core's custom rules):
+/// equal and hashed by identity.
+#[derive(Clone)]
+pub struct Opaque(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl PartialEq for Opaque {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for Opaque {}
+impl std::hash::Hash for Opaque {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (std::sync::Arc::as_ptr(&self.0) as *const () as usize).hash(state)
+    }
+}
+impl std::fmt::Debug for Opaque {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Opaque({:p})", std::sync::Arc::as_ptr(&self.0))
     }
 }

@@ -285,3 +285,63 @@ fn scans_and_softmax_match_finite_differences() {
         check_grad(name, f, std::slice::from_ref(&x));
     }
 }
+
+#[test]
+fn checkpoint_recomputes_and_custom_rules_apply() {
+    use kiln_core::transforms::{checkpoint, custom_call, CustomRules};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let body: kiln_core::transforms::Fun = Arc::new(|a: &[Array]| {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        Ok(vec![ops::sin(&ops::multiply(&a[0], &a[0])?)?])
+    });
+    let x = arr(&values(13, 5, -1.0, 1.0), &[5]);
+    let plain =
+        grad(|a| ops::sum(&body(a)?.remove(0), None, false), std::slice::from_ref(&x), &[0])
+            .unwrap();
+    let before = CALLS.load(Ordering::SeqCst);
+    let body2 = body.clone();
+    let ck = grad(
+        move |a| ops::sum(&checkpoint(body2.clone(), a)?.remove(0), None, false),
+        std::slice::from_ref(&x),
+        &[0],
+    )
+    .unwrap();
+    assert_eq!(CALLS.load(Ordering::SeqCst) - before, 2, "forward once, recomputed once");
+    assert_eq!(ck[0].to_vec::<f64>().unwrap(), plain[0].to_vec::<f64>().unwrap());
+    // A custom vjp replaces differentiation: here the gradient is reported as 7 everywhere.
+    let rules = || CustomRules {
+        fun: Arc::new(|a: &[Array]| Ok(vec![ops::exp(&a[0])?])),
+        vjp: Some(Arc::new(|p: &[Array], _c: &[Array], _o: &[Array]| {
+            Ok(vec![ops::full(p[0].shape(), Scalar::Float(7.0), DType::F64)?])
+        })),
+        jvp: None,
+    };
+    let g = grad(
+        |a| ops::sum(&custom_call(rules(), a)?.remove(0), None, false),
+        std::slice::from_ref(&x),
+        &[0],
+    )
+    .unwrap();
+    assert_eq!(g[0].to_vec::<f64>().unwrap(), vec![7.0; 5]);
+    let v = custom_call(rules(), std::slice::from_ref(&x)).unwrap().remove(0);
+    let want: Vec<f64> = values(13, 5, -1.0, 1.0).iter().map(|v| v.exp()).collect();
+    assert_eq!(v.to_vec::<f64>().unwrap(), want);
+    // jvp falls back to differentiating the function; vmap maps it.
+    let (_, t) = jvp(
+        |a| custom_call(rules(), a),
+        std::slice::from_ref(&x),
+        &[ops::ones(&[5], DType::F64).unwrap()],
+    )
+    .unwrap();
+    assert_eq!(t[0].to_vec::<f64>().unwrap(), want);
+    let m = kiln_core::transforms::vmap(
+        |a| custom_call(rules(), a),
+        std::slice::from_ref(&x),
+        &[Some(0)],
+        &[Some(0)],
+    )
+    .unwrap();
+    assert_eq!(m[0].to_vec::<f64>().unwrap(), want);
+}

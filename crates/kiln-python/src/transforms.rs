@@ -108,7 +108,56 @@ fn _place_batch(
     transforms::place_batch(&x.0, src, dst, size).map(PyArray).map_err(to_pyerr)
 }
 
+/// A Python `list[array] -> list[array]` callable (any arity of list arguments) as a
+/// shareable Rust function; a Python exception becomes a kiln error carrying its text.
+fn shared_fun(
+    fun: Py<PyAny>,
+    op: &'static str,
+) -> impl Fn(&[&[Array]]) -> Result<Vec<Array>> + Send + Sync {
+    move |lists: &[&[Array]]| {
+        Python::attach(|py| {
+            let run = || -> PyResult<Vec<Array>> {
+                let args: Vec<Bound<'_, PyList>> = lists
+                    .iter()
+                    .map(|l| PyList::new(py, l.iter().map(|a| PyArray(a.clone()))))
+                    .collect::<PyResult<_>>()?;
+                let out = fun.bind(py).call1(pyo3::types::PyTuple::new(py, args)?)?;
+                out.try_iter()?.map(|o| Ok(o?.extract::<PyRef<PyArray>>()?.0.clone())).collect()
+            };
+            run().map_err(|e| Error::Runtime { op, msg: format!("the function raised {e}") })
+        })
+    }
+}
+
+/// Calls `fun(primals)` as a custom function: `vjp(primals, cotangents, outputs)` and
+/// `jvp(primals, tangents)` replace differentiating it (None: recompute and differentiate).
+#[pyfunction]
+#[pyo3(signature = (fun, primals, vjp = None, jvp = None))]
+fn _custom_call(
+    fun: Py<PyAny>,
+    primals: Vec<PyRef<'_, PyArray>>,
+    vjp: Option<Py<PyAny>>,
+    jvp: Option<Py<PyAny>>,
+) -> PyResult<Vec<PyArray>> {
+    let f = shared_fun(fun, "custom_function");
+    let rules = transforms::CustomRules {
+        fun: std::sync::Arc::new(move |p: &[Array]| f(&[p])),
+        vjp: vjp.map(|v| {
+            let v = shared_fun(v, "custom_function.vjp");
+            std::sync::Arc::new(move |p: &[Array], c: &[Array], o: &[Array]| v(&[p, c, o]))
+                as transforms::VjpFun
+        }),
+        jvp: jvp.map(|j| {
+            let j = shared_fun(j, "custom_function.jvp");
+            std::sync::Arc::new(move |p: &[Array], t: &[Array]| j(&[p, t])) as transforms::JvpFun
+        }),
+    };
+    let outs = transforms::custom_call(rules, &arrays(primals)).map_err(to_pyerr)?;
+    Ok(outs.into_iter().map(PyArray).collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_custom_call, m)?)?;
     m.add_function(wrap_pyfunction!(_vjp, m)?)?;
     m.add_function(wrap_pyfunction!(_jvp, m)?)?;
     m.add_function(wrap_pyfunction!(_vmap, m)?)?;

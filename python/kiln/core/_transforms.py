@@ -205,3 +205,79 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
         return result["rebuild"](placed)
 
     return wrapped
+
+
+def checkpoint(fun: Callable) -> Callable:
+    """``fun`` whose gradient recomputes its forward pass instead of keeping the
+    intermediates alive until the backward pass (less memory, more compute)."""
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        leaves, rebuild = _flatten(list(args))
+        result = {}
+
+        def flat(tracers):
+            out = fun(*rebuild(tracers), **kwargs)
+            out_leaves, result["rebuild"] = _flatten(out)
+            return out_leaves
+
+        outs = _core._custom_call(flat, leaves)
+        return result["rebuild"](outs)
+
+    return wrapped
+
+
+class custom_function:
+    """A function with its own transform rules, as ``mx.custom_function``::
+
+        @mx.custom_function
+        def f(x, y):
+            return mx.sin(x) * y
+
+        @f.vjp
+        def f_vjp(primals, cotangent, output):
+            x, y = primals
+            return cotangent * mx.cos(x) * y, cotangent * mx.sin(x)
+
+    ``vjp(primals, cotangents, outputs)`` returns one cotangent per argument; ``jvp(primals,
+    tangents)`` returns the outputs' tangents. A missing rule differentiates ``fun`` itself.
+    """
+
+    def __init__(self, fun: Callable):
+        functools.update_wrapper(self, fun)
+        self.fun, self._vjp, self._jvp = fun, None, None
+
+    def vjp(self, f: Callable) -> Callable:
+        self._vjp = f
+        return f
+
+    def jvp(self, f: Callable) -> Callable:
+        self._jvp = f
+        return f
+
+    def vmap(self, f: Callable) -> Callable:
+        raise NotImplementedError("[custom_function] custom vmap rules are not supported yet; "
+                                  "without one, vmap maps the function itself.")
+
+    def __call__(self, *args):
+        leaves, rebuild = _flatten(list(args))
+        out_tree = {}
+
+        def flat(tracers):
+            out = self.fun(*rebuild(tracers))
+            out_leaves, out_tree["rebuild"] = _flatten(out)
+            return out_leaves
+
+        def flat_vjp(primals, cotangents, outputs):
+            rebuild_out = out_tree["rebuild"]
+            grads = self._vjp(tuple(rebuild(primals)), rebuild_out(cotangents), rebuild_out(outputs))
+            if not isinstance(grads, (tuple, list)):
+                grads = (grads,)
+            return _flatten(list(grads))[0]
+
+        def flat_jvp(primals, tangents):
+            return _flatten(self._jvp(tuple(rebuild(primals)), tuple(rebuild(tangents))))[0]
+
+        outs = _core._custom_call(flat, leaves, flat_vjp if self._vjp else None,
+                                  flat_jvp if self._jvp else None)
+        return out_tree["rebuild"](outs)

@@ -109,6 +109,9 @@ impl Rules for Primitive {
             }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
+            Primitive::Custom { .. } => {
+                super::custom::custom_vjp(self, primals, cotangents, argnums, outputs)?
+            }
             Primitive::Arange { .. }
             | Primitive::RandomBits { .. }
             | Primitive::StopGradient
@@ -172,6 +175,9 @@ impl Rules for Primitive {
             }
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("jvp", self)),
+            Primitive::Custom { .. } => {
+                super::custom::custom_jvp(self, primals, tangents, argnums)?
+            }
             Primitive::Arange { .. }
             | Primitive::RandomBits { .. }
             | Primitive::StopGradient
@@ -197,6 +203,9 @@ impl Rules for Primitive {
         inputs: &[Array],
         axes: &[Option<usize>],
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
+        if let Primitive::Custom { .. } = self {
+            return super::custom::custom_vmap(self, inputs, axes);
+        }
         vmap::vmap(self, inputs, axes)
     }
 }

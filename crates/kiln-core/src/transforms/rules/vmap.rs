@@ -154,7 +154,7 @@ pub(super) fn vmap(
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
         | Primitive::AsStrided { .. } => return Err(super::missing("vmap", prim)),
-        Primitive::Linalg(_) => unreachable!("handled above"),
+        Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
     };
     let batched = !matches!(prim, Primitive::Arange { .. });
