@@ -298,6 +298,7 @@ pub fn split_impl(
     Ok(parts.into_iter().map(PyArray).collect())
 }
 
+/// Splits an array into equal sections (an int) or at the given indices along `axis`.
 #[pyfunction]
 #[pyo3(signature = (a, /, indices_or_sections, axis = 0, *, stream = None))]
 fn split(

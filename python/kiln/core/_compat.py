@@ -45,6 +45,7 @@ def empty(shape, dtype=_k.float32, stream=None):
 
 
 def empty_like(a, stream=None):
+    """An array like ``a`` (kiln fills it with zeros)."""
     return _k.zeros_like(a)
 
 
@@ -67,14 +68,17 @@ def _atleast(n, arrays):
 
 
 def atleast_1d(*arrays, stream=None):
+    """Each input with at least one dimension."""
     return _atleast(1, arrays)
 
 
 def atleast_2d(*arrays, stream=None):
+    """Each input with at least two dimensions."""
     return _atleast(2, arrays)
 
 
 def atleast_3d(*arrays, stream=None):
+    """Each input with at least three dimensions."""
     return _atleast(3, arrays)
 
 
@@ -95,10 +99,12 @@ def broadcast_shapes(*shapes):
 
 
 def degrees(a, stream=None):
+    """Radians to degrees."""
     return _k.multiply(a, 180.0 / _math.pi)
 
 
 def radians(a, stream=None):
+    """Degrees to radians."""
     return _k.multiply(a, _math.pi / 180.0)
 
 
@@ -111,6 +117,7 @@ def trunc(a, stream=None):
 
 
 def logical_xor(a, b, stream=None):
+    """Elementwise logical exclusive or."""
     return _k.not_equal(_k.astype(asarray(a), _k.bool_), _k.astype(asarray(b), _k.bool_))
 
 
@@ -130,6 +137,7 @@ def matrix_transpose(a, stream=None):
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, stream=None):
+    """The sum along a diagonal."""
     out = _k.sum(_k.diagonal(a, offset, axis1, axis2), axis=-1)
     return out if dtype is None else out.astype(dtype)
 
@@ -165,6 +173,7 @@ def unstack(a, axis=0, stream=None):
 
 
 def vecdot(a, b, axis=-1, stream=None):
+    """The dot product of vectors along ``axis``."""
     return _k.sum(_k.multiply(a, b), axis=axis)
 
 
@@ -179,6 +188,7 @@ def result_type(*arrays_and_dtypes):
 
 
 def get_memory_limit():
+    """The memory limit in bytes (see ``set_memory_limit``)."""
     limit = _k.set_memory_limit(0)
     _k.set_memory_limit(limit)
     return limit
@@ -203,17 +213,21 @@ def _window(m, fn):
 
 
 def hanning(m, stream=None):
+    """The Hann window of ``m`` points."""
     return _window(m, lambda n, d: 0.5 - 0.5 * _k.cos(2 * _math.pi * n / d))
 
 
 def hamming(m, stream=None):
+    """The Hamming window of ``m`` points."""
     return _window(m, lambda n, d: 0.54 - 0.46 * _k.cos(2 * _math.pi * n / d))
 
 
 def blackman(m, stream=None):
+    """The Blackman window of ``m`` points."""
     return _window(m, lambda n, d: 0.42 - 0.5 * _k.cos(2 * _math.pi * n / d)
                    + 0.08 * _k.cos(4 * _math.pi * n / d))
 
 
 def bartlett(m, stream=None):
+    """The Bartlett (triangular) window of ``m`` points."""
     return _window(m, lambda n, d: 1 - _k.abs(2 * n / d - 1))
