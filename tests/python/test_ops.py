@@ -672,3 +672,14 @@ def test_arange_errors():
         mx.arange(3, dtype=mx.bool_)
     with pytest.raises(TypeError, match=r"\[arange\]"):
         mx.arange("a")
+
+
+def test_large_contiguous_inputs_use_the_threaded_path():
+    # Above the parallel threshold (2^15 elements) contiguous loops are split over threads.
+    a = np.random.default_rng(1).standard_normal(100_003).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal(100_003).astype(np.float32)
+    x, y = mx.array(a), mx.array(b)
+    np.testing.assert_allclose(np.array(mx.exp(x)), np.exp(a), rtol=1e-6)
+    np.testing.assert_allclose(np.array(x * y + 1), a * b + 1, rtol=1e-6)
+    np.testing.assert_array_equal(np.array(x < y), a < b)
+    np.testing.assert_array_equal(np.array(x.astype(mx.int32)), a.astype(np.int32))

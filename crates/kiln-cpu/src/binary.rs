@@ -31,14 +31,20 @@ impl<T: Element> BinaryVisitor<T::Acc> for Map2<'_, T> {
         T::DTYPE
     }
 
-    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + Sync>(
+        self,
+        f: F,
+    ) -> Result<ArrayData> {
         output::<T>(self.name, self.shape, |out| {
             map2(self.x, self.y, out, |a: T, b: T| T::from_acc(f(a.to_acc(), b.to_acc())));
             Ok(())
         })
     }
 
-    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy>(self, f: F) -> Result<ArrayData> {
+    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy + Send + Sync>(
+        self,
+        f: F,
+    ) -> Result<ArrayData> {
         output::<Bool8>(self.name, self.shape, |out| {
             map2(self.x, self.y, out, |a: T, b: T| Bool8(f(a.to_acc(), b.to_acc()) as u8));
             Ok(())

@@ -53,7 +53,10 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
         T::DTYPE
     }
 
-    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + Sync>(
+        self,
+        f: F,
+    ) -> Result<ArrayData> {
         let name = match self.op {
             ReduceOp::Sum => "sum",
             ReduceOp::Prod => "prod",
@@ -99,7 +102,10 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
         })
     }
 
-    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy>(self, _f: F) -> Result<ArrayData> {
+    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy + Send + Sync>(
+        self,
+        _f: F,
+    ) -> Result<ArrayData> {
         Err(Error::Runtime { op: "reduce", msg: "Comparisons are not reductions.".into() })
     }
 }

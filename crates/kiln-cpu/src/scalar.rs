@@ -9,14 +9,14 @@ use kiln_base::{ArrayData, BinaryOp, DType, Error, Result, UnaryOp};
 /// A kernel that applies a one-input scalar function.
 pub trait UnaryVisitor<A> {
     fn dtype(&self) -> DType;
-    fn visit<F: Fn(A) -> A + Copy>(self, f: F) -> Result<ArrayData>;
+    fn visit<F: Fn(A) -> A + Copy + Send + Sync>(self, f: F) -> Result<ArrayData>;
 }
 
 /// A kernel that applies a two-input scalar function (arithmetic or comparison).
 pub trait BinaryVisitor<A> {
     fn dtype(&self) -> DType;
-    fn arith<F: Fn(A, A) -> A + Copy>(self, f: F) -> Result<ArrayData>;
-    fn compare<F: Fn(A, A) -> bool + Copy>(self, f: F) -> Result<ArrayData>;
+    fn arith<F: Fn(A, A) -> A + Copy + Send + Sync>(self, f: F) -> Result<ArrayData>;
+    fn compare<F: Fn(A, A) -> bool + Copy + Send + Sync>(self, f: F) -> Result<ArrayData>;
 }
 
 /// A compute type (`Element::Acc`): the family's op table plus what reductions need.

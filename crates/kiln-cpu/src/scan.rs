@@ -146,11 +146,17 @@ where
         T::DTYPE
     }
 
-    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + Sync>(
+        self,
+        f: F,
+    ) -> Result<ArrayData> {
         self.run(f)
     }
 
-    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy>(self, _f: F) -> Result<ArrayData> {
+    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy + Send + Sync>(
+        self,
+        _f: F,
+    ) -> Result<ArrayData> {
         Err(Error::Runtime { op: self.name, msg: "Comparisons are not scans.".into() })
     }
 }

@@ -87,11 +87,17 @@ impl<T: Element> BinaryVisitor<T::Acc> for Combine<'_, T> {
         T::DTYPE
     }
 
-    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+    fn arith<F: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + Sync>(
+        self,
+        f: F,
+    ) -> Result<ArrayData> {
         self.job.run::<T, _>(|a: T, b: T| T::from_acc(f(a.to_acc(), b.to_acc())))
     }
 
-    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy>(self, _f: F) -> Result<ArrayData> {
+    fn compare<F: Fn(T::Acc, T::Acc) -> bool + Copy + Send + Sync>(
+        self,
+        _f: F,
+    ) -> Result<ArrayData> {
         bail!(Runtime, self.job.op, "A scatter reduction cannot be a comparison.")
     }
 }

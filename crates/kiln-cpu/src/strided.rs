@@ -6,6 +6,7 @@ use crate::element::Element;
 use bytemuck::Pod;
 use kiln_base::shape::size_of;
 use kiln_base::{bail, ensure, ArrayData, DeviceKind, Layout, Result, HOST};
+use rayon::prelude::*;
 
 /// Allocates a zeroed row-major output of `shape` and lets `fill` write it.
 pub(crate) fn output<T: Element>(
@@ -65,9 +66,23 @@ fn uniform<T: Pod>(x: &ArrayData) -> Option<T> {
     one.then(|| x.buffer.host_slice::<T>()[l.offset])
 }
 
+/// Contiguous loops longer than this are split over the rayon pool (a task costs a few
+/// microseconds; below this the loop is faster alone).
+const PARALLEL_ELEMENTS: usize = 1 << 15;
+
 /// `out[i] = f(x[i])` in row-major order.
-pub(crate) fn map1<T: Pod, U>(x: &ArrayData, out: &mut [U], f: impl Fn(T) -> U) {
+pub(crate) fn map1<T: Pod + Sync, U: Send>(
+    x: &ArrayData,
+    out: &mut [U],
+    f: impl Fn(T) -> U + Sync,
+) {
     if let Some(src) = flat::<T>(x) {
+        if out.len() >= PARALLEL_ELEMENTS {
+            out.par_chunks_mut(PARALLEL_ELEMENTS)
+                .zip(src.par_chunks(PARALLEL_ELEMENTS))
+                .for_each(|(o, s)| o.iter_mut().zip(s).for_each(|(o, &a)| *o = f(a)));
+            return;
+        }
         for (o, &a) in out.iter_mut().zip(src) {
             *o = f(a);
         }
@@ -80,13 +95,20 @@ pub(crate) fn map1<T: Pod, U>(x: &ArrayData, out: &mut [U], f: impl Fn(T) -> U) 
 }
 
 /// `out[i] = f(x[i], y[i])`; x and y have the output's shape (maybe broadcast views).
-pub(crate) fn map2<A: Pod, B: Pod, U>(
+pub(crate) fn map2<A: Pod + Sync, B: Pod + Sync, U: Send>(
     x: &ArrayData,
     y: &ArrayData,
     out: &mut [U],
-    f: impl Fn(A, B) -> U,
+    f: impl Fn(A, B) -> U + Sync,
 ) {
     if let (Some(a), Some(b)) = (flat::<A>(x), flat::<B>(y)) {
+        if out.len() >= PARALLEL_ELEMENTS {
+            let n = PARALLEL_ELEMENTS;
+            out.par_chunks_mut(n).zip(a.par_chunks(n)).zip(b.par_chunks(n)).for_each(
+                |((o, a), b)| o.iter_mut().zip(a).zip(b).for_each(|((o, &a), &b)| *o = f(a, b)),
+            );
+            return;
+        }
         for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
             *o = f(a, b);
         }

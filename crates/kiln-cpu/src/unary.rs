@@ -23,7 +23,7 @@ impl<T: Element> UnaryVisitor<T::Acc> for Map<'_, T> {
         T::DTYPE
     }
 
-    fn visit<F: Fn(T::Acc) -> T::Acc + Copy>(self, f: F) -> Result<ArrayData> {
+    fn visit<F: Fn(T::Acc) -> T::Acc + Copy + Send + Sync>(self, f: F) -> Result<ArrayData> {
         output::<T>(self.name, self.shape, |out| {
             map1(self.x, out, |a: T| T::from_acc(f(a.to_acc())));
             Ok(())
