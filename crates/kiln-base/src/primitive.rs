@@ -4,6 +4,7 @@
 
 use crate::conv::ConvParams;
 use crate::elementwise::{BinaryOp, UnaryOp};
+use crate::fused::FusedProgram;
 use crate::layout::Layout;
 use crate::linalg::LinalgOp;
 use crate::shape::{checked_size, fmt_shape, size_of, Shape, Strides};
@@ -132,6 +133,9 @@ pub enum Primitive {
     /// `num_primals` primals, then the function's outputs; the outputs are those (views).
     /// The rules live in kiln-core behind the opaque handle; backends never see this.
     Custom { rules: Opaque, num_primals: usize },
+    /// A fused elementwise kernel built by compile (see `fused.rs`): inputs broadcast to one
+    /// shape, one output per program output, all of that shape.
+    Fused(std::sync::Arc<FusedProgram>),
 }
 
 impl Primitive {
@@ -180,6 +184,7 @@ impl Primitive {
             Primitive::Conv(_) => "conv",
             Primitive::Linalg(op) => op.name(),
             Primitive::Custom { .. } => "custom_function",
+            Primitive::Fused(_) => "Compiled",
             Primitive::Gather { .. } => "gather",
             Primitive::Scatter { reduce, .. } => match reduce {
                 ScatterReduce::None => "scatter",
@@ -199,6 +204,7 @@ impl Primitive {
     pub fn num_outputs(&self) -> usize {
         match self {
             Primitive::Linalg(op) => op.num_outputs(),
+            Primitive::Fused(p) => p.outputs.len(),
             _ => 1,
         }
     }
@@ -216,6 +222,7 @@ impl Primitive {
             | Primitive::SearchSorted { .. } => 2,
             Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Custom { num_primals, .. } => inputs.len().max(num_primals + 1),
+            Primitive::Fused(p) => p.inputs.len(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             Primitive::Gather { axes, .. } => axes.len() + 1,
             Primitive::Scatter { axes, .. } => axes.len() + 2,
@@ -398,6 +405,20 @@ impl Primitive {
             Primitive::Linalg(l) => l.output_shapes(inputs),
             Primitive::Custom { num_primals, .. } => {
                 Ok(inputs[*num_primals..].iter().map(|&(s, d)| (Shape::from(s), d)).collect())
+            }
+            Primitive::Fused(program) => {
+                let mut shape = Shape::new();
+                for (i, &(s, d)) in inputs.iter().enumerate() {
+                    ensure!(
+                        d == program.inputs[i],
+                        Type,
+                        op,
+                        "Input {i} has dtype {d}, the kernel was built for {}.",
+                        program.inputs[i]
+                    );
+                    shape = crate::shape::broadcast_shapes(op, &shape, s)?;
+                }
+                Ok(program.output_dtypes().into_iter().map(|d| (shape.clone(), d)).collect())
             }
             Primitive::Gather { axes, slice_sizes } => {
                 let (s, d) = inputs[0];

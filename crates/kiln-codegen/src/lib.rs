@@ -2,6 +2,8 @@
 //! so its output is snapshot-tested on machines without a compiler or GPU. Expressions come
 //! from the facts rows in `kiln_base::elementwise`, the same table the eager kernels follow.
 
+pub mod c;
+
 use kiln_base::{BinaryOp, DType, UnaryOp};
 
 /// The C type that holds one element of `dtype` (half types are stored as raw bits and

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod array;
+pub mod compile;
 pub mod device;
 pub mod eval;
 mod graph;

@@ -11,6 +11,7 @@ mod copy;
 mod creation;
 mod element;
 mod erfinv;
+pub mod fused;
 mod gather;
 mod linalg;
 mod lines;
@@ -93,6 +94,7 @@ impl Backend for CpuBackend {
             Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
             // Its outputs are views of its trailing inputs: the core evaluates it.
             Primitive::Custom { num_primals, .. } => return Ok(inputs[*num_primals..].to_vec()),
+            Primitive::Fused(program) => return fused::eval(program, inputs, shape),
             Primitive::Gather { axes, slice_sizes } => {
                 gather::gather(axes, slice_sizes, inputs, shape)
             }

@@ -9,6 +9,7 @@
 //! searching) hold the reduction, scan and sort families.
 
 mod array;
+mod compile;
 mod conv;
 mod convert;
 mod creation;
@@ -47,5 +48,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     conv::register(m)?;
     indexing::register(m)?;
     reductions::register(m)?;
+    compile::register(m)?;
     Ok(())
 }

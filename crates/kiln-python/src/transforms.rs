@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 /// Wraps a Python function of `list[array] -> list[array]` as a Rust one. A Python exception
 /// raised inside is kept in `raised` and re-raised as itself once the transform returns.
-fn rust_fun<'a, 'py>(
+pub(crate) fn rust_fun<'a, 'py>(
     fun: &'a Bound<'py, PyAny>,
     raised: &'a RefCell<Option<PyErr>>,
 ) -> impl FnOnce(&[Array]) -> Result<Vec<Array>> + 'a {

@@ -11,5 +11,6 @@ from kiln.core._io import load, save, save_safetensors, savez, savez_compressed 
 from kiln.core._transforms import (  # noqa: F401
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp, vmap,
 )
+from kiln.core._compile import compile  # noqa: F401
 from kiln.core._compat import *  # noqa: F401,F403 (aliases and compositions)
 from kiln.core._compat import pi, e, inf, nan, newaxis, euler_gamma  # noqa: F401

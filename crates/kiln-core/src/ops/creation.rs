@@ -15,6 +15,28 @@ pub fn scalar(value: Scalar, dtype: DType) -> Result<Array> {
     Array::from_bytes(&bytes, &[], dtype)
 }
 
+/// The value of a one-element array as a scalar of its kind (exact: f64 holds every float
+/// dtype's values). Evaluates the array.
+pub fn scalar_value(a: &Array) -> Result<Scalar> {
+    kiln_base::ensure!(a.size() == 1, Value, "item", "Expected one element, got {}.", a.size());
+    let b = a.to_bytes()?;
+    let word = |n: usize| {
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(&b[..n]);
+        u64::from_le_bytes(w)
+    };
+    let sext = |n: usize| ((word(n) << (64 - 8 * n)) as i64) >> (64 - 8 * n);
+    Ok(match a.dtype() {
+        DType::Bool => Scalar::Bool(b[0] != 0),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => Scalar::UInt(word(a.dtype().size())),
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => Scalar::Int(sext(a.dtype().size())),
+        DType::F16 => Scalar::Float(half::f16::from_bits(word(2) as u16).to_f64()),
+        DType::BF16 => Scalar::Float(half::bf16::from_bits(word(2) as u16).to_f64()),
+        DType::F32 => Scalar::Float(f32::from_bits(word(4) as u32) as f64),
+        DType::F64 => Scalar::Float(f64::from_bits(word(8))),
+    })
+}
+
 /// The bytes of `value` cast to `dtype` (C-style casts; floats saturate through i64).
 fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
     use half::{bf16, f16};

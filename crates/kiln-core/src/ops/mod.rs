@@ -39,7 +39,7 @@ pub use conv::{
 };
 pub use creation::{
     arange, eye, full, full_like, identity, linspace, meshgrid, ones, ones_like, scalar,
-    scalar_checked, tri, zeros, zeros_like,
+    scalar_checked, scalar_value, tri, zeros, zeros_like,
 };
 pub use diag::{diag, diagonal, tril, triu};
 pub use einsum::einsum;

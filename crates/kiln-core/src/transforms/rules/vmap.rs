@@ -154,6 +154,7 @@ pub(super) fn vmap(
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
         | Primitive::AsStrided { .. } => return Err(super::missing("vmap", prim)),
+        Primitive::Fused(_) => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
     };

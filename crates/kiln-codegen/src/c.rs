@@ -1,0 +1,312 @@
+//! C source for a fused elementwise program (kiln_base::FusedProgram). One kernel function,
+//! `kiln_kernel`, computes the outputs for flat indices `[begin, end)`, so the caller splits
+//! the range over threads. Two variants:
+//! - contiguous: every input is either row-contiguous of the output's shape (a vector,
+//!   read at `i`) or a single broadcast value (a scalar, read once); the loop is a plain
+//!   `for` the C compiler vectorises;
+//! - strided: any layout (broadcast = stride 0, negative strides); rows of the last axis
+//!   are walked with per-input strides, the row start decomposed once per row.
+//!
+//! Each step becomes one typed local, so integer results wrap to their width and
+//! float16/bfloat16 results are rounded at every node, exactly as the eager kernels do.
+
+use crate::{binary_expr, c_type, unary_expr};
+use kiln_base::{DType, FusedOp, FusedProgram, Scalar, UnaryOp};
+use std::fmt::Write;
+
+/// The kernel function's name in every generated source.
+pub const KERNEL_SYMBOL: &str = "kiln_kernel";
+
+/// The scalar math every kernel includes (see `preamble.c`).
+pub const PREAMBLE: &str = include_str!("preamble.c");
+
+/// How the contiguous variant reads one input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// Row-contiguous with the output's shape: element `i`.
+    Vector,
+    /// One value for every element (a broadcast scalar).
+    Scalar,
+}
+
+/// Which kernel to generate.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Variant {
+    Contiguous(Vec<InputKind>),
+    /// `kiln_kernel(begin, end, in, out, ndim, shape, strides)`; `strides` holds each
+    /// input's element strides, `ndim` per input.
+    Strided,
+}
+
+/// Whether generated C computes `op` on `dtype` exactly as the eager kernel does (or within
+/// the documented ulp bound of libm). Compile leaves other ops out of fused regions.
+pub fn supports_unary(op: UnaryOp, dtype: DType) -> bool {
+    // The f64 inverse error function refines with Newton steps in eager; not mirrored.
+    !(op == UnaryOp::ErfInv && dtype == DType::F64)
+}
+
+/// The type a value is computed in: half floats compute in float.
+fn compute_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 | DType::BF16 => "float",
+        d => c_type(d),
+    }
+}
+
+/// A stored element as its compute type.
+fn load(dtype: DType, expr: &str) -> String {
+    match dtype {
+        DType::F16 => format!("k_f16_to_f32({expr})"),
+        DType::BF16 => format!("k_bf16_to_f32({expr})"),
+        _ => expr.to_string(),
+    }
+}
+
+/// A computed value as its stored element.
+fn store(dtype: DType, expr: &str) -> String {
+    match dtype {
+        DType::F16 => format!("k_f64_to_f16((double)({expr}))"),
+        DType::BF16 => format!("k_f64_to_bf16((double)({expr}))"),
+        _ => expr.to_string(),
+    }
+}
+
+/// A computed float result rounded to its dtype (a no-op cast for native types).
+fn round(dtype: DType, expr: &str) -> String {
+    match dtype {
+        DType::F16 => format!("k_round_f16((float)({expr}))"),
+        DType::BF16 => format!("k_round_bf16((float)({expr}))"),
+        d => format!("({})({expr})", c_type(d)),
+    }
+}
+
+/// `value` converted from dtype `from` to `to`, with eager's rules (kiln-cpu cast.rs).
+fn convert(from: DType, to: DType, value: &str) -> String {
+    let is_float = |d: DType| d.is_float();
+    match (from, to) {
+        (f, t) if f == t => value.to_string(),
+        (_, DType::Bool) => format!("((bool)(({value}) != 0))"),
+        (f, t) if is_float(f) && !is_float(t) => {
+            let v = format!("(double)({value})");
+            match t {
+                DType::I64 => format!("k_f2i64({v})"),
+                DType::U32 => format!("(uint32_t)k_f2i64({v})"),
+                DType::U64 => format!("k_f2u64({v})"),
+                t => format!("({})k_f2i32({v})", c_type(t)),
+            }
+        }
+        // f64 -> half rounds once, straight from double.
+        (DType::F64, DType::F16) => format!("k_f16_to_f32(k_f64_to_f16({value}))"),
+        (DType::F64, DType::BF16) => format!("k_bf16_to_f32(k_f64_to_bf16({value}))"),
+        // Everything else reaches a half type through float (as eager: ints via f32).
+        (_, DType::F16 | DType::BF16) => round(to, &format!("(float)({value})")),
+        (_, t) => format!("(({})({value}))", c_type(t)),
+    }
+}
+
+/// A literal of `dtype` with the value eager's `arange(value, 0, dtype)` stores.
+fn literal(value: Scalar, dtype: DType) -> String {
+    let float = |v: f64, suffix: &str| {
+        if v.is_nan() {
+            "NAN".to_string()
+        } else if v.is_infinite() {
+            if v > 0.0 { "INFINITY" } else { "(-INFINITY)" }.to_string()
+        } else {
+            format!("{v:e}{suffix}")
+        }
+    };
+    match dtype {
+        DType::Bool => (if value.as_f64() != 0.0 { "true" } else { "false" }).to_string(),
+        DType::F32 => float(value.as_f64() as f32 as f64, "f"),
+        DType::F64 => float(value.as_f64(), ""),
+        DType::F16 => float(half::f16::from_f64(value.as_f64()).to_f64(), "f"),
+        DType::BF16 => float(half::bf16::from_f64(value.as_f64()).to_f64(), "f"),
+        d => {
+            // Integers: the wrapped bits of the i64 value, cast to the type (gcc: modulo).
+            let bits = value.as_i64() as u64;
+            let mask = if d.size() == 8 { u64::MAX } else { (1u64 << (8 * d.size())) - 1 };
+            format!("(({})0x{:x}ull)", c_type(d), bits & mask)
+        }
+    }
+}
+
+/// The expression computing step `i` from earlier locals `t0..`.
+fn step_expr(program: &FusedProgram, i: usize, input: &dyn Fn(usize) -> String) -> String {
+    let step = &program.steps[i];
+    let t = |k: usize| format!("t{k}");
+    match &step.op {
+        FusedOp::Input(k) => input(*k),
+        FusedOp::Literal(v) => literal(*v, step.dtype),
+        FusedOp::Unary(op, a) => round(step.dtype, &unary_expr(*op, &t(*a))),
+        FusedOp::Binary(op, a, b) => round(step.dtype, &binary_expr(*op, &t(*a), &t(*b))),
+        FusedOp::Where(c, a, b) => format!("(t{c} ? t{a} : t{b})"),
+        FusedOp::AsType(a) => convert(program.steps[*a].dtype, step.dtype, &t(*a)),
+    }
+}
+
+/// The loop body: every step as a typed local, then the stores at `out_index`.
+fn body(
+    program: &FusedProgram,
+    input: &dyn Fn(usize) -> String,
+    out_index: &str,
+    indent: &str,
+) -> String {
+    let mut s = String::new();
+    for i in 0..program.steps.len() {
+        let ty = compute_type(program.steps[i].dtype);
+        let _ = writeln!(s, "{indent}const {ty} t{i} = {};", step_expr(program, i, input));
+    }
+    for (k, &step) in program.outputs.iter().enumerate() {
+        let dtype = program.steps[step].dtype;
+        let _ = writeln!(s, "{indent}out{k}[{out_index}] = {};", store(dtype, &format!("t{step}")));
+    }
+    s
+}
+
+/// The C source of `program` as `variant` (preamble included).
+pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
+    let mut s = String::from(PREAMBLE);
+    let _ = writeln!(s, "\n/* {} */", program.name());
+    let params = match variant {
+        Variant::Contiguous(_) => "",
+        Variant::Strided => ", int64_t ndim, const int64_t *shape, const int64_t *strides",
+    };
+    let _ = writeln!(
+        s,
+        "void {KERNEL_SYMBOL}(int64_t begin, int64_t end, void *const *in, void *const *out{params}) {{"
+    );
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        let ty = c_type(dtype);
+        let _ = writeln!(s, "    const {ty} *restrict in{k} = (const {ty} *)in[{k}];");
+    }
+    for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+        let ty = c_type(dtype);
+        let _ = writeln!(s, "    {ty} *restrict out{k} = ({ty} *)out[{k}];");
+    }
+    match variant {
+        Variant::Contiguous(kinds) => {
+            for (k, &dtype) in program.inputs.iter().enumerate() {
+                if kinds.get(k) == Some(&InputKind::Scalar) {
+                    let ty = compute_type(dtype);
+                    let _ =
+                        writeln!(s, "    const {ty} s{k} = {};", load(dtype, &format!("in{k}[0]")));
+                }
+            }
+            let input = |k: usize| match kinds.get(k) {
+                Some(InputKind::Scalar) => format!("s{k}"),
+                _ => load(program.inputs[k], &format!("in{k}[i]")),
+            };
+            let _ = writeln!(s, "    for (int64_t i = begin; i < end; ++i) {{");
+            s.push_str(&body(program, &input, "i", "        "));
+            s.push_str("    }\n}\n");
+        }
+        Variant::Strided => {
+            let n = program.inputs.len();
+            s.push_str("    int64_t i = begin;\n    while (i < end) {\n");
+            s.push_str("        int64_t rest = i, col = 0;\n");
+            for k in 0..n {
+                let _ = writeln!(s, "        int64_t o{k} = 0;");
+            }
+            s.push_str("        for (int64_t d = ndim - 1; d >= 0; --d) {\n");
+            s.push_str("            const int64_t c = rest % shape[d];\n");
+            s.push_str("            rest /= shape[d];\n");
+            s.push_str("            if (d == ndim - 1) col = c;\n");
+            for k in 0..n {
+                let _ = writeln!(s, "            o{k} += c * strides[{k} * ndim + d];");
+            }
+            s.push_str("        }\n");
+            s.push_str("        int64_t len = shape[ndim - 1] - col;\n");
+            s.push_str("        if (len > end - i) len = end - i;\n");
+            for k in 0..n {
+                let _ =
+                    writeln!(s, "        const int64_t st{k} = strides[{k} * ndim + ndim - 1];");
+            }
+            s.push_str("        for (int64_t j = 0; j < len; ++j) {\n");
+            let input = |k: usize| load(program.inputs[k], &format!("in{k}[o{k} + j * st{k}]"));
+            s.push_str(&body(program, &input, "i + j", "            "));
+            s.push_str("        }\n        i += len;\n    }\n}\n");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_base::{BinaryOp, FusedStep};
+
+    fn gelu_like() -> FusedProgram {
+        let f32s = |op| FusedStep { op, dtype: DType::F32 };
+        FusedProgram {
+            inputs: vec![DType::F32],
+            steps: vec![
+                f32s(FusedOp::Input(0)),
+                f32s(FusedOp::Literal(Scalar::Float(0.5))),
+                f32s(FusedOp::Binary(BinaryOp::Multiply, 0, 1)),
+                f32s(FusedOp::Unary(UnaryOp::Erf, 2)),
+            ],
+            outputs: vec![3, 2],
+        }
+    }
+
+    #[test]
+    fn contiguous_kernel_snapshot() {
+        let src = c_kernel(&gelu_like(), &Variant::Contiguous(vec![InputKind::Vector]));
+        let kernel = &src[PREAMBLE.len()..];
+        let expected = "
+/* Compiled_multiply_erf */
+void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) {
+    const float *restrict in0 = (const float *)in[0];
+    float *restrict out0 = (float *)out[0];
+    float *restrict out1 = (float *)out[1];
+    for (int64_t i = begin; i < end; ++i) {
+        const float t0 = in0[i];
+        const float t1 = 5e-1f;
+        const float t2 = (float)(((t0) * (t1)));
+        const float t3 = (float)(k_erf((t2)));
+        out0[i] = t3;
+        out1[i] = t2;
+    }
+}
+";
+        assert_eq!(kernel, expected);
+    }
+
+    #[test]
+    fn strided_kernel_reads_with_strides() {
+        let src = c_kernel(&gelu_like(), &Variant::Strided);
+        assert!(src.contains("const float t0 = in0[o0 + j * st0];"));
+        assert!(src.contains("out0[i + j] = t3;"));
+        assert!(src.contains("o0 += c * strides[0 * ndim + d];"));
+    }
+
+    #[test]
+    fn literals_are_exact_and_valid_c() {
+        assert_eq!(literal(Scalar::Float(f64::NAN), DType::F32), "NAN");
+        assert_eq!(literal(Scalar::Float(f64::NEG_INFINITY), DType::F64), "(-INFINITY)");
+        assert_eq!(literal(Scalar::Float(0.1), DType::F64), "1e-1");
+        assert_eq!(literal(Scalar::Float(0.1), DType::F32), "1.0000000149011612e-1f");
+        assert_eq!(literal(Scalar::Int(-1), DType::I8), "((int8_t)0xffull)");
+        assert_eq!(literal(Scalar::Int(i64::MIN), DType::I64), "((int64_t)0x8000000000000000ull)");
+        assert_eq!(literal(Scalar::Float(2.0), DType::Bool), "true");
+        assert_eq!(literal(Scalar::Float(0.1), DType::F16), "9.99755859375e-2f");
+    }
+
+    #[test]
+    fn half_values_round_at_every_step() {
+        let p = FusedProgram {
+            inputs: vec![DType::F16],
+            steps: vec![
+                FusedStep { op: FusedOp::Input(0), dtype: DType::F16 },
+                FusedStep { op: FusedOp::Unary(UnaryOp::Exp, 0), dtype: DType::F16 },
+                FusedStep { op: FusedOp::AsType(1), dtype: DType::I32 },
+            ],
+            outputs: vec![1, 2],
+        };
+        let src = c_kernel(&p, &Variant::Contiguous(vec![InputKind::Scalar]));
+        assert!(src.contains("const float s0 = k_f16_to_f32(in0[0]);"));
+        assert!(src.contains("const float t1 = k_round_f16((float)(k_exp((t0))));"));
+        assert!(src.contains("const int32_t t2 = (int32_t)k_f2i32((double)(t1));"));
+        assert!(src.contains("out0[i] = k_f64_to_f16((double)(t1));"));
+    }
+}

@@ -1,0 +1,257 @@
+//! Fusion: regions of elementwise nodes become one `Fused` node each.
+//!
+//! Regions grow from a root (visited outputs-first) towards the inputs through fusable
+//! nodes (unary, binary, `where`, `astype`: all of one shape). A node joins only when every
+//! user of it is already in the region, so nothing outside needs its value and no cycle
+//! can form; a node that is also a graph output joins as an extra kernel output. Broadcasts
+//! stay outside as views (free; the kernel reads them with zero strides), and a broadcast
+//! 0-d constant becomes a literal in the source. A region of one op is left alone (the
+//! eager kernel is as good).
+
+use super::graph::{Graph, Node, Value};
+use kiln_base::{DeviceKind, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+
+/// Why a region stopped growing at a border (explain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    /// The fused node's name (`Compiled_...`).
+    pub name: String,
+    /// Ops inside.
+    pub size: usize,
+    /// Each border input and the reason fusion stopped there.
+    pub borders: Vec<String>,
+}
+
+fn fusable(node: &Node) -> bool {
+    if node.stream.device.kind != DeviceKind::Cpu {
+        return false;
+    }
+    match &node.prim {
+        Primitive::Unary(op) => kiln_codegen::c::supports_unary(*op, node.outputs[0].1),
+        Primitive::Binary(_) | Primitive::Where | Primitive::AsType(_) => true,
+        _ => false,
+    }
+}
+
+/// A literal for a value that is one scalar constant (maybe broadcast).
+fn literal(graph: &Graph, v: Value) -> Option<Scalar> {
+    let c = match v {
+        Value::Const(c) => c,
+        Value::Node(n, 0) => match (&graph.nodes[n].prim, graph.nodes[n].inputs.as_slice()) {
+            (Primitive::BroadcastTo { .. }, [Value::Const(c)]) => *c,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let a = &graph.consts[c];
+    if a.size() != 1 || !a.is_evaluated() {
+        return None;
+    }
+    crate::ops::scalar_value(a).ok()
+}
+
+/// Fuses `graph`; returns the new graph and what each region is.
+pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
+    let n = graph.nodes.len();
+    // Users of each node (by node index), and whether a node output is a graph output.
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for v in &node.inputs {
+            if let Value::Node(p, _) = v {
+                if !users[*p].contains(&i) {
+                    users[*p].push(i);
+                }
+            }
+        }
+    }
+    let mut is_output = vec![false; n];
+    for v in &graph.outputs {
+        if let Value::Node(p, _) = v {
+            is_output[*p] = true;
+        }
+    }
+    let mut region_of = vec![usize::MAX; n];
+    let mut regions: Vec<Vec<usize>> = Vec::new();
+    let mut reports = Vec::new();
+    for root in (0..n).rev() {
+        if region_of[root] != usize::MAX || !fusable(&graph.nodes[root]) {
+            continue;
+        }
+        let id = regions.len();
+        let shape = &graph.nodes[root].outputs[0].0;
+        let mut members = vec![root];
+        region_of[root] = id;
+        let mut borders = Vec::new();
+        let mut frontier = vec![root];
+        while let Some(m) = frontier.pop() {
+            for v in &graph.nodes[m].inputs {
+                let Value::Node(p, _) = *v else { continue };
+                if region_of[p] == id {
+                    continue;
+                }
+                let node = &graph.nodes[p];
+                let name = node.prim.name();
+                let reason = if region_of[p] != usize::MAX {
+                    Some("in another region")
+                } else if !fusable(node) {
+                    Some("not fusable")
+                } else if node.outputs[0].0 != *shape {
+                    Some("another shape")
+                } else if node.stream != graph.nodes[root].stream {
+                    Some("another stream")
+                } else if !users[p].iter().all(|u| region_of[*u] == id) {
+                    Some("used outside the region")
+                } else {
+                    None
+                };
+                match reason {
+                    Some(r) => {
+                        if !matches!(node.prim, Primitive::BroadcastTo { .. }) {
+                            borders.push(format!("{name}: {r}"));
+                        }
+                    }
+                    None => {
+                        region_of[p] = id;
+                        members.push(p);
+                        frontier.push(p);
+                    }
+                }
+            }
+        }
+        if members.len() < 2 {
+            region_of[root] = usize::MAX;
+            continue;
+        }
+        members.sort_unstable();
+        regions.push(members);
+        reports.push(borders);
+    }
+
+    // Rebuild: regions become one node at their root's position.
+    let mut out = Graph {
+        inputs: graph.inputs.clone(),
+        consts: graph.consts.clone(),
+        nodes: Vec::new(),
+        outputs: Vec::new(),
+    };
+    let mut node_map: Vec<Vec<Value>> = vec![Vec::new(); n];
+    let mut programs: Vec<Option<(FusedProgram, Vec<Value>, Vec<usize>)>> = Vec::new();
+    for members in &regions {
+        programs.push(Some(build_program(graph, members, &users, &is_output, &region_of)));
+    }
+    let mut region_reports = Vec::new();
+    for i in 0..n {
+        let map = |v: Value, node_map: &Vec<Vec<Value>>| match v {
+            Value::Node(p, k) => node_map[p][k],
+            other => other,
+        };
+        let r = region_of[i];
+        if r == usize::MAX {
+            let inputs = graph.nodes[i].inputs.iter().map(|&v| map(v, &node_map)).collect();
+            out.nodes.push(Node { inputs, ..graph.nodes[i].clone() });
+            let idx = out.nodes.len() - 1;
+            node_map[i] = (0..graph.nodes[i].outputs.len()).map(|k| Value::Node(idx, k)).collect();
+            continue;
+        }
+        let members = &regions[r];
+        if members.last() != Some(&i) {
+            continue; // emitted with the root (the region's last node in order)
+        }
+        let Some((program, inputs, produced)) = programs[r].take() else { continue };
+        let inputs: Vec<Value> = inputs.into_iter().map(|v| map(v, &node_map)).collect();
+        let shape = graph.nodes[i].outputs[0].0.clone();
+        let outputs = program.output_dtypes().into_iter().map(|d| (shape.clone(), d)).collect();
+        let report = Region {
+            name: program.name(),
+            size: members.len(),
+            borders: std::mem::take(&mut reports[r]),
+        };
+        out.nodes.push(Node {
+            prim: Primitive::Fused(Arc::new(program)),
+            inputs,
+            outputs,
+            stream: graph.nodes[i].stream,
+        });
+        let idx = out.nodes.len() - 1;
+        for (k, &m) in produced.iter().enumerate() {
+            node_map[m] = vec![Value::Node(idx, k)];
+        }
+        region_reports.push(report);
+    }
+    out.outputs = graph
+        .outputs
+        .iter()
+        .map(|&v| match v {
+            Value::Node(p, k) => node_map[p][k],
+            other => other,
+        })
+        .collect();
+    (out, region_reports)
+}
+
+/// The program of one region (members in topological order, the root last), its input
+/// values, and which member each kernel output is.
+fn build_program(
+    graph: &Graph,
+    members: &[usize],
+    users: &[Vec<usize>],
+    is_output: &[bool],
+    region_of: &[usize],
+) -> (FusedProgram, Vec<Value>, Vec<usize>) {
+    let root = *members.last().expect("regions are not empty");
+    let id = region_of[root];
+    let mut steps: Vec<FusedStep> = Vec::new();
+    let mut input_dtypes = Vec::new();
+    let mut inputs: Vec<Value> = Vec::new();
+    let mut step_of: FxHashMap<Value, usize> = FxHashMap::default();
+    let operand = |v: Value,
+                   steps: &mut Vec<FusedStep>,
+                   step_of: &mut FxHashMap<Value, usize>,
+                   inputs: &mut Vec<Value>,
+                   input_dtypes: &mut Vec<kiln_base::DType>|
+     -> usize {
+        if let Some(&s) = step_of.get(&v) {
+            return s;
+        }
+        let dtype = graph.meta(v).1;
+        let op = match literal(graph, v) {
+            Some(value) => FusedOp::Literal(value),
+            None => {
+                inputs.push(v);
+                input_dtypes.push(dtype);
+                FusedOp::Input(inputs.len() - 1)
+            }
+        };
+        steps.push(FusedStep { op, dtype });
+        step_of.insert(v, steps.len() - 1);
+        steps.len() - 1
+    };
+    let mut outputs = Vec::new();
+    let mut produced = Vec::new();
+    for &m in members {
+        let node = &graph.nodes[m];
+        let ops: Vec<usize> = node
+            .inputs
+            .iter()
+            .map(|&v| operand(v, &mut steps, &mut step_of, &mut inputs, &mut input_dtypes))
+            .collect();
+        let op = match &node.prim {
+            Primitive::Unary(u) => FusedOp::Unary(*u, ops[0]),
+            Primitive::Binary(b) => FusedOp::Binary(*b, ops[0], ops[1]),
+            Primitive::Where => FusedOp::Where(ops[0], ops[1], ops[2]),
+            Primitive::AsType(_) => FusedOp::AsType(ops[0]),
+            _ => unreachable!("regions hold fusable nodes only"),
+        };
+        steps.push(FusedStep { op, dtype: node.outputs[0].1 });
+        let s = steps.len() - 1;
+        step_of.insert(Value::Node(m, 0), s);
+        let needed_outside = users[m].iter().any(|u| region_of[*u] != id);
+        if m == root || is_output[m] || needed_outside {
+            outputs.push(s);
+            produced.push(m);
+        }
+    }
+    (FusedProgram { inputs: input_dtypes, steps, outputs }, inputs, produced)
+}

@@ -1,0 +1,241 @@
+//! compile: trace a function once on placeholders, simplify the graph, fuse elementwise
+//! regions into generated kernels, and replay the result on later calls.
+//!
+//! - `graph.rs`: the captured graph (numbered inputs, frozen constants, nodes in order);
+//! - `simplify.rs`: no-op removal, scalar merging, CSE, dead-code removal (linear time);
+//! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
+//! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
+//!
+//! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
+//! and constants, and uses [`trace`] and [`Compiled::replay`] underneath.
+
+mod fuse;
+mod graph;
+mod simplify;
+
+pub use fuse::Region;
+pub use graph::{Graph, Node, Value};
+
+use crate::array::Array;
+use crate::transforms::{Transform, TransformScope};
+use kiln_base::{ensure, DType, Result, Shape};
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Whether compile is on (`disable_compile`, `KILN_DISABLE_COMPILE`).
+fn enabled_flag() -> &'static AtomicBool {
+    static FLAG: OnceLock<AtomicBool> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let off = std::env::var("KILN_DISABLE_COMPILE").is_ok_and(|v| !v.is_empty() && v != "0");
+        AtomicBool::new(!off)
+    })
+}
+
+/// Whether compiled functions trace and replay (else they call the function as is).
+pub fn is_enabled() -> bool {
+    enabled_flag().load(Ordering::Relaxed)
+}
+
+/// Switches compile off everywhere, at once, also for functions compiled earlier.
+pub fn disable_compile() {
+    enabled_flag().store(false, Ordering::Relaxed);
+}
+
+pub fn enable_compile() {
+    enabled_flag().store(true, Ordering::Relaxed);
+}
+
+/// Which passes run (`KILN_COMPILE_MODE=no_simplify|no_fuse`, comma separated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passes {
+    pub simplify: bool,
+    pub fuse: bool,
+}
+
+impl Passes {
+    pub fn from_env() -> Passes {
+        let mode = std::env::var("KILN_COMPILE_MODE").unwrap_or_default();
+        let has = |m: &str| mode.split(',').any(|p| p.trim() == m);
+        Passes { simplify: !has("no_simplify"), fuse: !has("no_fuse") }
+    }
+}
+
+/// A traced and optimised function, ready to replay.
+#[derive(Debug)]
+pub struct Compiled {
+    graph: Graph,
+    shapeless: bool,
+    /// The graph as traced, after simplify, and the fused regions (explain).
+    pub traced: Vec<String>,
+    pub simplified: Vec<String>,
+    pub regions: Vec<Region>,
+}
+
+/// Traces `fun` on placeholders shaped like `inputs` and optimises the graph.
+///
+/// `inputs` are the real arguments: a constant of the trace that is one of them means the
+/// function read an argument through a closure instead of its parameter (an error, since
+/// the compiled graph would freeze that call's value).
+pub fn trace<F>(fun: F, inputs: &[Array], shapeless: bool) -> Result<Compiled>
+where
+    F: FnOnce(&[Array]) -> Result<Vec<Array>>,
+{
+    let placeholders: Vec<Array> = inputs
+        .iter()
+        .map(|a| Array::tracer_placeholder(a.shape(), a.dtype(), a.stream()))
+        .collect();
+    let outputs = {
+        let _scope = TransformScope::enter(Transform::Compile);
+        fun(&placeholders)?
+    };
+    let traced = Graph::capture(&placeholders, &outputs)?;
+    for c in &traced.consts {
+        ensure!(
+            !inputs.iter().any(|a| a.same(c)),
+            Value,
+            "compile",
+            "The function uses one of its array arguments through a closure instead of its \
+             parameter; pass it as an argument (or capture it with inputs=)."
+        );
+        ensure!(
+            !c.is_placeholder(),
+            Value,
+            "compile",
+            "The function uses a placeholder from another trace (an array created inside \
+             another compiled or transformed function)."
+        );
+    }
+    let passes = Passes::from_env();
+    let simplified = if passes.simplify { simplify::simplify(&traced) } else { traced.clone() };
+    let (graph, regions) = if passes.fuse {
+        let (fused, regions) = fuse::fuse(&simplified);
+        // Broadcast scalars folded into kernels as literals are dead now.
+        (simplify::remove_dead(&fused), regions)
+    } else {
+        (simplified.clone(), Vec::new())
+    };
+    Ok(Compiled {
+        traced: traced.describe(),
+        simplified: simplified.describe(),
+        regions,
+        graph,
+        shapeless,
+    })
+}
+
+impl Compiled {
+    /// The optimised graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Number of primitive calls one replay records.
+    pub fn num_nodes(&self) -> usize {
+        self.graph.nodes.len()
+    }
+
+    /// Builds the optimised graph over `inputs` (lazy, like every op) and returns its
+    /// outputs.
+    pub fn replay(&self, inputs: &[Array]) -> Result<Vec<Array>> {
+        let op = "compile";
+        let g = &self.graph;
+        ensure!(
+            inputs.len() == g.inputs.len(),
+            Value,
+            op,
+            "Expected {} array inputs, got {}.",
+            g.inputs.len(),
+            inputs.len()
+        );
+        for (i, (a, (shape, dtype))) in inputs.iter().zip(&g.inputs).enumerate() {
+            ensure!(
+                a.dtype() == *dtype,
+                Value,
+                op,
+                "Input {i} has dtype {}, traced with {dtype}.",
+                a.dtype()
+            );
+            if !self.shapeless {
+                ensure!(
+                    a.shape() == shape.as_slice(),
+                    Value,
+                    op,
+                    "Input {i} has shape {:?}, traced with {:?}.",
+                    a.shape(),
+                    shape
+                );
+            }
+        }
+        let mut values: Vec<Vec<Array>> = Vec::with_capacity(g.nodes.len());
+        let get = |v: Value, values: &Vec<Vec<Array>>| match v {
+            Value::Input(i) => inputs[i].clone(),
+            Value::Const(c) => g.consts[c].clone(),
+            Value::Node(n, k) => values[n][k].clone(),
+        };
+        for node in &g.nodes {
+            let args: Vec<Array> = node.inputs.iter().map(|&v| get(v, &values)).collect();
+            let outputs = if self.shapeless {
+                let specs: Vec<(&[usize], DType)> =
+                    args.iter().map(|a| (a.shape(), a.dtype())).collect();
+                node.prim.output_shapes(&specs)?
+            } else {
+                node.outputs.clone()
+            };
+            values.push(Array::from_call(node.prim.clone(), args, outputs, node.stream));
+        }
+        Ok(g.outputs.iter().map(|&v| get(v, &values)).collect())
+    }
+}
+
+/// A compiled Rust function with its cache: one trace per input signature (shapes and
+/// dtypes), replayed on later calls.
+pub struct CompiledFn<F> {
+    fun: F,
+    cache: Mutex<FxHashMap<Vec<(Shape, DType)>, Arc<Compiled>>>,
+    traces: AtomicU64,
+}
+
+/// Compiles `fun`: `kiln_core::compile::compile(|x| ...).call(&[x])`.
+pub fn compile<F>(fun: F) -> CompiledFn<F>
+where
+    F: Fn(&[Array]) -> Result<Vec<Array>>,
+{
+    CompiledFn { fun, cache: Mutex::new(FxHashMap::default()), traces: AtomicU64::new(0) }
+}
+
+impl<F> CompiledFn<F>
+where
+    F: Fn(&[Array]) -> Result<Vec<Array>>,
+{
+    pub fn call(&self, inputs: &[Array]) -> Result<Vec<Array>> {
+        if !is_enabled() || inputs.iter().any(Array::is_tracer) {
+            return (self.fun)(inputs);
+        }
+        let key: Vec<(Shape, DType)> =
+            inputs.iter().map(|a| (Shape::from(a.shape()), a.dtype())).collect();
+        let found = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let compiled = match found {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(trace(&self.fun, inputs, false)?);
+                self.traces.fetch_add(1, Ordering::Relaxed);
+                self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, c.clone());
+                c
+            }
+        };
+        compiled.replay(inputs)
+    }
+
+    /// How many times the function was traced.
+    pub fn traces(&self) -> u64 {
+        self.traces.load(Ordering::Relaxed)
+    }
+
+    /// The compiled graph for these inputs' signature, if traced.
+    pub fn entry(&self, inputs: &[Array]) -> Option<Arc<Compiled>> {
+        let key: Vec<(Shape, DType)> =
+            inputs.iter().map(|a| (Shape::from(a.shape()), a.dtype())).collect();
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+    }
+}

@@ -1,0 +1,139 @@
+//! Graph simplification, each pass one linear walk with hash maps:
+//! - no-ops (`identity`, `stop_gradient`, `copy`) forward their input;
+//! - equal scalar constants (0-d, same dtype and bits) merge into one;
+//! - common subexpressions merge: same primitive with the same parameters (so `log` and
+//!   `log2`, or `equal` with and without `equal_nan`, stay apart) on the same inputs;
+//! - dead nodes (no path to an output) go.
+
+use super::graph::{Graph, Node, Value};
+use crate::array::Array;
+use kiln_base::{DType, Primitive};
+use rustc_hash::FxHashMap;
+
+pub fn simplify(graph: &Graph) -> Graph {
+    let merged = merge(graph);
+    remove_dead(&merged)
+}
+
+/// The bits of a 0-d evaluated constant (its identity for merging).
+fn scalar_bits(a: &Array) -> Option<(DType, Vec<u8>)> {
+    if a.ndim() != 0 || !a.is_evaluated() {
+        return None;
+    }
+    a.to_bytes().ok().map(|b| (a.dtype(), b))
+}
+
+/// No-op forwarding, scalar merging and CSE in one forward walk.
+fn merge(graph: &Graph) -> Graph {
+    let mut out = Graph {
+        inputs: graph.inputs.clone(),
+        consts: Vec::new(),
+        nodes: Vec::new(),
+        outputs: Vec::new(),
+    };
+    // Old constant -> new constant, merging equal scalars and repeated arrays.
+    let mut scalars: FxHashMap<(DType, Vec<u8>), usize> = FxHashMap::default();
+    let mut by_node: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut const_map = Vec::with_capacity(graph.consts.len());
+    for c in &graph.consts {
+        let id = std::sync::Arc::as_ptr(&c.0) as usize;
+        let existing = match scalar_bits(c) {
+            Some(key) => scalars.get(&key).copied().or_else(|| {
+                scalars.insert(key, out.consts.len());
+                None
+            }),
+            None => by_node.get(&id).copied(),
+        };
+        let index = existing.unwrap_or_else(|| {
+            out.consts.push(c.clone());
+            out.consts.len() - 1
+        });
+        by_node.insert(id, index);
+        const_map.push(index);
+    }
+    // Old node -> new value of each of its outputs.
+    let mut node_map: Vec<Vec<Value>> = Vec::with_capacity(graph.nodes.len());
+    let mut seen: FxHashMap<(Primitive, Vec<Value>), usize> = FxHashMap::default();
+    let map = |v: Value, node_map: &Vec<Vec<Value>>| match v {
+        Value::Input(i) => Value::Input(i),
+        Value::Const(i) => Value::Const(const_map[i]),
+        Value::Node(n, k) => node_map[n][k],
+    };
+    for node in &graph.nodes {
+        let inputs: Vec<Value> = node.inputs.iter().map(|&v| map(v, &node_map)).collect();
+        if is_noop(&node.prim)
+            && inputs.len() == 1
+            && graph.meta(node.inputs[0]).0 == node.outputs[0].0.as_slice()
+        {
+            node_map.push(vec![inputs[0]]);
+            continue;
+        }
+        let key = (node.prim.clone(), inputs.clone());
+        if let Some(&n) = seen.get(&key) {
+            if out.nodes[n].stream == node.stream {
+                node_map.push((0..node.outputs.len()).map(|k| Value::Node(n, k)).collect());
+                continue;
+            }
+        }
+        out.nodes.push(Node { inputs, ..node.clone() });
+        let n = out.nodes.len() - 1;
+        seen.insert(key, n);
+        node_map.push((0..node.outputs.len()).map(|k| Value::Node(n, k)).collect());
+    }
+    out.outputs = graph.outputs.iter().map(|&v| map(v, &node_map)).collect();
+    out
+}
+
+fn is_noop(prim: &Primitive) -> bool {
+    matches!(prim, Primitive::Identity | Primitive::StopGradient | Primitive::Copy)
+}
+
+/// Keeps the nodes and constants an output reaches, renumbered in order.
+pub(crate) fn remove_dead(graph: &Graph) -> Graph {
+    let mut live = vec![false; graph.nodes.len()];
+    let mut live_consts = vec![false; graph.consts.len()];
+    let mark = |v: &Value, live: &mut Vec<bool>, live_consts: &mut Vec<bool>| match *v {
+        Value::Node(n, _) => live[n] = true,
+        Value::Const(c) => live_consts[c] = true,
+        Value::Input(_) => {}
+    };
+    for v in &graph.outputs {
+        mark(v, &mut live, &mut live_consts);
+    }
+    // Users come after their inputs: one backward sweep finds everything reachable.
+    for n in (0..graph.nodes.len()).rev() {
+        if live[n] {
+            for v in &graph.nodes[n].inputs {
+                mark(v, &mut live, &mut live_consts);
+            }
+        }
+    }
+    let mut node_index = vec![usize::MAX; graph.nodes.len()];
+    let mut const_index = vec![usize::MAX; graph.consts.len()];
+    let mut out = Graph {
+        inputs: graph.inputs.clone(),
+        consts: Vec::new(),
+        nodes: Vec::new(),
+        outputs: Vec::new(),
+    };
+    for (c, array) in graph.consts.iter().enumerate() {
+        if live_consts[c] {
+            const_index[c] = out.consts.len();
+            out.consts.push(array.clone());
+        }
+    }
+    let map = |v: Value, node_index: &Vec<usize>| match v {
+        Value::Input(i) => Value::Input(i),
+        Value::Const(c) => Value::Const(const_index[c]),
+        Value::Node(n, k) => Value::Node(node_index[n], k),
+    };
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if live[n] {
+            let inputs = node.inputs.iter().map(|&v| map(v, &node_index)).collect();
+            node_index[n] = out.nodes.len();
+            out.nodes.push(Node { inputs, ..node.clone() });
+        }
+    }
+    out.outputs = graph.outputs.iter().map(|&v| map(v, &node_index)).collect();
+    out
+}

@@ -1,0 +1,114 @@
+//! The fused interpreter tier: a fused program run chunk by chunk with the eager kernels.
+//! Each chunk's intermediates are a few thousand elements (they stay in L1 and the buffer
+//! cache hands the same blocks back every chunk), so a region never allocates its
+//! intermediates at full size. Runs while the C kernel builds, and wherever there is no C
+//! compiler.
+
+use crate::{binary, cast, copy, creation, unary};
+use kiln_base::shape::size_of;
+use kiln_base::{bail, ArrayData, FusedOp, FusedProgram, Layout, Result, Scalar, HOST};
+
+/// Elements per chunk: small enough for a dozen f32 intermediates to stay in L1/L2, large
+/// enough that per-chunk dispatch costs little next to the arithmetic.
+const CHUNK: usize = 4096;
+
+/// How the chunk loop reads one input.
+enum Source {
+    /// Row-major elements starting at this buffer offset.
+    Flat(ArrayData),
+    /// One value repeated (a broadcast scalar).
+    Uniform(ArrayData),
+}
+
+impl Source {
+    fn new(x: &ArrayData, shape: &[usize]) -> Result<Source> {
+        let l = &x.layout;
+        let one_slot = l.shape.iter().zip(&l.strides).all(|(&d, &s)| d == 1 || s == 0);
+        if one_slot && l.size() > 0 {
+            return Ok(Source::Uniform(x.clone()));
+        }
+        if l.row_contiguous {
+            return Ok(Source::Flat(x.clone()));
+        }
+        // A strided or partly broadcast input: one contiguous copy, then chunks of it.
+        Ok(Source::Flat(copy::copy(x, shape)?))
+    }
+
+    /// The elements `begin..begin + len` as a 1-d view.
+    fn chunk(&self, begin: usize, len: usize) -> ArrayData {
+        let (data, offset, stride) = match self {
+            Source::Flat(d) => (d, d.layout.offset + begin, 1),
+            Source::Uniform(d) => (d, d.layout.offset, 0),
+        };
+        let layout = Layout::new([len].as_slice().into(), [stride].as_slice().into(), offset);
+        ArrayData { buffer: data.buffer.clone(), layout, dtype: data.dtype }
+    }
+}
+
+/// Runs `program` over `inputs` (all of the output shape, possibly as broadcast views).
+pub(crate) fn run(
+    program: &FusedProgram,
+    inputs: &[ArrayData],
+    shape: &[usize],
+) -> Result<Vec<ArrayData>> {
+    let n = size_of(shape);
+    let sources = inputs.iter().map(|x| Source::new(x, shape)).collect::<Result<Vec<_>>>()?;
+    let literals = program
+        .steps
+        .iter()
+        .map(|s| match &s.op {
+            FusedOp::Literal(v) => creation::arange(*v, Scalar::Int(0), s.dtype, &[1]).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut outputs = Vec::with_capacity(program.outputs.len());
+    for dtype in program.output_dtypes() {
+        let buffer = HOST.alloc(n * dtype.size())?;
+        outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
+    }
+    let mut values: Vec<Option<ArrayData>> = vec![None; program.steps.len()];
+    let mut begin = 0;
+    while begin < n {
+        let len = CHUNK.min(n - begin);
+        let chunk = [len];
+        for (i, step) in program.steps.iter().enumerate() {
+            let get = |k: usize| values[k].as_ref().expect("operands come first");
+            let value = match &step.op {
+                FusedOp::Input(k) => sources[*k].chunk(begin, len),
+                FusedOp::Literal(_) => {
+                    let lit = literals[i].as_ref().expect("built above");
+                    Source::Uniform(lit.clone()).chunk(0, len)
+                }
+                FusedOp::Unary(op, a) => unary::unary(*op, get(*a), &chunk)?,
+                FusedOp::Binary(op, a, b) => binary::binary(*op, get(*a), get(*b), &chunk)?,
+                FusedOp::Where(c, a, b) => binary::where_(get(*c), get(*a), get(*b), &chunk)?,
+                FusedOp::AsType(a) => cast::astype(get(*a), &chunk, step.dtype)?,
+            };
+            values[i] = Some(value);
+        }
+        for (out, &step) in outputs.iter_mut().zip(&program.outputs) {
+            let value = values[step].as_ref().expect("every step ran");
+            write_chunk(out, value, begin, len)?;
+        }
+        begin += len;
+    }
+    Ok(outputs)
+}
+
+/// Copies a chunk's values (any 1-d layout) into `out` at element `begin`.
+fn write_chunk(out: &mut ArrayData, value: &ArrayData, begin: usize, len: usize) -> Result<()> {
+    let width = out.dtype.size();
+    let dense;
+    let src = if value.layout.row_contiguous {
+        let bytes = value.buffer.host_slice::<u8>();
+        &bytes[value.layout.offset * width..(value.layout.offset + len) * width]
+    } else {
+        dense = copy::copy(value, &[len])?;
+        &dense.buffer.host_slice::<u8>()[..len * width]
+    };
+    let Some(dst) = out.buffer.host_slice_mut::<u8>() else {
+        bail!(Runtime, "compile", "Fused output buffer is shared.");
+    };
+    dst[begin * width..(begin + len) * width].copy_from_slice(src);
+    Ok(())
+}

@@ -1,0 +1,245 @@
+"""``mx.compile``: trace a function once per input signature, replay the optimised graph.
+
+The Rust side (``_core._compile_trace``) traces a function of a flat list of arrays,
+simplifies and fuses the graph; this file turns pytrees of arguments into that flat list and
+a hashable key, keeps each compiled function's cache, and moves captured state
+(``inputs=``/``outputs=``) in and out.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections import OrderedDict
+from typing import Any, Callable, Optional
+
+from kiln import _core
+
+array = _core.array
+
+# Entries kept per compiled function; the least recently used is dropped past this.
+MAX_ENTRIES = 64
+
+
+def _encode(tree: Any, arrays: list, where: str) -> Any:
+    """A hashable description of ``tree`` with arrays replaced by slots (appended to
+    ``arrays``) and constants spelled unambiguously: True and 1, 1 and 1.0, lists and
+    tuples, NaN and NaN, all differ or match as values do."""
+    if isinstance(tree, array):
+        arrays.append(tree)
+        return "A"
+    if tree is None:
+        return "N"
+    if isinstance(tree, bool):
+        return ("b", tree)
+    if isinstance(tree, int):
+        return ("i", tree)
+    if isinstance(tree, float):
+        return ("f", struct.pack("<d", tree))
+    if isinstance(tree, str):
+        return ("s", tree)
+    if isinstance(tree, list):
+        return ("L", type(tree), tuple(_encode(x, arrays, where) for x in tree))
+    if isinstance(tree, tuple):
+        return ("T", type(tree), tuple(_encode(x, arrays, where) for x in tree))
+    if isinstance(tree, dict):
+        items = tuple((k, _encode(v, arrays, where)) for k, v in tree.items())
+        return ("D", type(tree), items)
+    raise ValueError(
+        f"[compile] {where} must be trees of arrays and constants (int, float, bool, str, "
+        f"None) in lists, tuples and dicts; got {type(tree).__name__}."
+    )
+
+
+def _decode(spec: Any, arrays: Any) -> Any:
+    """Rebuilds a tree from its spec, taking arrays from the iterator ``arrays``."""
+    if spec == "A":
+        return next(arrays)
+    if spec == "N":
+        return None
+    kind = spec[0]
+    if kind in ("b", "i", "s"):
+        return spec[1]
+    if kind == "f":
+        return struct.unpack("<d", spec[1])[0]
+    if kind == "L":
+        return spec[1](_decode(s, arrays) for s in spec[2])
+    if kind == "T":
+        children = [_decode(s, arrays) for s in spec[2]]
+        if hasattr(spec[1], "_fields"):
+            return spec[1](*children)
+        return spec[1](children)
+    return spec[1]((k, _decode(s, arrays)) for k, s in spec[2])
+
+
+def _state_leaves(tree: Any) -> list:
+    """(container, key) of every array leaf of captured state, in a fixed order."""
+    slots: list = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, (list, dict)):
+            items = enumerate(node) if isinstance(node, list) else node.items()
+            for k, v in list(items):
+                if isinstance(v, array):
+                    slots.append((node, k))
+                else:
+                    walk(v)
+        elif isinstance(node, tuple):
+            for v in node:
+                if isinstance(v, array):
+                    raise ValueError(
+                        "[compile] Captured state must hold its arrays in lists or dicts "
+                        "(tuples cannot be updated in place)."
+                    )
+                walk(v)
+        elif hasattr(node, "__dict__") and not isinstance(node, type) and not callable(node):
+            walk(vars(node))
+
+    walk(tree)
+    return slots
+
+
+def _describe_key(key: tuple) -> dict:
+    spec, metas, _ = key
+    return {"inputs": [{"dtype": str(d), "shape": s} for d, s in metas], "structure": repr(spec)}
+
+
+def _why(old: Optional[tuple], new: tuple) -> str:
+    """Which part of the key changed since the previous call's entry."""
+    if old is None:
+        return "first call"
+    if old[0] != new[0]:
+        return "argument structure or constants changed"
+    if len(old[1]) != len(new[1]):
+        return "number of array inputs changed"
+    for i, (a, b) in enumerate(zip(old[1], new[1])):
+        if a[0] != b[0]:
+            return f"input {i}: dtype {a[0]} -> {b[0]}"
+        if a[1] != b[1]:
+            return f"input {i}: shape {a[1]} -> {b[1]}"
+    return "captured state changed"
+
+
+class _CompiledFunction:
+    """The callable ``mx.compile`` returns (keeps the wrapped function's name, doc and
+    signature through ``functools.update_wrapper``)."""
+
+    def __init__(self, fun: Callable, inputs: Any, outputs: Any, shapeless: bool):
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._inputs = inputs
+        self._outputs = outputs
+        self._shapeless = bool(shapeless)
+        self._cache: OrderedDict = OrderedDict()
+        self._traces = 0
+        self._calls = 0
+        self._hits = 0
+        self._last_key: Optional[tuple] = None
+        self._last_retrace: Optional[str] = None
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _core._compile_enabled():
+            return self._fun(*args, **kwargs)
+        flat: list = []
+        spec = _encode((args, kwargs), flat, "Arguments of a compiled function")
+        if any(_core._is_tracer(a) for a in flat):
+            # Inside another transform (grad, vmap, an outer compile): trace through the
+            # original so the outer transform sees every primitive.
+            return self._fun(*args, **kwargs)
+        slots = _state_leaves(self._inputs) if self._inputs is not None else []
+        state = [c[k] for c, k in slots]
+        every = flat + state
+        metas = tuple(
+            (a.dtype, a.ndim if self._shapeless else tuple(a.shape)) for a in every
+        )
+        key = (spec, metas, len(state))
+        self._calls += 1
+        entry = self._cache.get(key)
+        if entry is None:
+            self._last_retrace = _why(self._last_key, key)
+            entry = self._trace(spec, flat, slots, every)
+            self._cache[key] = entry
+            if len(self._cache) > MAX_ENTRIES:
+                self._cache.popitem(last=False)
+        else:
+            self._hits += 1
+            self._cache.move_to_end(key)
+        self._last_key = key
+        graph, out_spec, n_out = entry
+        results = graph.replay(every)
+        if n_out < len(results):
+            written = _state_leaves(self._outputs)
+            for (c, k), value in zip(written, results[n_out:]):
+                c[k] = value
+        return _decode(out_spec, iter(results[:n_out]))
+
+    def _trace(self, spec: Any, flat: list, slots: list, every: list) -> tuple:
+        n_args = len(flat)
+        box: dict = {}
+
+        def traced(placeholders: list) -> list:
+            args, kwargs = _decode(spec, iter(placeholders[:n_args]))
+            originals = [c[k] for c, k in slots]
+            for (c, k), p in zip(slots, placeholders[n_args:]):
+                c[k] = p
+            try:
+                out = self._fun(*args, **kwargs)
+                out_flat: list = []
+                box["spec"] = _encode(out, out_flat, "Outputs of a compiled function")
+                box["n"] = len(out_flat)
+                if self._outputs is not None:
+                    out_flat += [c[k] for c, k in _state_leaves(self._outputs)]
+                return out_flat
+            finally:
+                for (c, k), v in zip(slots, originals):
+                    c[k] = v
+
+        graph = _core._compile_trace(traced, every, self._shapeless)
+        self._traces += 1
+        return graph, box["spec"], box["n"]
+
+    def explain(self) -> dict:
+        """What compile did, as data: one dict per cache entry (its key, the graph as
+        traced, after simplify and after fusion, the fused regions with the reason fusion
+        stopped at each border), why the last call traced again, call and trace counts,
+        and the kernel builder's counters."""
+        _core._wait_for_builds()
+        entries = []
+        for key, (graph, _, n_out) in self._cache.items():
+            info = dict(graph.explain())
+            info["key"] = _describe_key(key)
+            info["outputs"] = n_out
+            entries.append(info)
+        return {
+            "calls": self._calls,
+            "traces": self._traces,
+            "cache_hits": self._hits,
+            "last_retrace": self._last_retrace,
+            "entries": entries,
+            "kernels": dict(_core._jit_stats()),
+        }
+
+
+def compile(
+    fun: Callable,
+    inputs: Optional[Any] = None,
+    outputs: Optional[Any] = None,
+    shapeless: bool = False,
+) -> Callable:
+    """Returns a compiled version of ``fun``.
+
+    The first call with a new input signature (array shapes and dtypes, constants, tree
+    structure) traces ``fun`` on placeholders, simplifies the graph and fuses elementwise
+    regions into generated kernels; later calls with the same signature replay it.
+    ``inputs``/``outputs`` are trees (lists, dicts, objects such as ``mx.random.state``)
+    whose arrays are captured as extra inputs and written back after each call.
+    ``shapeless=True`` keeps shapes out of the cache key.
+    """
+    if not callable(fun):
+        raise TypeError(f"[compile] Expected a callable, got {type(fun).__name__}.")
+    return _CompiledFunction(fun, inputs, outputs, shapeless)
