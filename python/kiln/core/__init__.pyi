@@ -25,6 +25,14 @@ class ArrayIterator:
     def __iter__(self, /) -> Any:
         """Implement iter(self)."""
 
+class CompiledGraph:
+    """One traced and optimised graph (a cache entry's compiled function)."""
+    def explain(self, /) -> Any:
+        """The graphs (as traced, simplified, final) and the fused regions, as data."""
+    num_nodes: Any
+    def replay(self, /, inputs) -> Any:
+        """Records the graph over `inputs` and returns its (lazy) outputs."""
+
 class Device:
     """A device: a kind and an index."""
     type: Any
@@ -313,6 +321,9 @@ def clear_cache() -> Any:
 def clip(a, /, a_min, a_max, *, stream=None) -> Any:
     """Limits `a` to `[a_min, a_max]` (either may be None, not both)."""
 
+def compile(fun, inputs=None, outputs=None, shapeless=False) -> Any:
+    """Returns a compiled version of ``fun``."""
+
 complexfloating: Any
 
 def concat(arrays, axis=..., *, stream=None) -> Any:
@@ -398,6 +409,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1, stream=None) -> Any:
 def diff(a, n=1, axis=-1, stream=None) -> Any:
     """The n-th discrete difference along ``axis``."""
 
+def disable_compile() -> Any:
+    """Turns compile off globally and at once (compiled functions call the original)."""
+
 def divide(a, b, /, *, stream=None) -> Any:
     """Elementwise `divide` with broadcasting."""
 
@@ -414,6 +428,9 @@ def empty(shape, dtype=..., stream=None) -> Any:
 
 def empty_like(a, stream=None) -> Any:
     """An array like ``a`` (kiln fills it with zeros)."""
+
+def enable_compile() -> Any:
+    """Turns compile back on."""
 
 def equal(a, b, /, *, stream=None) -> Any:
     """Elementwise `equal` with broadcasting."""

@@ -47,7 +47,8 @@ def _encode(tree: Any, arrays: list, where: str) -> Any:
         return ("D", type(tree), items)
     raise ValueError(
         f"[compile] {where} must be trees of arrays and constants (int, float, bool, str, "
-        f"None) in lists, tuples and dicts; got {type(tree).__name__}."
+        f"None) in lists, tuples and dicts; got {type(tree).__name__} (close over other "
+        f"objects, or capture their arrays with inputs=/outputs=)."
     )
 
 
@@ -136,11 +137,6 @@ class _CompiledFunction:
         self._hits = 0
         self._last_key: Optional[tuple] = None
         self._last_retrace: Optional[str] = None
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _core._compile_enabled():

@@ -46,8 +46,11 @@ fn node_key(a: &Array) -> usize {
 
 impl Graph {
     /// Captures the calls between `inputs` (the trace's placeholders) and `outputs`.
-    /// Everything that does not depend on an input becomes a constant.
-    pub fn capture(inputs: &[Array], outputs: &[Array]) -> Result<Graph> {
+    /// Everything that does not depend on an input becomes a constant. Reaching one of
+    /// `arguments` (the real arrays the placeholders stand for) means the function read an
+    /// argument through a closure: an error, since the graph would freeze that value.
+    pub fn capture(inputs: &[Array], outputs: &[Array], arguments: &[Array]) -> Result<Graph> {
+        let forbidden: rustc_hash::FxHashSet<usize> = arguments.iter().map(node_key).collect();
         let mut graph = Graph {
             inputs: inputs.iter().map(|a| (Shape::from(a.shape()), a.dtype())).collect(),
             consts: Vec::new(),
@@ -69,6 +72,13 @@ impl Graph {
             if values.contains_key(&key) {
                 continue;
             }
+            kiln_base::ensure!(
+                !forbidden.contains(&key),
+                Value,
+                "compile",
+                "The function uses one of its array arguments through a closure instead of \
+                 its parameter; pass it as an argument (or capture it with inputs=)."
+            );
             let call = match array.call() {
                 Some(c) => c,
                 None => {

@@ -89,15 +89,8 @@ where
         let _scope = TransformScope::enter(Transform::Compile);
         fun(&placeholders)?
     };
-    let traced = Graph::capture(&placeholders, &outputs)?;
+    let traced = Graph::capture(&placeholders, &outputs, inputs)?;
     for c in &traced.consts {
-        ensure!(
-            !inputs.iter().any(|a| a.same(c)),
-            Value,
-            "compile",
-            "The function uses one of its array arguments through a closure instead of its \
-             parameter; pass it as an argument (or capture it with inputs=)."
-        );
         ensure!(
             !c.is_placeholder(),
             Value,
