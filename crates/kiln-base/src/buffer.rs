@@ -220,6 +220,17 @@ impl HostAllocator {
 
     /// Zero-filled host memory of `nbytes` (a cached block when one fits).
     pub fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
+        self.alloc_with(nbytes, true)
+    }
+
+    /// Host memory of `nbytes` for a kernel that writes every byte: a reused block keeps
+    /// its old (initialised) contents instead of being zeroed, which saves a full pass over
+    /// the output. Fresh blocks still come zeroed from the system.
+    pub fn alloc_for_overwrite(&'static self, nbytes: usize) -> Result<Buffer> {
+        self.alloc_with(nbytes, false)
+    }
+
+    fn alloc_with(&'static self, nbytes: usize, zero: bool) -> Result<Buffer> {
         if nbytes == 0 {
             // A dangling, aligned pointer: never dereferenced for a zero-length slice.
             let ptr = NonNull::new(HOST_ALIGN as *mut u8).expect("nonzero");
@@ -242,9 +253,13 @@ impl HostAllocator {
         };
         let ptr = match reused {
             Some(addr) => {
-                // SAFETY: a cached block of `class` bytes owned by the allocator; zeroing keeps
-                // the promise that new buffers read as zeros.
-                unsafe { std::ptr::write_bytes(addr as *mut u8, 0, class) };
+                // A block that is not zeroed holds the bytes its last user wrote: initialised,
+                // and any pattern is a valid `Pod` value.
+                if zero {
+                    // SAFETY: a cached block of `class` bytes owned by the allocator; zeroing
+                    // keeps the promise that new buffers read as zeros.
+                    unsafe { std::ptr::write_bytes(addr as *mut u8, 0, class) };
+                }
                 addr as *mut u8
             }
             // SAFETY: the layout has nonzero size.

@@ -91,8 +91,8 @@ K_INLINE uint64_t k_f2u64(double v) {
 #define K_FLOAT_FNS(T, S, EXP, LOG, ABS, FLOOR, FMOD, LOG1P)                                   \
     K_INLINE T k_sigmoid_##S(T x) { T y = (T)1 / ((T)1 + EXP(ABS(x))); return x < 0 ? y : (T)1 - y; } \
     K_INLINE T k_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (T)0); }             \
-    K_INLINE T k_max_##S(T a, T b) { return (a != a || a > b) ? a : b; }                     \
-    K_INLINE T k_min_##S(T a, T b) { return (a != a || a < b) ? a : b; }                     \
+    K_INLINE T k_max_##S(T a, T b) { return (__builtin_isnan(a) || a > b) ? a : b; }                     \
+    K_INLINE T k_min_##S(T a, T b) { return (__builtin_isnan(a) || a < b) ? a : b; }                     \
     K_INLINE T k_fdiv_##S(T a, T b) { return FLOOR(a / b); }                                  \
     K_INLINE T k_frem_##S(T a, T b) {                                                         \
         T r = FMOD(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }             \
@@ -139,7 +139,7 @@ K_INLINE float k_expf(float x) {
     /* exp(x) = 2^n e^r, n = round(x / ln 2), |r| <= ln2 / 2, e^r by its degree-7 Taylor
      * polynomial (truncation < 5e-9); 2^n applied in two halves so subnormal results and
      * overflow to inf come out right. */
-    const float c = fminf(fmaxf(x, -104.0f), 89.0f);
+    const float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x); /* selects vectorise; fminf does not */
     const float n = rintf(c * 1.44269504088896341f);
     float r = K_FMA(n, -0.693145751953125f, c);
     r = K_FMA(n, -1.428606765330187045e-06f, r);
@@ -153,7 +153,7 @@ K_INLINE float k_expf(float x) {
     p = K_FMA(p, r, 1.0f);
     const int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
     const float y = p * k_pow2i(n1) * k_pow2i(n2);
-    return x != x ? x : y;
+    return __builtin_isnan(x) ? x : y;
 }
 K_INLINE float k_tanhf(float x) {
     /* |x| < 0.5: x + x z Q(z), z = x^2, Q the Taylor series of (tanh(x)/x - 1) / z to
@@ -168,9 +168,9 @@ K_INLINE float k_tanhf(float x) {
     q = K_FMA(q, z, 1.3333334e-01f);
     q = K_FMA(q, z, -3.3333334e-01f);
     const float small = K_FMA(x * z, q, x);
-    const float e = k_expf(2.0f * fminf(a, 9.0f));
+    const float e = k_expf(2.0f * (a < 9.0f ? a : 9.0f));
     const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return a < 0.5f ? small : (x != x ? x : big);
+    return a < 0.5f ? small : (__builtin_isnan(x) ? x : big);
 }
 K_INLINE float k_erff(float x) {
     /* |x| < 1: x P(x^2), P the Taylor series of erf(x) / x to x^22 (truncation < 1e-10);
@@ -190,7 +190,7 @@ K_INLINE float k_erff(float x) {
     p = K_FMA(p, z, -3.7612639e-01f);
     p = K_FMA(p, z, 1.1283792e+00f);
     const float small = x * p;
-    const float c = fminf(a, 4.0f);
+    const float c = a < 4.0f ? a : 4.0f;
     const float t = 1.0f / K_FMA(0.3275911f, c, 1.0f);
     float q = 1.061405429f;
     q = K_FMA(q, t, -1.453152027f);
@@ -198,7 +198,7 @@ K_INLINE float k_erff(float x) {
     q = K_FMA(q, t, -0.284496736f);
     q = K_FMA(q, t, 0.254829592f);
     const float big = copysignf(1.0f - t * q * k_expf(-c * c), x);
-    return a < 1.0f ? small : (x != x ? x : big);
+    return a < 1.0f ? small : (__builtin_isnan(x) ? x : big);
 }
 K_INLINE float k_sigmoidf(float x) {
     const float y = 1.0f / (1.0f + k_expf(fabsf(x)));

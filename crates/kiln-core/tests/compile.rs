@@ -23,7 +23,8 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
 fn gelu(x: &[Array]) -> Result<Vec<Array>> {
     let x = &x[0];
     let dt = x.dtype();
-    let inner = ops::erf(&ops::divide(x, &ops::scalar(Scalar::Float(1.4142135), dt)?)?)?;
+    let inner =
+        ops::erf(&ops::divide(x, &ops::scalar(Scalar::Float(std::f64::consts::SQRT_2), dt)?)?)?;
     let one = ops::add(&inner, &ops::scalar(Scalar::Float(1.0), dt)?)?;
     let y = ops::multiply(x, &one)?;
     Ok(vec![ops::divide(&y, &ops::scalar(Scalar::Float(2.0), dt)?)?])

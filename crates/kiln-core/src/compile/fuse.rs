@@ -46,11 +46,15 @@ fn literal(graph: &Graph, v: Value) -> Option<Scalar> {
         _ => return None,
     };
     let a = &graph.consts[c];
-    if a.size() != 1 || !a.is_evaluated() {
+    if a.size() != 1 || a.is_placeholder() {
         return None;
     }
+    // Constants do not depend on the inputs: evaluating one now is what replay would do.
     crate::ops::scalar_value(a).ok()
 }
+
+/// A region's program, its input values, and the member each kernel output is.
+type Built = (FusedProgram, Vec<Value>, Vec<usize>);
 
 /// Fuses `graph`; returns the new graph and what each region is.
 pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
@@ -137,7 +141,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
         outputs: Vec::new(),
     };
     let mut node_map: Vec<Vec<Value>> = vec![Vec::new(); n];
-    let mut programs: Vec<Option<(FusedProgram, Vec<Value>, Vec<usize>)>> = Vec::new();
+    let mut programs: Vec<Option<Built>> = Vec::new();
     for members in &regions {
         programs.push(Some(build_program(graph, members, &users, &is_output, &region_of)));
     }
@@ -199,7 +203,7 @@ fn build_program(
     users: &[Vec<usize>],
     is_output: &[bool],
     region_of: &[usize],
-) -> (FusedProgram, Vec<Value>, Vec<usize>) {
+) -> Built {
     let root = *members.last().expect("regions are not empty");
     let id = region_of[root];
     let mut steps: Vec<FusedStep> = Vec::new();

@@ -181,11 +181,14 @@ impl Compiled {
     }
 }
 
+/// Shapes and dtypes of a call's inputs (the Rust cache key).
+type Signature = Vec<(Shape, DType)>;
+
 /// A compiled Rust function with its cache: one trace per input signature (shapes and
 /// dtypes), replayed on later calls.
 pub struct CompiledFn<F> {
     fun: F,
-    cache: Mutex<FxHashMap<Vec<(Shape, DType)>, Arc<Compiled>>>,
+    cache: Mutex<FxHashMap<Signature, Arc<Compiled>>>,
     traces: AtomicU64,
 }
 

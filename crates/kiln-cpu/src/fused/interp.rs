@@ -63,7 +63,7 @@ pub(crate) fn run(
         .collect::<Result<Vec<_>>>()?;
     let mut outputs = Vec::with_capacity(program.outputs.len());
     for dtype in program.output_dtypes() {
-        let buffer = HOST.alloc(n * dtype.size())?;
+        let buffer = HOST.alloc_for_overwrite(n * dtype.size())?;
         outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
     }
     let mut values: Vec<Option<ArrayData>> = vec![None; program.steps.len()];

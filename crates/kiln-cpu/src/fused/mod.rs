@@ -79,7 +79,7 @@ fn run_c(
     let n = size_of(shape);
     let mut outputs = Vec::with_capacity(program.outputs.len());
     for dtype in program.output_dtypes() {
-        let buffer = HOST.alloc(n * dtype.size())?;
+        let buffer = HOST.alloc_for_overwrite(n * dtype.size())?;
         outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
     }
     let mut out_ptrs = Vec::with_capacity(outputs.len());
