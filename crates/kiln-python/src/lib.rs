@@ -9,6 +9,7 @@
 //! searching) hold the reduction, scan and sort families.
 
 mod array;
+mod buffer;
 mod conv;
 mod convert;
 mod creation;
@@ -22,9 +23,12 @@ mod linalg;
 mod math;
 mod memory;
 mod ops;
+mod printoptions;
+mod quantize;
 mod random;
 mod reductions;
 mod sort;
+mod streams;
 mod transforms;
 
 use pyo3::prelude::*;
@@ -47,5 +51,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     conv::register(m)?;
     indexing::register(m)?;
     reductions::register(m)?;
+    streams::register(m)?;
+    printoptions::register(m)?;
+    quantize::register(m)?;
+    buffer::register(m)?;
     Ok(())
 }
