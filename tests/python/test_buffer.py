@@ -97,3 +97,30 @@ def test_mT():
     np.testing.assert_array_equal(np.array(x.mT), np.swapaxes(np.arange(24).reshape(2, 3, 4), -1, -2))
     with pytest.raises(ValueError):
         mx.ones((3,)).mT
+
+
+def test_index():
+    assert [10, 20, 30][mx.array(1)] == 20
+    assert list(range(mx.array(3, dtype=mx.uint8))) == [0, 1, 2]
+    for bad in (mx.array(1.5), mx.array([1, 2]), mx.array(True), mx.array([2])):
+        with pytest.raises(TypeError):
+            bad.__index__()
+
+
+def test_array_from_buffer_protocol_objects():
+    import array
+
+    assert mx.array(memoryview(np.arange(3.0))).tolist() == [0, 1, 2]
+    a = mx.array(array.array("i", [1, 2]))
+    assert a.dtype == mx.int32 and a.tolist() == [1, 2]
+    b = mx.array(bytearray(b"ab"))
+    assert b.dtype == mx.uint8 and b.tolist() == [97, 98]
+    assert mx.array(memoryview(mx.arange(4)), dtype=mx.float32).tolist() == [0, 1, 2, 3]
+
+    class Wrapped:
+        def __mlx_array__(self):
+            return mx.array([7, 8])
+
+    assert mx.array(Wrapped()).tolist() == [7, 8]
+    with pytest.raises(ValueError):
+        mx.array(object())

@@ -275,3 +275,52 @@ def test_fp8_and_unique_match_mlx():
         m = mlx.unique(mlx.array(a), size, True, True, True)
         for x_, y_ in zip(k, m):
             np.testing.assert_array_equal(np.array(x_), np.array(y_))
+
+
+def test_depends():
+    a, b = mx.array([1.0, np.nan]), mx.array([np.inf, np.nan])
+    out = mx.depends(a, b)
+    np.testing.assert_array_equal(np.array(out), [1.0, np.nan])
+    assert out.dtype == a.dtype
+    outs = mx.depends([a, mx.arange(3)], [b, mx.zeros((0,))])
+    assert isinstance(outs, list) and np.array(outs[1]).tolist() == [0, 1, 2]
+    g = mx.grad(lambda x: mx.depends(x * 2, b).sum())(mx.array([1.0, 2.0]))
+    np.testing.assert_array_equal(np.array(g), [2.0, 2.0])
+    with pytest.raises(TypeError):
+        mx.depends(a, 3)
+
+
+@pytest.mark.parametrize(
+    "eq, shapes",
+    [("ij,jk->ik", [(2, 3), (3, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+     ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]), ("ij,ij->", [(3, 3), (3, 3)]),
+     ("ab,bc,cd,de->ae", [(9, 2), (2, 7), (7, 3), (3, 8)])],
+)
+def test_einsum_path(eq, shapes):
+    path, info = mx.einsum_path(eq, *[mx.ones(s) for s in shapes])
+    assert len(path) == len(shapes) - 1 and "Complete contraction:  " + eq in info
+    mlx = pytest.importorskip("mlx.core")
+    assert (path, info) == mlx.einsum_path(eq, *[mlx.ones(s) for s in shapes])
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_gather_qmm(transpose):
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(3, 64, 64)).astype(np.float32)
+    q, s, b = mx.quantize(mx.array(w))
+    dense = np.array(mx.dequantize(q, s, b))
+    x = rng.normal(size=(2, 4, 64)).astype(np.float32)
+    li, ri = np.array([1, 0]), np.array([2, 2])
+    got = mx.gather_qmm(mx.array(x), q, s, b, mx.array(li), mx.array(ri), transpose=transpose)
+    wd = dense[ri].swapaxes(-1, -2) if transpose else dense[ri]
+    np.testing.assert_allclose(np.array(got), x[li] @ wd, rtol=1e-4, atol=1e-4)
+
+
+def test_from_dlpack_and_namespace():
+    a = np.arange(6, dtype=np.int16).reshape(2, 3)
+    x = mx.from_dlpack(a)
+    assert x.dtype == mx.int16 and np.array(x).tolist() == a.tolist()
+    assert mx.from_dlpack(np.arange(3.0)).dtype == mx.float32  # float64 -> float32, as MLX
+    with pytest.raises(ValueError):
+        mx.from_dlpack(a, copy=False)
+    assert x.__array_namespace__() is mx

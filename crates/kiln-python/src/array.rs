@@ -229,6 +229,27 @@ impl PyArray {
         }
     }
 
+    /// The array API namespace of kiln arrays: the `kiln.core` module.
+    #[pyo3(signature = (api_version = None))]
+    fn __array_namespace__<'py>(
+        &self,
+        py: Python<'py>,
+        api_version: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyModule>> {
+        let _ = api_version; // one namespace for every version
+        py.import("kiln.core")
+    }
+
+    /// `operator.index(a)`: 0-d integer arrays only, as MLX (so `seq[a]`, `range(a)` work).
+    fn __index__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.0.ndim() != 0 || !self.0.dtype().is_integer() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "Only 0-dimensional integer arrays can be converted to an index.",
+            ));
+        }
+        convert::item(py, &self.0, "__index__")
+    }
+
     fn __len__(&self) -> PyResult<usize> {
         match self.0.shape().first() {
             Some(&n) => Ok(n),

@@ -25,6 +25,9 @@ class ArrayIterator:
     def __iter__(self, /) -> Any:
         """Implement iter(self)."""
 
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
+
 class Device:
     """A device: a kind and an index."""
     type: Any
@@ -415,6 +418,9 @@ def default_stream(device=None) -> Any:
 def degrees(a, stream=None) -> Any:
     """Radians to degrees."""
 
+def depends(inputs, dependencies) -> Any:
+    """Returns ``inputs`` (an array or a sequence of arrays) made to depend on ``dependencies``: evaluating an output first evaluates them. The values (and dtypes) are the inputs'; gradients flow to the inputs only."""
+
 def dequantize(w, /, scales, biases=None, group_size=None, bits=None, mode='affine', global_scale=None, dtype=None, *, stream=None) -> Any:
     """Dequantize `w` with its `scales` and `biases`: `w_i = s * q_i + b`, in `dtype` (the scales' dtype when None)."""
 
@@ -443,6 +449,9 @@ e: Any
 
 def einsum(subscripts, *operands, stream=None) -> Any:
     """Einstein summation over the operands."""
+
+def einsum_path(subscripts, *operands) -> Any:
+    """The contraction order ``einsum`` would use for these operands (a greedy pairwise order) and a text summary: ``(path, info)``, ``path`` listing the operand positions contracted at each step."""
 
 def empty(shape, dtype=..., stream=None) -> Any:
     """An array of ``shape`` (kiln fills it with zeros)."""
@@ -505,6 +514,9 @@ def floor(a, /, *, stream=None) -> Any:
 def floor_divide(a, b, stream=None) -> Any:
     """Elementwise `floor_divide` with broadcasting."""
 
+def from_dlpack(x, /, *, copy=None) -> Any:
+    """Create an array from an object that supports DLPack (``__dlpack__`` and ``__dlpack_device__``) on the CPU. kiln arrays own their memory, so the data are always copied; ``copy=False`` raises ``ValueError``."""
+
 def from_fp8(x, dtype=None, *, stream=None) -> Any:
     """Convert fp8 (e4m3) codes (uint8) to ``dtype`` (default bfloat16)."""
 
@@ -516,6 +528,9 @@ def full_like(a, vals, dtype=None, *, stream=None) -> Any:
 
 def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=False, stream=None) -> Any:
     """Matrix multiplication after gathering matrices from the batch axes of ``a`` and ``b``: the indices are flat indices over all but the last two axes (every batch element when None); the output's batch shape is the indices' broadcast shape."""
+
+def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None, transpose=True, group_size=None, bits=None, mode='affine', global_scale=None, *, sorted_indices=False, stream=None) -> Any:
+    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s batch axes) is dequantized, then matrices are gathered by the flat batch indices and multiplied (``x @ w.T`` when ``transpose``)."""
 
 generic: Any
 
@@ -631,7 +646,7 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, stream=None) -> Any
     """`num` evenly spaced samples from `start` to `stop`."""
 
 def load(file, /, format=None, return_metadata=False, *, stream=None) -> Any:
-    """Loads arrays from .npy (an array), .npz or .safetensors (a dict of arrays)."""
+    """Loads arrays from .npy (an array), .npz, .safetensors or .gguf (a dict of arrays; with ``return_metadata``, also the safetensors/gguf metadata)."""
 
 def log(a, /, *, stream=None) -> Any:
     """Elementwise `log`."""
@@ -812,6 +827,9 @@ def rsqrt(a, /, *, stream=None) -> Any:
 
 def save(file, arr) -> Any:
     """Saves an array to ``file`` in .npy format (``.npy`` is appended to a path without it)."""
+
+def save_gguf(file, arrays, metadata=None) -> Any:
+    """Save arrays to a binary file in ``.gguf`` format (the suffix is added when missing)."""
 
 def save_safetensors(file, arrays, metadata=None) -> Any:
     """Saves a dict of arrays (and optional string metadata) in .safetensors format."""

@@ -331,3 +331,106 @@ __all__ = [
     "from_fp8", "get_array_buffer_size", "hadamard_transform", "isdtype", "matrix_norm",
     "segmented_mm", "to_fp8", "unique",
 ]
+
+
+def depends(inputs, dependencies):
+    """Returns ``inputs`` (an array or a sequence of arrays) made to depend on
+    ``dependencies``: evaluating an output first evaluates them. The values (and dtypes)
+    are the inputs'; gradients flow to the inputs only."""
+    single = isinstance(inputs, _k.array)
+    ins = [inputs] if single else list(inputs)
+    deps = [dependencies] if isinstance(dependencies, _k.array) else list(dependencies)
+    for x in ins + deps:
+        if not isinstance(x, _k.array):
+            raise TypeError("[depends] inputs and dependencies must be arrays.")
+    # An always-true condition computed from one element of each dependency: `where`
+    # then returns the input unchanged, but only after the dependencies are evaluated.
+    cond = _k.array(True)
+    for d in deps:
+        first = _k.stop_gradient(d.reshape(-1)[:1])
+        cond = cond | _k.any(first != first)
+    outs = [_k.where(cond, x, x) for x in ins]
+    return outs[0] if single else outs
+
+
+def einsum_path(subscripts, *operands):
+    """The contraction order ``einsum`` would use for these operands (a greedy pairwise
+    order) and a text summary: ``(path, info)``, ``path`` listing the operand positions
+    contracted at each step."""
+    import numpy as np
+
+    shapes = [np.empty(tuple(o.shape), dtype=np.int8) for o in operands]
+    path, _ = np.einsum_path(subscripts, *shapes, optimize="greedy")
+    path = [tuple(p) for p in path[1:]]
+    lhs, _, out = subscripts.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    sizes = {}
+    for term, o in zip(terms, operands):
+        for c, n in zip(term, o.shape):
+            sizes[c] = n
+
+    def cost(in_terms, result):
+        idx = set("".join(in_terms))
+        total = 1
+        for c in idx:
+            total *= sizes[c]
+        inner = bool(idx - set(result))
+        return total * (max(1, len(in_terms) - 1) + int(inner)), len(idx)
+
+    naive, naive_scaling = cost(terms, out)
+    live, opt, opt_scaling = list(terms), 0, 0
+    for step in path:
+        picked = [live[i] for i in step]
+        for i in sorted(step, reverse=True):
+            live.pop(i)
+        rest = set(out).union(*live) if live else set(out)
+        result = "".join(sorted(set("".join(picked)) & rest))
+        c, s = cost(picked, result)
+        opt, opt_scaling = opt + c, max(opt_scaling, s)
+        live.append(result)
+    info = (
+        f"  Complete contraction:  {subscripts}\n"
+        f"         Naive scaling:  {naive_scaling}\n"
+        f"     Optimized scaling:  {opt_scaling}\n"
+        f"      Naive FLOP count:  {naive}\n"
+        f"  Optimized FLOP count:  {opt}\n"
+    )
+    return path, info
+
+
+def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
+               transpose=True, group_size=None, bits=None, mode="affine", global_scale=None,
+               *, sorted_indices=False, stream=None):
+    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s
+    batch axes) is dequantized, then matrices are gathered by the flat batch indices and
+    multiplied (``x @ w.T`` when ``transpose``)."""
+    dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
+    if transpose:
+        dense = _k.swapaxes(dense, -1, -2)
+    return gather_mm(x, dense, lhs_indices, rhs_indices, sorted_indices=sorted_indices,
+                     stream=stream)
+
+
+__all__ += ["depends", "einsum_path", "gather_qmm"]
+
+
+def from_dlpack(x, /, *, copy=None):
+    """Create an array from an object that supports DLPack (``__dlpack__`` and
+    ``__dlpack_device__``) on the CPU. kiln arrays own their memory, so the data are always
+    copied; ``copy=False`` raises ``ValueError``."""
+    import numpy as np
+
+    if copy is False:
+        raise ValueError("[from_dlpack] kiln cannot share external memory; use copy=None or True.")
+    return _k.array(np.from_dlpack(x))
+
+
+__all__ += ["from_dlpack"]
+
+
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an
+    :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
+
+
+__all__ += ["ArrayLike"]
