@@ -117,12 +117,19 @@ pub fn quantize(w: &Array, group_size: usize, bits: u32) -> Result<(Array, Array
     Ok((packed, scales, biases))
 }
 
-/// Packs `(rows, n)` uint32 values of `bits` bits into `(rows, n * bits / 32)` words: each
-/// value is split into its bits, the bit stream is cut into 32-bit words, and each word is
-/// the sum of its set bits' powers of two.
+/// Packs `(rows, n)` uint32 values of `bits` bits into `(rows, n * bits / 32)` words.
+/// Widths dividing 32 shift whole values into place; the others (3, 5, 6 bits straddle word
+/// boundaries) split each value into its bits, cut the bit stream into 32-bit words and sum
+/// each word's set bits' powers of two.
 fn pack(q: &Array, bits: u32) -> Result<Array> {
     let (rows, n) = (q.shape()[0], q.shape()[1]);
     let words = n * bits as usize / 32;
+    if 32u32.is_multiple_of(bits) {
+        let per = (32 / bits) as i64;
+        let grouped = reshape(q, &[rows as i64, words as i64, per])?;
+        let shifts = arange(0.0, 32.0, f64::from(bits), DType::U32)?;
+        return sum(&super::left_shift(&grouped, &shifts)?, Some(&[-1]), false);
+    }
     let shifts = arange(0.0, f64::from(bits), 1.0, DType::U32)?;
     let expanded = reshape(q, &[rows as i64, n as i64, 1])?;
     let bit = super::bitwise_and(&super::right_shift(&expanded, &shifts)?, &u32_scalar(1)?)?;
@@ -136,6 +143,12 @@ fn unpack(packed: &Array, bits: u32) -> Result<Array> {
     let (rows, words) = (packed.shape()[0], packed.shape()[1]);
     let n = words * 32 / bits as usize;
     let expanded = reshape(packed, &[rows as i64, words as i64, 1])?;
+    if 32u32.is_multiple_of(bits) {
+        let shifts = arange(0.0, 32.0, f64::from(bits), DType::U32)?;
+        let mask = u32_scalar((1u64 << bits) - 1)?;
+        let values = super::bitwise_and(&super::right_shift(&expanded, &shifts)?, &mask)?;
+        return reshape(&values, &[rows as i64, n as i64]);
+    }
     let stream = super::bitwise_and(
         &super::right_shift(&expanded, &arange(0.0, 32.0, 1.0, DType::U32)?)?,
         &u32_scalar(1)?,
