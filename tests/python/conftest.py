@@ -54,10 +54,11 @@ ATOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12}
 
 
 def to_np(a):
-    """A kiln array as numpy (bfloat16 through float32)."""
+    """A kiln array as row-major numpy (bfloat16 through float32). `np.asarray` alone would
+    share a strided view's layout (the buffer protocol exports strides)."""
     if a.dtype == mx.bfloat16:
         a = a.astype(mx.float32)
-    return np.asarray(a)
+    return np.asarray(np.asarray(a), order="C")
 
 
 def make(name, shape, rng, low=-10, high=10, special=False):

@@ -3,12 +3,24 @@
 
 use kiln_base::{bail, ArrayData, Backend, Device, DeviceKind, Result, Stream};
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
 
 static DEFAULT_DEVICE: RwLock<Device> = RwLock::new(Device::CPU);
 
+/// Index of the next stream `new_stream` makes (0 is each device's default stream). Streams
+/// are labels here: the CPU backend evaluates synchronously on the calling thread.
+static NEXT_STREAM: AtomicU32 = AtomicU32::new(1);
+/// Ids of thread-local streams (`new_thread_local_stream`), numbered apart as in MLX.
+static NEXT_THREAD_LOCAL: AtomicU32 = AtomicU32::new(0);
+
 thread_local! {
     static STREAM_SCOPES: RefCell<Vec<Stream>> = const { RefCell::new(Vec::new()) };
+    /// This thread's default stream per device, where `set_default_stream` changed it.
+    static THREAD_DEFAULTS: RefCell<Vec<Stream>> = const { RefCell::new(Vec::new()) };
+    /// The stream each thread-local stream id stands for in this thread.
+    static THREAD_LOCAL_STREAMS: RefCell<HashMap<u32, Stream>> = RefCell::new(HashMap::new());
 }
 
 /// Whether kiln can run on `device` in this process.
@@ -41,7 +53,76 @@ pub fn set_default_device(device: Device) -> Result<()> {
 pub fn default_stream() -> Stream {
     STREAM_SCOPES
         .with(|s| s.borrow().last().copied())
-        .unwrap_or_else(|| default_device().default_stream())
+        .unwrap_or_else(|| thread_default_stream(default_device()))
+}
+
+fn thread_default_stream(device: Device) -> Stream {
+    THREAD_DEFAULTS
+        .with(|d| d.borrow().iter().find(|s| s.device == device).copied())
+        .unwrap_or_else(|| device.default_stream())
+}
+
+/// This thread's default stream of `device` (MLX's `default_stream(device)`): the innermost
+/// stream scope on that device, else the thread's default for it.
+pub fn default_stream_of(device: Device) -> Result<Stream> {
+    if !is_available(device) {
+        bail!(Value, "default_stream", "Cannot get {} stream without {0} backend.", kind(device));
+    }
+    let scoped =
+        STREAM_SCOPES.with(|s| s.borrow().iter().rev().find(|s| s.device == device).copied());
+    Ok(scoped.unwrap_or_else(|| thread_default_stream(device)))
+}
+
+fn kind(device: Device) -> &'static str {
+    match device.kind {
+        DeviceKind::Cpu => "cpu",
+        DeviceKind::Gpu => "gpu",
+    }
+}
+
+/// A new stream on `device`, with an index no other stream has.
+pub fn new_stream(device: Device) -> Result<Stream> {
+    if !is_available(device) {
+        bail!(Value, "new_stream", "Cannot make {} stream without {0} backend.", kind(device));
+    }
+    Ok(Stream { device, index: NEXT_STREAM.fetch_add(1, Ordering::Relaxed) })
+}
+
+/// Makes `stream` this thread's default for its device (the default device is unchanged).
+pub fn set_default_stream(stream: Stream) -> Result<()> {
+    check_available("set_default_stream", stream.device)?;
+    THREAD_DEFAULTS.with(|d| {
+        let mut d = d.borrow_mut();
+        d.retain(|s| s.device != stream.device);
+        d.push(stream);
+    });
+    Ok(())
+}
+
+/// A new thread-local stream id on `device`: each thread resolves it to a stream of its own
+/// ([`resolve_thread_local`]).
+pub fn new_thread_local_stream(device: Device) -> Result<u32> {
+    if !is_available(device) {
+        bail!(Value, "new_stream", "Cannot make {} stream without {0} backend.", kind(device));
+    }
+    Ok(NEXT_THREAD_LOCAL.fetch_add(1, Ordering::Relaxed))
+}
+
+/// This thread's stream for thread-local stream `id` (made on first use).
+pub fn resolve_thread_local(device: Device, id: u32) -> Result<Stream> {
+    if let Some(s) = THREAD_LOCAL_STREAMS.with(|m| m.borrow().get(&id).copied()) {
+        return Ok(s);
+    }
+    let s = new_stream(device)?;
+    THREAD_LOCAL_STREAMS.with(|m| m.borrow_mut().insert(id, s));
+    Ok(s)
+}
+
+/// Forgets the streams this thread made its defaults and its thread-local streams: each
+/// device's default goes back to its stream 0.
+pub fn clear_streams() {
+    THREAD_DEFAULTS.with(|d| d.borrow_mut().clear());
+    THREAD_LOCAL_STREAMS.with(|m| m.borrow_mut().clear());
 }
 
 /// The CPU's stream (data made on the host lives here).

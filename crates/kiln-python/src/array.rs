@@ -154,6 +154,36 @@ impl PyArray {
         kops::transpose(&self.0, None).map(PyArray).or_raise()
     }
 
+    /// The last two axes swapped (`self.transpose()` of each matrix).
+    #[getter(mT)]
+    fn m_t(&self) -> PyResult<PyArray> {
+        let n = self.0.ndim();
+        if n < 2 {
+            return Err(raise!(
+                Value,
+                "matrix_transpose",
+                "Input array must have at least 2 dimensions."
+            ));
+        }
+        kops::swapaxes(&self.0, -2, -1).map(PyArray).or_raise()
+    }
+
+    /// The buffer protocol: `memoryview(a)` and `np.asarray(a)` share the evaluated memory
+    /// (read-only; see `buffer.rs`).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::ffi::c_int,
+    ) -> PyResult<()> {
+        // SAFETY: CPython passes the view it owns (`bf_getbuffer`'s contract).
+        unsafe { crate::buffer::get_buffer(&slf, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
+        // SAFETY: CPython releases each view it got from `__getbuffer__` once.
+        unsafe { crate::buffer::release_buffer(view) }
+    }
+
     // ---- conversion -------------------------------------------------------------------
 
     /// The single element as a Python scalar.
@@ -197,6 +227,27 @@ impl PyArray {
             Scalar::Bool(b) => Ok(i64::from(b).into_pyobject(py)?.into_any()),
             s => convert::scalar_to_py(py, s),
         }
+    }
+
+    /// The array API namespace of kiln arrays: the `kiln.core` module.
+    #[pyo3(signature = (api_version = None))]
+    fn __array_namespace__<'py>(
+        &self,
+        py: Python<'py>,
+        api_version: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyModule>> {
+        let _ = api_version; // one namespace for every version
+        py.import("kiln.core")
+    }
+
+    /// `operator.index(a)`: 0-d integer arrays only, as MLX (so `seq[a]`, `range(a)` work).
+    fn __index__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.0.ndim() != 0 || !self.0.dtype().is_integer() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "Only 0-dimensional integer arrays can be converted to an index.",
+            ));
+        }
+        convert::item(py, &self.0, "__index__")
     }
 
     fn __len__(&self) -> PyResult<usize> {

@@ -152,6 +152,15 @@ pub fn to_array(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Array>
         return scalar_array(s, dtype);
     } else if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
         return from_nested(obj, dtype);
+    } else if let Some(array) = from_protocols(obj)? {
+        return from_numpy(&array, dtype);
+    } else if obj.hasattr("__mlx_array__")? {
+        // MLX's conversion protocol: an object that returns an array.
+        let out = obj.call_method0("__mlx_array__")?;
+        let array = out.cast::<PyArray>().map_err(|_| {
+            raise!(Type, "array", "__mlx_array__ must return an array, got {}.", type_name(&out))
+        })?;
+        array.borrow().0.clone()
     } else {
         return Err(raise!(
             Value,
@@ -164,6 +173,17 @@ pub fn to_array(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Array>
         Some(d) => ops::astype(&array, d).or_raise(),
         None => Ok(array),
     }
+}
+
+/// Buffer-protocol objects (`memoryview`, `bytearray`, `array.array`, ...) as a numpy view
+/// of their memory; None for objects without a buffer.
+fn from_protocols<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyUntypedArray>>> {
+    let py = obj.py();
+    if py.import("builtins")?.getattr("memoryview")?.call1((obj,)).is_err() {
+        return Ok(None);
+    }
+    let np = py.import("numpy")?.call_method1("asarray", (obj,))?;
+    Ok(Some(np.cast_into::<PyUntypedArray>()?))
 }
 
 /// What a walk over nested lists found: the shape, the leaves in row-major order and which

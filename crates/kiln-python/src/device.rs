@@ -128,8 +128,11 @@ pub fn to_stream(obj: &Bound<'_, PyAny>) -> PyResult<Stream> {
     if let Ok(s) = obj.cast::<PyStream>() {
         return Ok(s.get().0);
     }
+    if let Ok(t) = obj.cast::<crate::streams::ThreadLocalStream>() {
+        return t.get().resolve();
+    }
     match to_device(obj) {
-        Ok(d) => Ok(d.default_stream()),
+        Ok(d) => device::default_stream_of(d).or_raise(),
         Err(_) => Err(raise!(
             Type,
             "stream",
@@ -196,7 +199,7 @@ fn set_default_device(device: &Bound<'_, PyAny>) -> PyResult<()> {
     device::set_default_device(to_device(device)?).or_raise()
 }
 
-/// The default stream of `device` (of the default device when omitted).
+/// This thread's default stream of `device` (of the default device when omitted).
 #[pyfunction]
 #[pyo3(signature = (device = None))]
 fn default_stream(device: Option<&Bound<'_, PyAny>>) -> PyResult<PyStream> {
@@ -204,7 +207,7 @@ fn default_stream(device: Option<&Bound<'_, PyAny>>) -> PyResult<PyStream> {
         Some(d) => to_device(d)?,
         None => device::default_device(),
     };
-    Ok(PyStream(device.default_stream()))
+    device::default_stream_of(device).map(PyStream).or_raise()
 }
 
 /// Whether kiln can run on `device` in this process.

@@ -73,7 +73,7 @@ fn format_scalar(value: Scalar, dtype: DType) -> String {
         Scalar::UInt(u) => u.to_string(),
         Scalar::Float(f) => {
             debug_assert!(dtype.is_float());
-            format_g(f)
+            crate::printoptions::format_float(f)
         }
     }
 }

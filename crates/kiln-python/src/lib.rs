@@ -10,6 +10,7 @@
 
 mod array;
 mod compile;
+mod buffer;
 mod conv;
 mod convert;
 mod creation;
@@ -23,9 +24,12 @@ mod linalg;
 mod math;
 mod memory;
 mod ops;
+mod printoptions;
+mod quantize;
 mod random;
 mod reductions;
 mod sort;
+mod streams;
 mod transforms;
 
 use pyo3::prelude::*;
@@ -49,5 +53,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     indexing::register(m)?;
     reductions::register(m)?;
     compile::register(m)?;
+    streams::register(m)?;
+    printoptions::register(m)?;
+    quantize::register(m)?;
+    buffer::register(m)?;
     Ok(())
 }

@@ -49,6 +49,18 @@ fn seed(seed: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
+/// This thread's current state key (what `mx.random.state[0]` reads).
+#[pyfunction]
+fn _get_state_key() -> PyResult<PyArray> {
+    random::current_key().map(PyArray).or_raise()
+}
+
+/// Replaces this thread's state key (what `mx.random.state[0] = key` writes).
+#[pyfunction]
+fn _set_state_key(key: &Bound<'_, PyArray>) -> PyResult<()> {
+    random::set_current_key(&key.borrow().0).or_raise()
+}
+
 /// `num` new keys from `key`, shape `(num, 2)`.
 #[pyfunction]
 #[pyo3(signature = (key, num = 2, stream = None))]
@@ -355,5 +367,7 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     m.add_function(wrap_pyfunction!(normal, &m)?)?;
+    m.add_function(wrap_pyfunction!(_get_state_key, &m)?)?;
+    m.add_function(wrap_pyfunction!(_set_state_key, &m)?)?;
     parent.add_submodule(&m)
 }

@@ -25,13 +25,8 @@ class ArrayIterator:
     def __iter__(self, /) -> Any:
         """Implement iter(self)."""
 
-class CompiledGraph:
-    """One traced and optimised graph (a cache entry's compiled function)."""
-    def explain(self, /) -> Any:
-        """The graphs (as traced, simplified, final) and the fused regions, as data."""
-    num_nodes: Any
-    def replay(self, /, inputs) -> Any:
-        """Records the graph over `inputs` and returns its (lazy) outputs."""
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
 
 class Device:
     """A device: a kind and an index."""
@@ -59,12 +54,20 @@ class DtypeCategory:
     signedinteger: Any
     unsignedinteger: Any
 
+class PrintOptions:
+    """Options for printing arrays: `precision`, the decimals of floats (-1: the default `%g`-style form)."""
+    precision: Any
+
 class Stream:
     """A queue of work on a device."""
     device: Any
 
 class StreamContext:
     """The context manager `stream(s)` returns: ops created inside the `with` block run on `s`. Unsendable because the scope it holds is per thread."""
+
+class ThreadLocalStream:
+    """A stream that is a different stream in each thread that uses it (MLX's `ThreadLocalStream`); pass it wherever a `Stream` is accepted."""
+    device: Any
 
 def abs(a, /, *, stream=None) -> Any:
     """Elementwise `abs`."""
@@ -186,6 +189,7 @@ class array:
         ...
     def logsumexp(self, /, axis=None, keepdims=False, *, stream=None) -> Any:
         ...
+    mT: Any
     def max(self, /, axis=None, keepdims=False, *, stream=None) -> Any:
         ...
     def mean(self, /, axis=None, keepdims=False, *, stream=None) -> Any:
@@ -298,6 +302,9 @@ def bitwise_xor(a, b, stream=None) -> Any:
 def blackman(m, stream=None) -> Any:
     """The Blackman window of ``m`` points."""
 
+def block_masked_mm(a, b, /, block_size=64, mask_out=None, mask_lhs=None, mask_rhs=None, *, stream=None) -> Any:
+    """Matrix multiplication with ``block_size x block_size`` blocks masked: boolean masks drop blocks, float masks scale them (``mask_lhs``/``mask_rhs`` on the inputs, ``mask_out`` on the product). ``block_size`` must be 32 or 64."""
+
 bool_: Any
 
 def broadcast_arrays(*arrays, stream=None) -> Any:
@@ -309,6 +316,9 @@ def broadcast_shapes(*shapes) -> Any:
 def broadcast_to(a, /, shape, *, stream=None) -> Any:
     """Broadcasts to `shape` (numpy's rules)."""
 
+def can_cast(from_, to) -> Any:
+    """Whether ``from_`` (an array or a dtype) can be cast to dtype ``to`` under the promotion rules: promoting the two together gives back ``to``."""
+
 def ceil(a, /, *, stream=None) -> Any:
     """Elementwise `ceil`."""
 
@@ -318,11 +328,11 @@ def checkpoint(fun) -> Any:
 def clear_cache() -> Any:
     """Returns the cached memory to the system (`get_cache_memory()` is 0 afterwards)."""
 
+def clear_streams() -> Any:
+    """Destroy all streams created in the current thread: this thread's default streams go back to each device's stream 0."""
+
 def clip(a, /, a_min, a_max, *, stream=None) -> Any:
     """Limits `a` to `[a_min, a_max]` (either may be None, not both)."""
-
-def compile(fun, inputs=None, outputs=None, shapeless=False) -> Any:
-    """Returns a compiled version of ``fun``."""
 
 complexfloating: Any
 
@@ -331,6 +341,9 @@ def concat(arrays, axis=..., *, stream=None) -> Any:
 
 def concatenate(arrays, axis=..., *, stream=None) -> Any:
     """Joins arrays along `axis` (None: flattens them first)."""
+
+def contiguous(a, /, allow_col_major=False, *, stream=None) -> Any:
+    """Force an array to be row contiguous, copying if necessary (``allow_col_major``: column-major counts as contiguous). Values are unchanged."""
 
 def conv1d(input, weight, /, stride=1, padding=0, dilation=1, groups=1, *, stream=None) -> Any:
     """1-d convolution: input `(N, L, C_in)`, weight `(C_out, K, C_in / groups)`."""
@@ -353,6 +366,9 @@ def conv_transpose2d(input, weight, /, stride=None, padding=None, dilation=None,
 def conv_transpose3d(input, weight, /, stride=None, padding=None, dilation=None, output_padding=None, groups=1, *, stream=None) -> Any:
     """3-d transposed convolution: input `(N, D, H, W, C_in)`, weight `(C_out, KD, KH, KW, C_in / groups)`."""
 
+def convolve(a, v, /, mode='full', *, stream=None) -> Any:
+    """The discrete convolution of 1-D arrays (``v`` flipped, as in signal processing); ``mode`` is ``"full"``, ``"same"`` or ``"valid"``. The longer input is the signal."""
+
 def cos(a, /, *, stream=None) -> Any:
     """Elementwise `cos`."""
 
@@ -363,6 +379,8 @@ def count_nonzero(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
     """`count_nonzero` over `axis` (all axes when None)."""
 
 cpu: Any
+
+from kiln.core import cuda as cuda
 
 def cummax(a, /, axis=None, *, reverse=False, inclusive=True, stream=None) -> Any:
     """`cummax` along `axis` (of the flattened array when None)."""
@@ -395,10 +413,22 @@ def default_device() -> Any:
     """The device ops run on unless a stream says otherwise."""
 
 def default_stream(device=None) -> Any:
-    """The default stream of `device` (of the default device when omitted)."""
+    """This thread's default stream of `device` (of the default device when omitted)."""
 
 def degrees(a, stream=None) -> Any:
     """Radians to degrees."""
+
+def depends(inputs, dependencies) -> Any:
+    """Returns ``inputs`` (an array or a sequence of arrays) made to depend on ``dependencies``: evaluating an output first evaluates them. The values (and dtypes) are the inputs'; gradients flow to the inputs only."""
+
+def dequantize(w, /, scales, biases=None, group_size=None, bits=None, mode='affine', global_scale=None, dtype=None, *, stream=None) -> Any:
+    """Dequantize `w` with its `scales` and `biases`: `w_i = s * q_i + b`, in `dtype` (the scales' dtype when None)."""
+
+def device_count(device_type) -> Any:
+    """The number of available devices of a type (one CPU; no GPU in this build)."""
+
+def device_info(d=None) -> Any:
+    """Information about a device (the default device when None): for the CPU its `architecture` and `device_name` as MLX reports them on Linux; empty for an unavailable device."""
 
 def diag(a, /, k=0, *, stream=None) -> Any:
     """1-d: a matrix with `a` on diagonal `k`; 2-d: diagonal `k` of `a`."""
@@ -408,9 +438,6 @@ def diagonal(a, offset=0, axis1=0, axis2=1, stream=None) -> Any:
 
 def diff(a, n=1, axis=-1, stream=None) -> Any:
     """The n-th discrete difference along ``axis``."""
-
-def disable_compile() -> Any:
-    """Turns compile off globally and at once (compiled functions call the original)."""
 
 def divide(a, b, /, *, stream=None) -> Any:
     """Elementwise `divide` with broadcasting."""
@@ -423,14 +450,14 @@ e: Any
 def einsum(subscripts, *operands, stream=None) -> Any:
     """Einstein summation over the operands."""
 
+def einsum_path(subscripts, *operands) -> Any:
+    """The contraction order ``einsum`` would use for these operands (a greedy pairwise order) and a text summary: ``(path, info)``, ``path`` listing the operand positions contracted at each step."""
+
 def empty(shape, dtype=..., stream=None) -> Any:
     """An array of ``shape`` (kiln fills it with zeros)."""
 
 def empty_like(a, stream=None) -> Any:
     """An array like ``a`` (kiln fills it with zeros)."""
-
-def enable_compile() -> Any:
-    """Turns compile back on."""
 
 def equal(a, b, /, *, stream=None) -> Any:
     """Elementwise `equal` with broadcasting."""
@@ -487,16 +514,31 @@ def floor(a, /, *, stream=None) -> Any:
 def floor_divide(a, b, stream=None) -> Any:
     """Elementwise `floor_divide` with broadcasting."""
 
+def from_dlpack(x, /, *, copy=None) -> Any:
+    """Create an array from an object that supports DLPack (``__dlpack__`` and ``__dlpack_device__``) on the CPU. kiln arrays own their memory, so the data are always copied; ``copy=False`` raises ``ValueError``."""
+
+def from_fp8(x, dtype=None, *, stream=None) -> Any:
+    """Convert fp8 (e4m3) codes (uint8) to ``dtype`` (default bfloat16)."""
+
 def full(shape, vals, dtype=None, *, stream=None) -> Any:
     """An array of `shape` filled with `vals` (a scalar, or an array broadcast to `shape`)."""
 
 def full_like(a, vals, dtype=None, *, stream=None) -> Any:
     """`vals` (a scalar or an array broadcastable to `a`) in `a`'s shape and dtype."""
 
+def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=False, stream=None) -> Any:
+    """Matrix multiplication after gathering matrices from the batch axes of ``a`` and ``b``: the indices are flat indices over all but the last two axes (every batch element when None); the output's batch shape is the indices' broadcast shape."""
+
+def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None, transpose=True, group_size=None, bits=None, mode='affine', global_scale=None, *, sorted_indices=False, stream=None) -> Any:
+    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s batch axes) is dequantized, then matrices are gathered by the flat batch indices and multiplied (``x @ w.T`` when ``transpose``)."""
+
 generic: Any
 
 def get_active_memory() -> Any:
     """Bytes currently held by arrays (not counting the cache)."""
+
+def get_array_buffer_size(*args) -> Any:
+    """The size in bytes of the buffers behind the (evaluated) arrays in ``args`` (arrays or trees of arrays; other leaves are ignored), each buffer counted once at its allocated size."""
 
 def get_cache_memory() -> Any:
     """Bytes kept in the cache: freed by arrays, not yet returned to the system."""
@@ -506,6 +548,9 @@ def get_memory_limit() -> Any:
 
 def get_peak_memory() -> Any:
     """The most bytes held at once since start or the last `reset_peak_memory()`."""
+
+def get_printoptions() -> Any:
+    """The format options used for printing arrays, as a `PrintOptions`."""
 
 gpu: Any
 
@@ -517,6 +562,9 @@ def greater(a, b, /, *, stream=None) -> Any:
 
 def greater_equal(a, b, /, *, stream=None) -> Any:
     """Elementwise `greater_equal` with broadcasting."""
+
+def hadamard_transform(a, scale=None, stream=None) -> Any:
+    """The Walsh-Hadamard transform along the last axis, times ``scale`` (default ``1/sqrt(n)``, which makes it orthonormal): ``(hadamard(n) @ x) * scale`` with Sylvester's ``hadamard(n)``. ``n`` must be a power of two (MLX's ``12, 20, 28 * 2^k`` sizes are not supported)."""
 
 def hamming(m, stream=None) -> Any:
     """The Hamming window of ``m`` points."""
@@ -555,6 +603,9 @@ def is_available(device) -> Any:
 
 def isclose(a, b, /, rtol=1e-05, atol=1e-08, *, equal_nan=False, stream=None) -> Any:
     """`|a - b| <= atol + rtol * |b|` elementwise (infinities equal only themselves)."""
+
+def isdtype(dtype, kind) -> Any:
+    """Whether ``dtype`` belongs to ``kind``: a dtype, a kind string (``"bool"``, ``"signed integer"``, ``"unsigned integer"``, ``"integral"``, ``"real floating"``, ``"complex floating"``, ``"numeric"``) or a tuple of them."""
 
 def isfinite(a, stream=None) -> Any:
     """Elementwise `isfinite`."""
@@ -595,7 +646,7 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, stream=None) -> Any
     """`num` evenly spaced samples from `start` to `stop`."""
 
 def load(file, /, format=None, return_metadata=False, *, stream=None) -> Any:
-    """Loads arrays from .npy (an array), .npz or .safetensors (a dict of arrays)."""
+    """Loads arrays from .npy (an array), .npz, .safetensors or .gguf (a dict of arrays; with ``return_metadata``, also the safetensors/gguf metadata)."""
 
 def log(a, /, *, stream=None) -> Any:
     """Elementwise `log`."""
@@ -633,6 +684,9 @@ def logsumexp(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
 def matmul(a, b, /, *, stream=None) -> Any:
     """Matrix product with numpy's rules for 1-d operands and batch broadcasting."""
 
+def matrix_norm(a, /, ord=None, axis=None, keepdims=False, *, stream=None) -> Any:
+    """Vector or matrix norm."""
+
 def matrix_transpose(a, stream=None) -> Any:
     """Swaps the last two axes."""
 
@@ -650,6 +704,8 @@ def median(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
 
 def meshgrid(*arrays, sparse=None, indexing=None, stream=None) -> Any:
     """Coordinate grids from coordinate vectors (a tuple of arrays)."""
+
+from kiln.core import metal as metal
 
 def min(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
     """`min` over `axis` (all axes when None)."""
@@ -673,6 +729,15 @@ def nan_to_num(a, nan=0.0, posinf=None, neginf=None, *, stream=None) -> Any:
 
 def negative(a, /, *, stream=None) -> Any:
     """Elementwise `negative`."""
+
+def new_stream(device) -> Any:
+    """Make a new stream on `device` (a Device or DeviceType)."""
+
+def new_thread_local_stream(device) -> Any:
+    """Make a new stream that is a distinct stream in every thread that uses it."""
+
+def new_thread_unsafe_stream(device) -> Any:
+    """Make a new stream on `device` that may be used from any thread (streams are not tied to threads here, so this is `new_stream`)."""
 
 newaxis: Any
 
@@ -710,11 +775,20 @@ def pow(a, b, /, *, stream=None) -> Any:
 def power(a, b, /, *, stream=None) -> Any:
     """Elementwise `power` with broadcasting."""
 
+def printoptions(precision=...) -> Any:
+    """Context manager for setting print options temporarily (`precision`: decimal places of floats; -1 for the default)."""
+
 def prod(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
     """`prod` over `axis` (all axes when None)."""
 
 def put_along_axis(a, /, indices, values, axis=None, *, stream=None) -> Any:
     """`a` with `values` put at `indices` along `axis`."""
+
+def quantize(w, /, group_size=None, bits=None, mode='affine', *, global_scale=None, stream=None) -> Any:
+    """Quantize the array `w` (at least 2-d, its last axis divisible by `group_size`): every `group_size` elements of a row share a scale and a bias, and each element takes `bits` bits, packed from the lower to the upper bits of uint32 words. Returns `(w_q, scales, biases)`."""
+
+def quantized_matmul(x, w, /, scales, biases=None, transpose=True, group_size=None, bits=None, mode='affine', *, stream=None) -> Any:
+    """`x @ w.T` (or `x @ w` when `transpose` is False) with `w` quantized: the matrix is dequantized with its scales and biases first."""
 
 def radians(a, stream=None) -> Any:
     """Degrees to radians."""
@@ -754,6 +828,9 @@ def rsqrt(a, /, *, stream=None) -> Any:
 def save(file, arr) -> Any:
     """Saves an array to ``file`` in .npy format (``.npy`` is appended to a path without it)."""
 
+def save_gguf(file, arrays, metadata=None) -> Any:
+    """Save arrays to a binary file in ``.gguf`` format (the suffix is added when missing)."""
+
 def save_safetensors(file, arrays, metadata=None) -> Any:
     """Saves a dict of arrays (and optional string metadata) in .safetensors format."""
 
@@ -766,14 +843,26 @@ def savez_compressed(file, *args, **kwargs) -> Any:
 def searchsorted(sorted_sequence, values, /, side='left', *, stream=None) -> Any:
     """Insertion indices of `values` into the sorted 1-d `sorted_sequence` (uint32); `side` is "left" (before equal elements) or "right" (after them)."""
 
+def segmented_mm(a, b, /, segments, *, stream=None) -> Any:
+    """``a @ b`` restricted to each segment ``[start, end)`` of the inner axis: ``segments`` has shape ``(..., 2)`` and the result ``(..., M, N)``."""
+
 def set_cache_limit(limit) -> Any:
     """Sets the cache limit in bytes (0 disables the cache); returns the previous limit."""
 
 def set_default_device(device) -> Any:
     """Sets the default device (a Device or DeviceType)."""
 
+def set_default_stream(stream) -> Any:
+    """Make `stream` this thread's default stream for its device (the default device is not changed)."""
+
 def set_memory_limit(limit) -> Any:
     """Sets the memory limit, a guideline: past it, allocation first returns cached memory. Returns the previous limit in bytes."""
+
+def set_printoptions(precision=...) -> Any:
+    """Set global printing precision for array formatting (`precision`: decimal places of floats; -1 restores the default)."""
+
+def set_wired_limit(limit) -> Any:
+    """Set the wired size limit (memory kept resident): only macOS 15+ with Metal acts on it, so here, as on MLX's Linux build, it does nothing and returns the previous limit, 0."""
 
 def sigmoid(a, /, *, stream=None) -> Any:
     """Elementwise `sigmoid`."""
@@ -835,7 +924,7 @@ def swapaxes(a, /, axis1, axis2, *, stream=None) -> Any:
     """Exchanges two axes."""
 
 def synchronize(stream=None) -> Any:
-    """Waits for work in flight: evaluation on the CPU is synchronous, so nothing to wait for."""
+    """Synchronize with the given stream (a Stream, ThreadLocalStream, Device or DeviceType; the default stream when None). Evaluation on the CPU finishes before `eval` returns, so this only checks its argument."""
 
 def take(a, /, indices, axis=None, *, stream=None) -> Any:
     """Elements at `indices` along `axis` (of the flattened array when None)."""
@@ -854,6 +943,9 @@ def tensordot(a, b, /, axes=None, *, stream=None) -> Any:
 
 def tile(a, reps, /, *, stream=None) -> Any:
     """Repeats the whole array `reps` times along each axis."""
+
+def to_fp8(x, *, stream=None) -> Any:
+    """Convert a floating array to fp8 (e4m3) codes, dtype uint8: round to nearest, ties to even; magnitudes past 448 (and infinities) saturate to +-448, NaN becomes 0x7E, as MLX."""
 
 def topk(a, /, k, axis=..., *, stream=None) -> Any:
     """The `k` largest elements along `axis` (ascending)."""
@@ -886,6 +978,9 @@ uint8: Any
 
 def unflatten(a, /, axis, shape, *, stream=None) -> Any:
     """Splits `axis` into `shape` (one entry may be -1)."""
+
+def unique(a, /, size, return_index=False, return_inverse=False, return_counts=False, fill_value=None, *, stream=None) -> Any:
+    """The sorted unique elements of the flattened ``a``, exactly ``size`` of them: a longer list is truncated to the smallest ``size``, a shorter one padded with ``fill_value`` (default: the first unique element). Optionally also the index of each value's first occurrence (uint32), the ``inverse`` indices rebuilding ``a`` (uint32, shape of ``a``; clamped to ``size - 1`` when truncated) and the counts (int32, 0 for padding). NaNs are all distinct. Returns the values, or a tuple in the order values, index, inverse, counts."""
 
 unsignedinteger: Any
 

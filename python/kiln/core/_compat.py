@@ -194,10 +194,6 @@ def get_memory_limit():
     return limit
 
 
-def synchronize(stream=None):
-    """Waits for work in flight: evaluation on the CPU is synchronous, so nothing to wait for."""
-
-
 def async_eval(*args):
     """Evaluates like ``eval`` (the CPU backend evaluates synchronously)."""
     _k.eval(*args)

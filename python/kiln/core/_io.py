@@ -147,15 +147,18 @@ def _load_safetensors(data: bytes, return_metadata: bool):
 
 
 def load(file, /, format: str | None = None, return_metadata: bool = False, *, stream=None):
-    """Loads arrays from .npy (an array), .npz or .safetensors (a dict of arrays)."""
+    """Loads arrays from .npy (an array), .npz, .safetensors or .gguf (a dict of arrays;
+    with ``return_metadata``, also the safetensors/gguf metadata)."""
     if format is None:
         if not isinstance(file, (str, os.PathLike)):
             raise ValueError("[load] Cannot infer the format of a file object: pass format=.")
         format = os.fspath(file).rsplit(".", 1)[-1] if "." in os.fspath(file) else ""
-    if format not in ("npy", "npz", "safetensors"):
-        raise ValueError(f"[load] Unsupported format {format!r}: use npy, npz or safetensors.")
-    if return_metadata and format != "safetensors":
-        raise ValueError("[load] return_metadata is only supported for safetensors files.")
+    if format not in ("npy", "npz", "safetensors", "gguf"):
+        raise ValueError(
+            f"[load] Unsupported format {format!r}: use npy, npz, safetensors or gguf."
+        )
+    if return_metadata and format not in ("safetensors", "gguf"):
+        raise ValueError("[load] return_metadata is only supported for safetensors and gguf files.")
 
     named = isinstance(file, (str, os.PathLike))
     with open(file, "rb") if named else contextlib.nullcontext(file) as f:
@@ -167,6 +170,10 @@ def load(file, /, format: str | None = None, return_metadata: bool = False, *, s
                     n[:-4] if n.endswith(".npy") else n: _load_npy(io.BytesIO(z.read(n)))
                     for n in z.namelist()
                 }
+        if format == "gguf":
+            from kiln.core._gguf import load_gguf
+
+            return load_gguf(f.read(), return_metadata)
         return _load_safetensors(f.read(), return_metadata)
 
 

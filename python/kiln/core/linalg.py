@@ -3,6 +3,10 @@ last two axes (leading axes are a batch), in float32 and float64."""
 
 from kiln._core import linalg as _linalg
 
+# Every function of the extension's `linalg` module, including ones added there later; the
+# names below restate them for readers and type checkers.
+globals().update({n: getattr(_linalg, n) for n in dir(_linalg) if not n.startswith("_")})
+
 norm = _linalg.norm
 inv = _linalg.inv
 tri_inv = _linalg.tri_inv

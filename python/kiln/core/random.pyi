@@ -21,6 +21,9 @@ def key(seed) -> Any:
 def laplace(shape=None, dtype=None, loc=0.0, scale=1.0, key=None, stream=None) -> Any:
     """Laplace samples with mean `loc` and scale `scale`."""
 
+def multivariate_normal(mean, cov, shape=[], dtype=None, key=None, stream=None) -> Any:
+    """Generate jointly-normal random samples given a mean and covariance."""
+
 def normal(shape=None, dtype=None, loc=None, scale=None, key=None, stream=None) -> Any:
     """Normal samples with mean `loc` and standard deviation `scale`."""
 
@@ -35,6 +38,8 @@ def seed(seed) -> Any:
 
 def split(key, num=2, stream=None) -> Any:
     """`num` new keys from `key`, shape `(num, 2)`."""
+
+state: Any
 
 def truncated_normal(lower, upper, shape=None, dtype=None, key=None, stream=None) -> Any:
     """Normal samples truncated to `(lower, upper)`."""

@@ -18,6 +18,7 @@ macro_rules! binary_fns {
     )*};
 }
 
+mod contiguous;
 mod conv;
 mod creation;
 mod diag;
@@ -28,12 +29,14 @@ mod indexing;
 pub mod linalg;
 mod math;
 mod pad;
+mod quantize;
 pub mod random;
 mod reduce;
 mod scan;
 mod shape;
 mod sort;
 
+pub use contiguous::contiguous;
 pub use conv::{
     conv1d, conv2d, conv3d, conv_general, conv_transpose1d, conv_transpose2d, conv_transpose3d,
 };
@@ -52,6 +55,7 @@ pub use indexing::{
 pub use linalg::{addmm, inner, matmul, outer, tensordot, TensordotAxes};
 pub use math::*;
 pub use pad::{pad, PadMode};
+pub use quantize::{dequantize, quantize, quantized_matmul};
 pub use reduce::{
     all, any, argmax, argmin, count_nonzero, logsumexp, max, mean, median, min, minmax, prod,
     softmax, std, sum, var,

@@ -29,13 +29,15 @@ pub fn seed(value: u64) {
     SEED_EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The next key of this thread's sequence (splits the state key in two, keeps one half).
-pub fn next_key() -> Result<Array> {
+/// This thread's current state key: the key random ops without an explicit key split next
+/// (seeded from `seed`, or the clock, on first use after each `seed`). It may be a tracer
+/// when a transform set it with [`set_current_key`].
+pub fn current_key() -> Result<Array> {
     let epoch = SEED_EPOCH.load(Ordering::Relaxed);
     let current =
         STATE.with(|s| s.borrow().as_ref().filter(|(e, _)| *e == epoch).map(|(_, k)| k.clone()));
-    let current = match current {
-        Some(k) => k,
+    match current {
+        Some(k) => Ok(k),
         None => {
             let seed = match SEED.load(Ordering::Relaxed) {
                 u64::MAX => std::time::SystemTime::now()
@@ -44,27 +46,48 @@ pub fn next_key() -> Result<Array> {
                     .unwrap_or(0),
                 s => s,
             };
-            key(seed)?
+            let k = key(seed)?;
+            STATE.with(|s| *s.borrow_mut() = Some((epoch, k.clone())));
+            Ok(k)
         }
-    };
+    }
+}
+
+/// Replaces this thread's state key (any `(2,)` uint32 array, a tracer included); the
+/// next random op without a key splits it. A later `seed` resets it.
+pub fn set_current_key(k: &Array) -> Result<()> {
+    check_key(k)?;
+    let epoch = SEED_EPOCH.load(Ordering::Relaxed);
+    STATE.with(|s| *s.borrow_mut() = Some((epoch, k.clone())));
+    Ok(())
+}
+
+/// The next key of this thread's sequence (splits the state key in two, keeps one half).
+pub fn next_key() -> Result<Array> {
+    let current = current_key()?;
     let pair = split(&current, 2)?;
     let keep = super::index(&pair, &[super::IndexItem::Int(0)])?;
     let out = super::index(&pair, &[super::IndexItem::Int(1)])?;
-    STATE.with(|s| *s.borrow_mut() = Some((epoch, keep)));
+    set_current_key(&keep)?;
     Ok(out)
+}
+
+fn check_key(k: &Array) -> Result<()> {
+    ensure!(
+        k.dtype() == DType::U32 && k.shape() == [2],
+        Value,
+        "random",
+        "Expected a key of shape (2,) and dtype uint32, got {} {}.",
+        fmt_shape(k.shape()),
+        k.dtype()
+    );
+    Ok(())
 }
 
 fn key_or_next(key: Option<&Array>) -> Result<Array> {
     match key {
         Some(k) => {
-            ensure!(
-                k.dtype() == DType::U32 && k.shape() == [2],
-                Value,
-                "random",
-                "Expected a key of shape (2,) and dtype uint32, got {} {}.",
-                fmt_shape(k.shape()),
-                k.dtype()
-            );
+            check_key(k)?;
             Ok(k.clone())
         }
         None => next_key(),

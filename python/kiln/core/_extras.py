@@ -1,0 +1,436 @@
+"""Smaller ``mlx.core`` functions written with kiln's ops: dtype queries, graph helpers,
+``convolve``, ``hadamard_transform`` and the gathered / masked / segmented matmuls."""
+
+from __future__ import annotations
+
+from kiln import _core as _k
+from kiln.core import linalg as _linalg
+
+matrix_norm = _linalg.norm
+
+_KINDS = {
+    "bool": lambda d: d == _k.bool_,
+    "signed integer": lambda d: _k.issubdtype(d, _k.signedinteger),
+    "unsigned integer": lambda d: _k.issubdtype(d, _k.unsignedinteger),
+    "integral": lambda d: _k.issubdtype(d, _k.integer),
+    "real floating": lambda d: _k.issubdtype(d, _k.floating),
+    # complex dtypes arrive with the complex64 work; until then nothing is complex
+    "complex floating": lambda d: hasattr(_k, "complexfloating")
+    and _k.issubdtype(d, _k.complexfloating),
+    "numeric": lambda d: d != _k.bool_,
+}
+
+
+def can_cast(from_, to):
+    """Whether ``from_`` (an array or a dtype) can be cast to dtype ``to`` under the
+    promotion rules: promoting the two together gives back ``to``."""
+    if isinstance(from_, _k.array):
+        from_ = from_.dtype
+    elif not isinstance(from_, _k.Dtype):
+        raise ValueError("[can_cast] `from_` must be an array or a dtype.")
+    if not isinstance(to, _k.Dtype):
+        raise TypeError("[can_cast] `to` must be a dtype.")
+    from kiln.core._compat import result_type
+
+    return result_type(from_, to) == to
+
+
+def isdtype(dtype, kind):
+    """Whether ``dtype`` belongs to ``kind``: a dtype, a kind string (``"bool"``,
+    ``"signed integer"``, ``"unsigned integer"``, ``"integral"``, ``"real floating"``,
+    ``"complex floating"``, ``"numeric"``) or a tuple of them."""
+    if not isinstance(dtype, _k.Dtype):
+        raise TypeError("isdtype(): `dtype` must be a Dtype.")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:
+        if isinstance(k, _k.Dtype):
+            if dtype == k:
+                return True
+        elif isinstance(k, str):
+            if k not in _KINDS:
+                raise ValueError(f"[isdtype] Unknown data type kind: {k!r}.")
+            if _KINDS[k](dtype):
+                return True
+        else:
+            raise ValueError(
+                "[isdtype] `kind` must be a dtype, a string, or a tuple of dtypes and strings."
+            )
+    return False
+
+
+def contiguous(a, /, allow_col_major=False, *, stream=None):
+    """Force an array to be row contiguous, copying if necessary (``allow_col_major``:
+    column-major counts as contiguous). Values are unchanged."""
+    return _k._contiguous(a, allow_col_major, stream=stream)
+
+
+def get_array_buffer_size(*args):
+    """The size in bytes of the buffers behind the (evaluated) arrays in ``args`` (arrays
+    or trees of arrays; other leaves are ignored), each buffer counted once at its allocated
+    size."""
+    from kiln.utils import tree_flatten
+
+    seen = {}
+    for _, leaf in tree_flatten(list(args)):
+        if isinstance(leaf, _k.array):
+            info = _k._buffer_info(leaf)
+            if info is None:
+                raise ValueError(
+                    "[get_array_buffer_size] Arrays must be evaluated before querying buffer size."
+                )
+            seen[info[0]] = info[1]
+    return sum(seen.values())
+
+
+def convolve(a, v, /, mode="full", *, stream=None):
+    """The discrete convolution of 1-D arrays (``v`` flipped, as in signal processing);
+    ``mode`` is ``"full"``, ``"same"`` or ``"valid"``. The longer input is the signal."""
+    a = a if isinstance(a, _k.array) else _k.array(a)
+    v = v if isinstance(v, _k.array) else _k.array(v)
+    if a.ndim != 1 or v.ndim != 1:
+        raise ValueError("[convolve] Inputs must be 1D.")
+    if a.size == 0 or v.size == 0:
+        raise ValueError("[convolve] Inputs cannot be empty.")
+    if mode not in ("full", "same", "valid"):
+        raise ValueError("[convolve] Invalid mode.")
+    if v.size > a.size:
+        a, v = v, a
+    n, m = a.size, v.size
+    if mode == "full":
+        lo = hi = m - 1
+    elif mode == "same":
+        lo = (m - 1) // 2 if m % 2 else m // 2
+        hi = m - 1 - lo
+    else:
+        lo = hi = 0
+    out = _k.conv_general(
+        a.reshape(1, n, 1), v.reshape(1, m, 1), padding=([lo], [hi]), flip=True, stream=stream
+    )
+    return out.reshape(-1)
+
+
+def hadamard_transform(a, scale=None, stream=None):
+    """The Walsh-Hadamard transform along the last axis, times ``scale`` (default
+    ``1/sqrt(n)``, which makes it orthonormal): ``(hadamard(n) @ x) * scale`` with Sylvester's
+    ``hadamard(n)``. ``n`` must be a power of two (MLX's ``12, 20, 28 * 2^k`` sizes are not
+    supported)."""
+    a = a if isinstance(a, _k.array) else _k.array(a)
+    n = a.shape[-1] if a.ndim else 1
+    if n & (n - 1) or n == 0:
+        raise ValueError(
+            f"[hadamard_transform] The last dimension must be a power of 2 here, got {n}."
+        )
+    dtype = a.dtype if _k.issubdtype(a.dtype, _k.floating) else _k.float32
+    scale = 1.0 / (n**0.5) if scale is None else scale
+    shape = a.shape
+    x = a.astype(_k.float32).reshape(-1, n)
+    h = 1
+    while h < n:  # one butterfly per bit of the index: H_2n = [[H, H], [H, -H]]
+        y = x.reshape(-1, n // (2 * h), 2, h)
+        lo, hi = y[:, :, 0, :], y[:, :, 1, :]
+        x = _k.stack([lo + hi, lo - hi], axis=2).reshape(-1, n)
+        h *= 2
+    return _k.multiply(x, scale, stream=stream).reshape(shape).astype(dtype)
+
+
+def unique(a, /, size, return_index=False, return_inverse=False, return_counts=False,
+           fill_value=None, *, stream=None):
+    """The sorted unique elements of the flattened ``a``, exactly ``size`` of them: a longer
+    list is truncated to the smallest ``size``, a shorter one padded with ``fill_value``
+    (default: the first unique element). Optionally also the index of each value's first
+    occurrence (uint32), the ``inverse`` indices rebuilding ``a`` (uint32, shape of ``a``;
+    clamped to ``size - 1`` when truncated) and the counts (int32, 0 for padding). NaNs are
+    all distinct. Returns the values, or a tuple in the order values, index, inverse, counts.
+    """
+    a = a if isinstance(a, _k.array) else _k.array(a)
+    size = int(size)
+    if size < 0:
+        raise ValueError(f"[unique] Received negative size {size}.")
+    flat = a.reshape(-1)
+    n = flat.size
+    if n == 0 and size > 0 and fill_value is None:
+        raise ValueError("[unique] A fill value is required for an empty input with a non-zero size.")
+    if n:
+        order = _k.argsort(flat, stream=stream)  # stable: ties keep their first occurrence first
+        s = _k.take(flat, order, stream=stream)
+        new = _k.concatenate([_k.array([True]), s[1:] != s[:-1]]) if n > 1 else _k.array([True])
+        group = _k.cumsum(new.astype(_k.int32)) - 1
+        # new elements land at their group; repeats and groups past `size` at `size`,
+        # which the scatters drop
+        slot = _k.where(new & (group < size), group, size)
+    fill = (s[0] if n else _k.array(0, dtype=a.dtype)) if fill_value is None else _k.array(fill_value).astype(a.dtype)
+    values = _k.broadcast_to(fill.astype(a.dtype), (size,))
+    if n and size:
+        values = _k.array(values)
+        values[slot] = s
+    outs = [values]
+    if return_index:
+        index = _k.zeros((size,), dtype=_k.uint32)
+        if n and size:
+            index[slot] = order.astype(_k.uint32)
+            index = _k.where(_k.arange(size) < _k.minimum(group[-1] + 1, size), index, index[0])
+        outs.append(index)
+    if return_inverse:
+        if n and size:
+            inv = _k.zeros((n,), dtype=_k.uint32)
+            inv[order] = _k.minimum(group, size - 1).astype(_k.uint32)
+        else:
+            inv = _k.zeros((n,), dtype=_k.uint32)
+        outs.append(inv.reshape(a.shape))
+    if return_counts:
+        counts = _k.zeros((size,), dtype=_k.int32)
+        if n and size:
+            counts = counts.at[_k.where(group < size, group, size)].add(1)
+        outs.append(counts)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _fp8_table():
+    """The float32 value of each e4m3 (fn) code: sign, 4 exponent bits (bias 7), 3 mantissa
+    bits; exponent 0 is subnormal; codes 0x7F and 0xFF are NaN."""
+    vals = []
+    for c in range(256):
+        e, m = (c >> 3) & 15, c & 7
+        v = m * 2.0**-9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+        if e == 15 and m == 7:
+            v = float("nan")
+        vals.append(-v if c & 128 else v)
+    return vals
+
+
+_FP8 = None
+
+
+def _fp8_values():
+    global _FP8
+    if _FP8 is None:
+        _FP8 = _k.array(_fp8_table(), dtype=_k.float32)
+    return _FP8
+
+
+def to_fp8(x, *, stream=None):
+    """Convert a floating array to fp8 (e4m3) codes, dtype uint8: round to nearest, ties
+    to even; magnitudes past 448 (and infinities) saturate to +-448, NaN becomes 0x7E, as
+    MLX."""
+    if not _k.issubdtype(x.dtype, _k.floating):
+        raise ValueError(
+            f"[to_fp8] Only real floating types are supported but x.dtype() == {_dtype_name(x.dtype)}."
+        )
+    f = x.astype(_k.float32)
+    pos = _fp8_values()[:127]  # the finite non-negative codes, ascending
+    a = _k.minimum(_k.abs(f), 448.0)
+    lo = _k.clip(_k.searchsorted(pos, a, side="right") - 1, 0, 126)
+    hi = _k.minimum(lo + 1, 126)
+    d_lo, d_hi = a - _k.take(pos, lo), _k.take(pos, hi) - a  # exact (Sterbenz)
+    up = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = _k.where(up, hi, lo).astype(_k.uint8)
+    sign = (_k.view(f, _k.uint32) >> 31).astype(_k.uint8) << 7
+    return _k.where(_k.isnan(f), _k.array(126, dtype=_k.uint8), code | sign, stream=stream)
+
+
+def from_fp8(x, dtype=None, *, stream=None):
+    """Convert fp8 (e4m3) codes (uint8) to ``dtype`` (default bfloat16)."""
+    dtype = _k.bfloat16 if dtype is None else dtype
+    if x.dtype != _k.uint8:
+        raise ValueError(
+            f"[from_fp8] Input must have type uint8 but x.dtype() == {_dtype_name(x.dtype)}."
+        )
+    if not _k.issubdtype(dtype, _k.floating):
+        raise ValueError(
+            f"[from_fp8] Only real floating types are supported but dtype == {_dtype_name(dtype)}."
+        )
+    return _k.take(_fp8_values(), x.astype(_k.int32), stream=stream).astype(dtype)
+
+
+def _dtype_name(d):
+    return str(d).rsplit(".", 1)[-1]
+
+
+def _flat_batch(x):
+    """``x`` as ``(batch, M, K)`` (batch 1 for a matrix)."""
+    return x.reshape(-1, x.shape[-2], x.shape[-1])
+
+
+def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=False, stream=None):
+    """Matrix multiplication after gathering matrices from the batch axes of ``a`` and
+    ``b``: the indices are flat indices over all but the last two axes (every batch element
+    when None); the output's batch shape is the indices' broadcast shape."""
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError("[gather_mm] Inputs must have at least 2 dimensions.")
+    if lhs_indices is None and rhs_indices is None:
+        return _k.matmul(a, b, stream=stream)
+    def pick(x, idx):
+        if idx is None:
+            return x
+        if not _k.issubdtype(idx.dtype, _k.integer):
+            raise ValueError("[gather_mm] Indices must be integers.")
+        return _k.take(_flat_batch(x), idx, axis=0, stream=stream)
+    if lhs_indices is None:
+        lhs_indices = _k.arange(int(_prod(a.shape[:-2])), dtype=_k.uint32).reshape(a.shape[:-2])
+    if rhs_indices is None:
+        rhs_indices = _k.arange(int(_prod(b.shape[:-2])), dtype=_k.uint32).reshape(b.shape[:-2])
+    return _k.matmul(pick(a, lhs_indices), pick(b, rhs_indices), stream=stream)
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _expand_mask(mask, rows, cols, block_size):
+    """A block mask ``(..., ceil(rows/bs), ceil(cols/bs))`` as an element mask
+    ``(..., rows, cols)``."""
+    m = _k.repeat(_k.repeat(mask, block_size, axis=-2), block_size, axis=-1)
+    return m[..., :rows, :cols]
+
+
+def block_masked_mm(a, b, /, block_size=64, mask_out=None, mask_lhs=None, mask_rhs=None,
+                    *, stream=None):
+    """Matrix multiplication with ``block_size x block_size`` blocks masked: boolean masks
+    drop blocks, float masks scale them (``mask_lhs``/``mask_rhs`` on the inputs, ``mask_out``
+    on the product). ``block_size`` must be 32 or 64."""
+    if block_size not in (32, 64):
+        raise ValueError(
+            f"[block_masked_mm] Only block_sizes 32, 64 are supported. Got block size {block_size}."
+        )
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError("[block_masked_mm] Inputs must have at least 2 dimensions.")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+
+    def apply(x, mask, rows, cols):
+        if mask is None:
+            return x
+        full = _expand_mask(mask, rows, cols, block_size)
+        if full.dtype == _k.bool_:
+            return _k.where(full, x, _k.zeros((), dtype=x.dtype), stream=stream)
+        return _k.multiply(x, full, stream=stream)
+
+    out = _k.matmul(apply(a, mask_lhs, m, k), apply(b, mask_rhs, k, n), stream=stream)
+    return apply(out, mask_out, m, n)
+
+
+def segmented_mm(a, b, /, segments, *, stream=None):
+    """``a @ b`` restricted to each segment ``[start, end)`` of the inner axis:
+    ``segments`` has shape ``(..., 2)`` and the result ``(..., M, N)``."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError("[segmented_mm] a and b must be matrices.")
+    if segments.ndim < 1 or segments.shape[-1] != 2:
+        raise ValueError("[segmented_mm] The last dimension of segments must be 2.")
+    k = a.shape[-1]
+    pos = _k.arange(k, dtype=_k.int32)
+    seg = segments.astype(_k.int32)[..., None, :]  # (..., 1, 2)
+    inside = (pos >= seg[..., 0]) & (pos < seg[..., 1])  # (..., K)
+    masked = _k.where(inside[..., None, :], a, _k.zeros((), dtype=a.dtype))  # (..., M, K)
+    return _k.matmul(masked, b, stream=stream)
+
+
+__all__ = [
+    "block_masked_mm", "can_cast", "contiguous", "convolve", "gather_mm",
+    "from_fp8", "get_array_buffer_size", "hadamard_transform", "isdtype", "matrix_norm",
+    "segmented_mm", "to_fp8", "unique",
+]
+
+
+def depends(inputs, dependencies):
+    """Returns ``inputs`` (an array or a sequence of arrays) made to depend on
+    ``dependencies``: evaluating an output first evaluates them. The values (and dtypes)
+    are the inputs'; gradients flow to the inputs only."""
+    single = isinstance(inputs, _k.array)
+    ins = [inputs] if single else list(inputs)
+    deps = [dependencies] if isinstance(dependencies, _k.array) else list(dependencies)
+    for x in ins + deps:
+        if not isinstance(x, _k.array):
+            raise TypeError("[depends] inputs and dependencies must be arrays.")
+    # An always-true condition computed from one element of each dependency: `where`
+    # then returns the input unchanged, but only after the dependencies are evaluated.
+    cond = _k.array(True)
+    for d in deps:
+        first = _k.stop_gradient(d.reshape(-1)[:1])
+        cond = cond | _k.any(first != first)
+    outs = [_k.where(cond, x, x) for x in ins]
+    return outs[0] if single else outs
+
+
+def einsum_path(subscripts, *operands):
+    """The contraction order ``einsum`` would use for these operands (a greedy pairwise
+    order) and a text summary: ``(path, info)``, ``path`` listing the operand positions
+    contracted at each step."""
+    import numpy as np
+
+    shapes = [np.empty(tuple(o.shape), dtype=np.int8) for o in operands]
+    path, _ = np.einsum_path(subscripts, *shapes, optimize="greedy")
+    path = [tuple(p) for p in path[1:]]
+    lhs, _, out = subscripts.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    sizes = {}
+    for term, o in zip(terms, operands):
+        for c, n in zip(term, o.shape):
+            sizes[c] = n
+
+    def cost(in_terms, result):
+        idx = set("".join(in_terms))
+        total = 1
+        for c in idx:
+            total *= sizes[c]
+        inner = bool(idx - set(result))
+        return total * (max(1, len(in_terms) - 1) + int(inner)), len(idx)
+
+    naive, naive_scaling = cost(terms, out)
+    live, opt, opt_scaling = list(terms), 0, 0
+    for step in path:
+        picked = [live[i] for i in step]
+        for i in sorted(step, reverse=True):
+            live.pop(i)
+        rest = set(out).union(*live) if live else set(out)
+        result = "".join(sorted(set("".join(picked)) & rest))
+        c, s = cost(picked, result)
+        opt, opt_scaling = opt + c, max(opt_scaling, s)
+        live.append(result)
+    info = (
+        f"  Complete contraction:  {subscripts}\n"
+        f"         Naive scaling:  {naive_scaling}\n"
+        f"     Optimized scaling:  {opt_scaling}\n"
+        f"      Naive FLOP count:  {naive}\n"
+        f"  Optimized FLOP count:  {opt}\n"
+    )
+    return path, info
+
+
+def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
+               transpose=True, group_size=None, bits=None, mode="affine", global_scale=None,
+               *, sorted_indices=False, stream=None):
+    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s
+    batch axes) is dequantized, then matrices are gathered by the flat batch indices and
+    multiplied (``x @ w.T`` when ``transpose``)."""
+    dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
+    if transpose:
+        dense = _k.swapaxes(dense, -1, -2)
+    return gather_mm(x, dense, lhs_indices, rhs_indices, sorted_indices=sorted_indices,
+                     stream=stream)
+
+
+__all__ += ["depends", "einsum_path", "gather_qmm"]
+
+
+def from_dlpack(x, /, *, copy=None):
+    """Create an array from an object that supports DLPack (``__dlpack__`` and
+    ``__dlpack_device__``) on the CPU. kiln arrays own their memory, so the data are always
+    copied; ``copy=False`` raises ``ValueError``."""
+    import numpy as np
+
+    if copy is False:
+        raise ValueError("[from_dlpack] kiln cannot share external memory; use copy=None or True.")
+    return _k.array(np.from_dlpack(x))
+
+
+__all__ += ["from_dlpack"]
+
+
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an
+    :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
+
+
+__all__ += ["ArrayLike"]

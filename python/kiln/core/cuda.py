@@ -1,0 +1,11 @@
+"""``mlx.core.cuda``: whether the CUDA backend is available."""
+
+from kiln import _core as _k
+
+
+def is_available():
+    """Whether the CUDA backend is available (False until kiln has a GPU backend)."""
+    return _k.is_available(_k.gpu)
+
+
+__all__ = ["is_available"]
