@@ -4,8 +4,51 @@
 
 use super::{missing, zeros_like};
 use crate::array::Array;
-use crate::ops::record;
-use kiln_base::{Primitive, Result, ScatterReduce, Shape};
+use crate::ops::{self, record};
+use kiln_base::{DType, Primitive, Result, ScatterReduce, Shape};
+
+/// The mask of a masked scatter (`x.shape[..k]`) broadcast over `x`.
+pub(super) fn mask_like(mask: &Array, x: &Array) -> Result<Array> {
+    let mut s: Vec<i64> = mask.shape().iter().map(|&d| d as i64).collect();
+    s.extend(std::iter::repeat_n(1, x.ndim() - mask.ndim()));
+    ops::broadcast_to(&ops::reshape(mask, &s)?, x.shape())
+}
+
+/// For each mask position, the row of the values it takes (its rank among the true
+/// positions, row-major), as int32 of the mask's shape.
+pub(super) fn mask_rows(mask: &Array) -> Result<Array> {
+    let flat = ops::astype(&ops::reshape(mask, &[-1])?, DType::I32)?;
+    let rank = ops::cumsum(&flat, Some(0), false, false)?;
+    let shape: Vec<i64> = mask.shape().iter().map(|&d| d as i64).collect();
+    ops::reshape(&rank, &shape)
+}
+
+/// The cotangent of a masked scatter's values: row `r` gets the cotangent of the position
+/// filled from it; rows past the true positions get zeros.
+fn masked_rows_back(mask: &Array, values: &Array, g: &Array) -> Result<Array> {
+    let rows = values.shape()[0];
+    // Unmasked positions point past the last row: a scatter drops what does not fit.
+    let past = ops::full(&[], kiln_base::Scalar::Int(rows as i64), DType::I32)?;
+    let idx = ops::where_(mask, &mask_rows(mask)?, &past)?;
+    let mut upd: Vec<i64> = g.shape().iter().map(|&d| d as i64).collect();
+    upd.insert(mask.ndim(), 1);
+    let scatter = Primitive::Scatter { axes: vec![0], reduce: ScatterReduce::Add };
+    record(scatter, vec![zeros_like(values)?, idx, ops::reshape(g, &upd)?])
+}
+
+/// The flat (row-major) input position each element of a strided view reads, int64.
+pub(super) fn flat_positions(shape: &[usize], strides: &[isize], offset: usize) -> Result<Array> {
+    let n = shape.len();
+    let mut acc = ops::full(&[], kiln_base::Scalar::Int(offset as i64), DType::I64)?;
+    for (d, (&len, &st)) in shape.iter().zip(strides).enumerate() {
+        let iota = ops::arange(0.0, len as f64, 1.0, DType::I64)?;
+        let step = ops::full(&[], kiln_base::Scalar::Int(st as i64), DType::I64)?;
+        let mut s = vec![1i64; n];
+        s[d] = len as i64;
+        acc = ops::add(&acc, &ops::reshape(&ops::multiply(&iota, &step)?, &s)?)?;
+    }
+    ops::broadcast_to(&acc, shape)
+}
 
 /// The cotangent or tangent of each argnum, given one per input (`None`: zeros).
 fn pick(argnums: &[usize], primals: &[Array], per_input: Vec<Option<Array>>) -> Result<Vec<Array>> {
@@ -73,6 +116,24 @@ pub(super) fn vjp(
                 }
             });
         }
+        Primitive::MaskedScatter => {
+            let (x, mask, values) = (&primals[0], &primals[1], &primals[2]);
+            let m = mask_like(mask, x)?;
+            per_input[0] = Some(ops::where_(&m, &zeros_like(g)?, g)?);
+            per_input[2] = Some(masked_rows_back(mask, values, g)?);
+        }
+        Primitive::AsStrided { shape, strides, offset } => {
+            // Every view element adds its cotangent to the flat input element it reads.
+            let x = &primals[0];
+            let flat = flat_positions(shape, strides, *offset)?;
+            let mut upd: Vec<i64> = flat.shape().iter().map(|&d| d as i64).collect();
+            upd.push(1);
+            let scatter = Primitive::Scatter { axes: vec![0], reduce: ScatterReduce::Add };
+            let zeros = ops::zeros(&[x.size()], g.dtype())?;
+            let summed = record(scatter, vec![zeros, flat, ops::reshape(g, &upd)?])?;
+            let back: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
+            per_input[0] = Some(ops::reshape(&summed, &back)?);
+        }
         _ => return Err(missing("vjp", prim)),
     }
     pick(argnums, primals, per_input)
@@ -93,6 +154,8 @@ pub(super) fn jvp(
         Primitive::Scatter { reduce: ScatterReduce::None | ScatterReduce::Add, .. } => {
             vec![0, n - 1]
         }
+        Primitive::MaskedScatter => vec![0, 2],
+        Primitive::AsStrided { .. } => vec![0],
         _ => return Err(missing("jvp", prim)),
     };
     let inputs = (0..n)
