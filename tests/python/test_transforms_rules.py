@@ -85,7 +85,9 @@ RULES = [
     ("masked_scatter", masked, [(3, 4), (6,)]),
     ("as_strided", lambda x: mx.as_strided(x, (3, 3), (2, 1), 1), [(3, 4)]),
     ("take_along_axis", lambda x: mx.take_along_axis(x, mx.array([[2, 0, 0]]), axis=1), [(3, 4)]),
-    ("scatter_set", lambda x, v: x.at[mx.array([1, 1, 0])].add(v) * x, [(3, 4), (3, 4)]),
+    ("scatter_add", lambda x, v: x.at[mx.array([1, 1, 0])].add(v) * x, [(3, 4), (3, 4)]),
+    ("scatter_max", lambda x, v: x.at[mx.array([0, 2, 0])].maximum(v), [(3, 4), (3, 4)]),
+    ("scatter_min", lambda x, v: x.at[mx.array([1, 1])].minimum(v * 2), [(3, 4), (2, 4)]),
 ]
 
 

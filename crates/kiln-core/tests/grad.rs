@@ -506,6 +506,26 @@ fn masked_scatter_and_as_strided_match_finite_differences() {
         },
         &[x.clone(), rows],
     );
+    for (name, reduce) in [
+        ("scatter_max", kiln_base::ScatterReduce::Max),
+        ("scatter_min", kiln_base::ScatterReduce::Min),
+        ("scatter_add", kiln_base::ScatterReduce::Add),
+        ("scatter_set", kiln_base::ScatterReduce::None),
+    ] {
+        let f = match reduce {
+            kiln_base::ScatterReduce::Max => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Max)
+            }
+            kiln_base::ScatterReduce::Min => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Min)
+            }
+            kiln_base::ScatterReduce::Add => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Add)
+            }
+            _ => |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::None),
+        };
+        check_both(name, f, &[x.clone(), input(83, &[3, 4])]);
+    }
     check_both(
         "as_strided_overlapping",
         |a| ops::as_strided(&a[0], Some(&[3, 3]), Some(&[2, 1]), 1),
@@ -516,6 +536,15 @@ fn masked_scatter_and_as_strided_match_finite_differences() {
         |a| ops::as_strided(&ops::transpose(&a[0], None)?, Some(&[2, 5]), Some(&[-1, 2]), 2),
         std::slice::from_ref(&x),
     );
+}
+
+/// `x.at[[0, 2, 0]].<reduce>(v)`: duplicate indices compete (a plain set takes distinct
+/// rows: which duplicate wins is unspecified, as in MLX, and both get the cotangent).
+fn scatter_with(a: &[Array], reduce: kiln_base::ScatterReduce) -> Result<Array> {
+    let rows: &[i32] =
+        if reduce == kiln_base::ScatterReduce::None { &[0, 2, 1] } else { &[0, 2, 0] };
+    let idx = Array::from_slice(rows, &[3])?;
+    ops::index_update(&a[0], &[IndexItem::Array(idx)], &a[1], reduce)
 }
 
 fn spd(seed: u64, n: usize) -> (Vec<f64>, Vec<usize>) {

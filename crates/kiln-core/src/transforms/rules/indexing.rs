@@ -58,11 +58,29 @@ fn pick(argnums: &[usize], primals: &[Array], per_input: Vec<Option<Array>>) -> 
         .collect()
 }
 
+/// For a scatter max/min with result `out`: where the input kept its value, where each
+/// update won, and the gather that reads the updates' positions.
+fn extremum_masks(
+    axes: &[usize],
+    primals: &[Array],
+    out: &Array,
+) -> Result<(Array, Array, Primitive)> {
+    let n = primals.len();
+    let upd = &primals[n - 1];
+    let k = primals.get(1).filter(|_| n > 2).map_or(0, |i| i.ndim());
+    let gather = Primitive::Gather { axes: axes.to_vec(), slice_sizes: upd.shape()[k..].into() };
+    let mut ins = vec![out.clone()];
+    ins.extend(primals[1..n - 1].iter().cloned());
+    let out_at = record(gather.clone(), ins)?;
+    Ok((ops::equal(&primals[0], out)?, ops::equal(upd, &out_at)?, gather))
+}
+
 pub(super) fn vjp(
     prim: &Primitive,
     primals: &[Array],
     g: &Array,
     argnums: &[usize],
+    out: &Array,
 ) -> Result<Vec<Array>> {
     let n = primals.len();
     let mut per_input: Vec<Option<Array>> = vec![None; n];
@@ -116,6 +134,17 @@ pub(super) fn vjp(
                 }
             });
         }
+        Primitive::Scatter { axes, reduce: ScatterReduce::Max | ScatterReduce::Min } => {
+            // As MLX: the input and each update get the cotangent where they equal the
+            // result (ties all receive it).
+            let (x_mask, upd_mask, gather) = extremum_masks(axes, primals, out)?;
+            per_input[0] = Some(ops::where_(&x_mask, g, &zeros_like(g)?)?);
+            let upd = &primals[n - 1];
+            let mut ins = vec![g.clone()];
+            ins.extend(primals[1..n - 1].iter().cloned());
+            let g_at = record(gather, ins)?;
+            per_input[n - 1] = Some(ops::where_(&upd_mask, &g_at, &zeros_like(upd)?)?);
+        }
         Primitive::MaskedScatter => {
             let (x, mask, values) = (&primals[0], &primals[1], &primals[2]);
             let m = mask_like(mask, x)?;
@@ -134,6 +163,13 @@ pub(super) fn vjp(
             let back: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
             per_input[0] = Some(ops::reshape(&summed, &back)?);
         }
+        Primitive::Scatter { reduce: ScatterReduce::Prod, .. } => {
+            // MLX has no rule either and raises a RuntimeError.
+            return Err(kiln_base::Error::Runtime {
+                op: "scatter",
+                msg: "VJP not implemented for scatter_prod.".into(),
+            });
+        }
         _ => return Err(missing("vjp", prim)),
     }
     pick(argnums, primals, per_input)
@@ -146,8 +182,26 @@ pub(super) fn jvp(
     primals: &[Array],
     tangents: &[Array],
     argnums: &[usize],
+    out: &Array,
 ) -> Result<Vec<Array>> {
     let n = primals.len();
+    if let Primitive::Scatter { axes, reduce: ScatterReduce::Max | ScatterReduce::Min } = prim {
+        // The transpose of the vjp: masked tangents of the input plus the winning updates'.
+        let (x_mask, upd_mask, _) = extremum_masks(axes, primals, out)?;
+        let t = |i: usize| match argnums.iter().position(|&a| a == i) {
+            Some(k) => Ok(tangents[k].clone()),
+            None => zeros_like(&primals[i]),
+        };
+        let tx = ops::where_(&x_mask, &t(0)?, &zeros_like(out)?)?;
+        let tu = ops::where_(&upd_mask, &t(n - 1)?, &zeros_like(&primals[n - 1])?)?;
+        let mut ins = vec![tx];
+        ins.extend(primals[1..n - 1].iter().cloned());
+        ins.push(tu);
+        return Ok(vec![record(
+            Primitive::Scatter { axes: axes.clone(), reduce: ScatterReduce::Add },
+            ins,
+        )?]);
+    }
     let data: Vec<usize> = match prim {
         Primitive::Slice { .. } | Primitive::Gather { .. } => vec![0],
         Primitive::SliceUpdate { .. } => vec![0, 1],
@@ -156,6 +210,12 @@ pub(super) fn jvp(
         }
         Primitive::MaskedScatter => vec![0, 2],
         Primitive::AsStrided { .. } => vec![0],
+        Primitive::Scatter { reduce: ScatterReduce::Prod, .. } => {
+            return Err(kiln_base::Error::Runtime {
+                op: "scatter",
+                msg: "JVP not implemented for scatter_prod.".into(),
+            });
+        }
         _ => return Err(missing("jvp", prim)),
     };
     let inputs = (0..n)

@@ -93,7 +93,9 @@ impl Rules for Primitive {
             | Primitive::Gather { .. }
             | Primitive::Scatter { .. }
             | Primitive::MaskedScatter
-            | Primitive::AsStrided { .. } => indexing::vjp(self, primals, &cotangents[0], argnums)?,
+            | Primitive::AsStrided { .. } => {
+                indexing::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
+            }
             Primitive::Scan { .. }
             | Primitive::Sort { arg: false, .. }
             | Primitive::Partition { arg: false, .. }
@@ -171,7 +173,9 @@ impl Rules for Primitive {
             | Primitive::Gather { .. }
             | Primitive::Scatter { .. }
             | Primitive::MaskedScatter
-            | Primitive::AsStrided { .. } => indexing::jvp(self, primals, tangents, argnums)?,
+            | Primitive::AsStrided { .. } => {
+                indexing::jvp(self, primals, tangents, argnums, &outputs[0])?
+            }
             Primitive::Scan { .. }
             | Primitive::Sort { arg: false, .. }
             | Primitive::Partition { arg: false, .. }
