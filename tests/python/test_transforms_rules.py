@@ -91,6 +91,24 @@ RULES = [
 ]
 
 
+# The older primitives too, so every rule meets the dot-product identity.
+RULES += [
+    ("unary", lambda x: mx.exp(x) + mx.sin(x) * mx.tanh(x) + mx.erf(x) + mx.sqrt(x + 2), [(2, 3)]),
+    ("unary_more", lambda x: mx.arctan(x) + mx.log1p(x + 1) + mx.sigmoid(x) * mx.cosh(x), [(2, 3)]),
+    ("binary", lambda x, y: x * y + x / (y + 3) + mx.maximum(x, y) + (x + 2) ** y, [(2, 3), (3,)]),
+    ("binary_more", lambda x, y: mx.logaddexp(x, y) + mx.arctan2(x, y + 3) - mx.minimum(x, y), [(2, 3), (2, 3)]),
+    ("where", lambda x, y: mx.where(x > y, x * 2, y), [(2, 3), (2, 3)]),
+    ("reductions", lambda x: mx.concatenate([x.sum(0), x.prod(0), x.max(0), x.min(0)]), [(3, 4)]),
+    ("movement", lambda x: mx.broadcast_to(x.T.reshape(1, -1), (3, 12))[:, ::-2], [(3, 4)]),
+    ("slice_update", lambda x, v: x.at[1:, ::2].add(v), [(3, 4), (2, 2)]),
+    ("pad", lambda x: mx.pad(x, ((1, 0), (2, 1))), [(3, 4)]),
+    ("matmul", lambda a, b: a @ b, [(2, 3, 4), (2, 4, 2)]),
+    ("softmax", lambda x: mx.softmax(x, axis=-1), [(3, 4)]),
+    ("astype", lambda x: x.astype(mx.float32).astype(mx.float64) * 0 + x, [(3,)]),
+    ("einsum", lambda a, b: mx.einsum("ij,jk->ik", a, b), [(2, 3), (3, 2)]),
+]
+
+
 @pytest.mark.parametrize("name,fun,shapes", RULES, ids=[r[0] for r in RULES])
 def test_rule_matches_finite_differences(name, fun, shapes):
     check(fun, *[f64(*s) for s in shapes])
@@ -183,6 +201,11 @@ VMAPS = [
      [(3, 2, 6, 4), (3, 4, 3, 2)], (0, 0)),
     ("conv_weight_only", lambda x, w: mx.conv1d(x, w, stride=2), [(2, 6, 4), (3, 4, 3, 4)], (None, 0)),
     ("linalg_solve", lambda a, b: mx.linalg.solve(a, b), [(3, 3, 3), (3, 3)], (0, None)),
+    ("qr", lambda a: mx.linalg.qr(a)[1], [(3, 4, 3)], (0,)),
+    ("view", lambda x: mx.view(x, mx.uint16).astype(mx.float32), [(3, 2, 2)], (0,)),
+    ("random", lambda k: mx.random.uniform(shape=(3,), key=k), [mx.random.split(mx.random.key(1), 4)], (0,)),
+    ("arange_and_concat", lambda x: mx.concatenate([x, mx.arange(2.0)]), [(3, 2)], (0,)),
+    ("argreduce", lambda x: mx.argmin(x, axis=0), [(3, 4, 2)], (1,)),
 ]
 
 
@@ -210,6 +233,33 @@ def test_vmap_of_grad_through_conv_and_gather():
     per = mx.vmap(mx.grad(loss), in_axes=(None, 0))(w, x)
     want = np.stack([np.array(mx.grad(loss)(w, x[i])) for i in range(4)])
     np.testing.assert_allclose(np.array(per), want, rtol=1e-10)
+
+
+def test_higher_order_through_the_new_rules():
+    # Hessian-vector products (jvp of grad) through conv and softmax cross-entropy,
+    # against finite differences of the gradient.
+    x, labels = f64(2, 5, 2), mx.array([[0, 2, 1], [1, 1, 0]])
+    w = f64(3, 3, 2)
+
+    def loss(w):
+        logits = mx.conv1d(x, w)
+        return -mx.take_along_axis(logits - mx.logsumexp(logits, axis=-1, keepdims=True),
+                                   labels[..., None], axis=-1).sum()
+
+    v = f64(3, 3, 2)
+    _, (hvp,) = mx.jvp(mx.grad(loss), [w], [v])
+    eps = 1e-6
+    fd = (np.array(mx.grad(loss)(w + eps * v)) - np.array(mx.grad(loss)(w - eps * v))) / (2 * eps)
+    np.testing.assert_allclose(np.array(hvp), fd, rtol=1e-5, atol=1e-7)
+    # grad of grad through sort and cumprod; vjp of jvp through eigh.
+    d2 = mx.grad(lambda a: mx.grad(lambda b: (mx.cumprod(mx.sort(b)) ** 2).sum())(a).sum())
+    a = f64(5)
+    fd2 = finite_difference(lambda b: mx.grad(lambda c: (mx.cumprod(mx.sort(c)) ** 2).sum())(b).sum(), [a], 0)
+    np.testing.assert_allclose(np.array(d2(a)), fd2, rtol=1e-5, atol=1e-6)
+    m = spd(3)
+    jv = lambda b: mx.jvp(lambda c: mx.linalg.eigvalsh(c), [b], [mx.eye(3, dtype=mx.float64)])[1][0]  # noqa: E731
+    (g,) = mx.vjp(jv, [m], [mx.ones(3, dtype=mx.float64)])[1]
+    np.testing.assert_allclose(np.array(g), finite_difference(lambda b: jv(b).sum(), [m], 0), atol=1e-6)
 
 
 def test_custom_vmap_rule():

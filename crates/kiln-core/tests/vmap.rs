@@ -363,3 +363,41 @@ fn indexing_graph_size_does_not_grow_with_the_batch() {
     };
     assert_eq!(nodes(2), nodes(1000));
 }
+
+#[test]
+fn custom_vmap_rule_replaces_batching() {
+    use kiln_core::transforms::{custom_call, CustomRules};
+    use std::sync::Arc;
+    // The rule answers differently from the function (+100) to show it is the one used;
+    // it receives the batch axes and returns the output's.
+    let rules = || CustomRules {
+        fun: Arc::new(|a: &[Array]| Ok(vec![ops::exp(&a[0])?])),
+        vjp: None,
+        jvp: None,
+        vmap: Some(Arc::new(|a: &[Array], axes: &[Option<usize>]| {
+            let plus = ops::full(&[], kiln_core::Scalar::Float(100.0), DType::F32)?;
+            Ok((vec![ops::add(&ops::exp(&a[0])?, &plus)?], axes.to_vec()))
+        })),
+    };
+    let x = arange(&[2, 3], 0.0);
+    let out = vmap(|a| custom_call(rules(), a), std::slice::from_ref(&x), &[Some(1)], &[Some(0)])
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.shape(), &[3, 2]);
+    let xt = ops::transpose(&x, None).unwrap().to_vec::<f32>().unwrap();
+    for (o, v) in out.to_vec::<f32>().unwrap().iter().zip(&xt) {
+        assert!((o - (v.exp() + 100.0)).abs() < 1e-4);
+    }
+    // A rule returning an axis beyond the output's rank is a ValueError.
+    let bad = CustomRules {
+        fun: Arc::new(|a: &[Array]| Ok(vec![a[0].clone()])),
+        vjp: None,
+        jvp: None,
+        vmap: Some(Arc::new(|a: &[Array], _: &[Option<usize>]| {
+            Ok((vec![a[0].clone()], vec![Some(7)]))
+        })),
+    };
+    let err = vmap(|a| custom_call(bad, a), std::slice::from_ref(&x), &[Some(0)], &[Some(0)])
+        .unwrap_err();
+    assert!(matches!(err, kiln_core::Error::Value { .. }), "{err}");
+}
