@@ -317,6 +317,7 @@ fn checkpoint_recomputes_and_custom_rules_apply() {
             Ok(vec![ops::full(p[0].shape(), Scalar::Float(7.0), DType::F64)?])
         })),
         jvp: None,
+        vmap: None,
     };
     let g = grad(
         |a| ops::sum(&custom_call(rules(), a)?.remove(0), None, false),
@@ -344,4 +345,288 @@ fn checkpoint_recomputes_and_custom_rules_apply() {
     )
     .unwrap();
     assert_eq!(m[0].to_vec::<f64>().unwrap(), want);
+}
+
+/// `<vjp(u), v> == <u, jvp(v)>` for random `u` and `v`, every input at once.
+fn check_dot(name: &str, f: Fun, inputs: &[(Vec<f64>, Vec<usize>)]) {
+    let args: Vec<Array> = inputs.iter().map(|(v, s)| arr(v, s)).collect();
+    let fl = |a: &[Array]| Ok(vec![f(a)?]);
+    let out = f(&args).unwrap();
+    let u = arr(&values(31, out.size(), -1.0, 1.0), out.shape());
+    let vs: Vec<Array> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (v, s))| arr(&values(40 + k as u64, v.len(), -1.0, 1.0), s))
+        .collect();
+    let (_, cots) = vjp(fl, &args, std::slice::from_ref(&u)).unwrap();
+    let (_, tans) = jvp(fl, &args, &vs).unwrap();
+    let dot = |a: &Array, b: &Array| {
+        ops::sum(&ops::multiply(a, b).unwrap(), None, false).unwrap().item::<f64>().unwrap()
+    };
+    let lhs: f64 = cots.iter().zip(&vs).map(|(c, v)| dot(c, v)).sum();
+    let rhs = dot(&u, &tans[0]);
+    assert!((lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()), "{name}: {lhs} vs {rhs}");
+}
+
+fn bools(v: &[u8], shape: &[usize]) -> Result<Array> {
+    ops::astype(&Array::from_slice(v, shape)?, DType::Bool)
+}
+
+fn check_both(name: &str, f: Fun, inputs: &[(Vec<f64>, Vec<usize>)]) {
+    check_grad(name, f, inputs);
+    check_dot(name, f, inputs);
+}
+
+fn input(seed: u64, shape: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    (values(seed, shape.iter().product(), -1.0, 1.0), shape.to_vec())
+}
+
+#[test]
+fn conv_matches_finite_differences() {
+    type Conv = (&'static str, Fun, Vec<usize>, Vec<usize>);
+    let cases: Vec<Conv> = vec![
+        ("conv1d", |a| ops::conv1d(&a[0], &a[1], 1, 0, 1, 1), vec![2, 7, 3], vec![4, 3, 3]),
+        (
+            "conv1d_stride_pad",
+            |a| ops::conv1d(&a[0], &a[1], 2, 2, 1, 1),
+            vec![1, 8, 2],
+            vec![3, 3, 2],
+        ),
+        (
+            "conv1d_dilation_groups",
+            |a| ops::conv1d(&a[0], &a[1], 1, 1, 2, 2),
+            vec![2, 9, 4],
+            vec![6, 2, 2],
+        ),
+        (
+            "conv_general",
+            |a| {
+                ops::conv_general(
+                    &a[0],
+                    &a[1],
+                    &[3, 1],
+                    &[1, -1],
+                    &[2, 0],
+                    &[1, 2],
+                    &[2, 1],
+                    1,
+                    true,
+                )
+            },
+            vec![1, 5, 6, 2],
+            vec![2, 2, 2, 2],
+        ),
+        (
+            "conv_transpose1d",
+            |a| ops::conv_transpose1d(&a[0], &a[1], 2, 1, 1, 0, 1),
+            vec![1, 5, 2],
+            vec![3, 3, 2],
+        ),
+        (
+            "conv2d_groups",
+            |a| ops::conv2d(&a[0], &a[1], [1, 2], [1, 0], [1, 1], 2),
+            vec![1, 4, 5, 4],
+            vec![4, 2, 3, 2],
+        ),
+    ];
+    for (i, (name, f, xs, ws)) in cases.into_iter().enumerate() {
+        let inputs = [input(50 + i as u64, &xs), input(60 + i as u64, &ws)];
+        check_both(name, f, &inputs);
+    }
+}
+
+#[test]
+fn sort_and_scans_match_finite_differences() {
+    let x = input(70, &[3, 5]);
+    let cases: [(&str, Fun); 12] = [
+        ("sort", |a| ops::sort(&a[0], Some(1))),
+        ("sort_axis0", |a| ops::sort(&a[0], Some(0))),
+        ("partition", |a| ops::partition(&a[0], 2, Some(1))),
+        ("topk", |a| ops::topk(&a[0], 2, Some(1))),
+        ("cumprod", |a| ops::cumprod(&a[0], Some(1), false, true)),
+        ("cumprod_reverse_exclusive", |a| ops::cumprod(&a[0], Some(1), true, false)),
+        ("cummax", |a| ops::cummax(&a[0], Some(1), false, true)),
+        ("cummin_reverse", |a| ops::cummin(&a[0], Some(0), true, true)),
+        ("cummax_exclusive", |a| ops::cummax(&a[0], Some(1), false, false)),
+        ("logcumsumexp", |a| ops::logcumsumexp(&a[0], Some(1), false, true)),
+        ("logcumsumexp_reverse", |a| ops::logcumsumexp(&a[0], Some(1), true, true)),
+        ("median", |a| ops::median(&a[0], Some(&[1]), false)),
+    ];
+    for (name, f) in cases {
+        if name == "cummax_exclusive" {
+            // -inf at the first position: only the dot-product identity applies there.
+            check_grad(
+                name,
+                |a| {
+                    ops::slice(
+                        &ops::cummax(&a[0], Some(1), false, false)?,
+                        &[None, Some(1)],
+                        &[None, None],
+                        &[1, 1],
+                    )
+                },
+                std::slice::from_ref(&x),
+            );
+            continue;
+        }
+        check_both(name, f, std::slice::from_ref(&x));
+    }
+    // cumprod with zeros: exact (no division by the zero).
+    let z = (vec![0.5, 0.0, 2.0, 0.0, 3.0, -1.0, 0.7, 0.0, 1.5], vec![1, 9]);
+    check_both(
+        "cumprod_zeros",
+        |a| ops::cumprod(&a[0], Some(1), false, true),
+        std::slice::from_ref(&z),
+    );
+    check_both(
+        "cumprod_zeros_rev",
+        |a| ops::cumprod(&a[0], Some(1), true, false),
+        std::slice::from_ref(&z),
+    );
+}
+
+#[test]
+fn masked_scatter_and_as_strided_match_finite_differences() {
+    let x = input(80, &[3, 4]);
+    let v = input(81, &[7]);
+    check_both(
+        "masked_scatter",
+        |a| {
+            let mask = bools(&[1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0], &[3, 4])?;
+            ops::masked_scatter(&a[0], &mask, &a[1])
+        },
+        &[x.clone(), v],
+    );
+    let rows = input(82, &[4, 4]);
+    check_both(
+        "masked_scatter_rows",
+        |a| {
+            let mask = bools(&[0, 1, 1], &[3])?;
+            ops::masked_scatter(&a[0], &mask, &a[1])
+        },
+        &[x.clone(), rows],
+    );
+    for (name, reduce) in [
+        ("scatter_max", kiln_base::ScatterReduce::Max),
+        ("scatter_min", kiln_base::ScatterReduce::Min),
+        ("scatter_add", kiln_base::ScatterReduce::Add),
+        ("scatter_set", kiln_base::ScatterReduce::None),
+    ] {
+        let f = match reduce {
+            kiln_base::ScatterReduce::Max => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Max)
+            }
+            kiln_base::ScatterReduce::Min => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Min)
+            }
+            kiln_base::ScatterReduce::Add => {
+                |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::Add)
+            }
+            _ => |a: &[Array]| scatter_with(a, kiln_base::ScatterReduce::None),
+        };
+        check_both(name, f, &[x.clone(), input(83, &[3, 4])]);
+    }
+    check_both(
+        "as_strided_overlapping",
+        |a| ops::as_strided(&a[0], Some(&[3, 3]), Some(&[2, 1]), 1),
+        std::slice::from_ref(&x),
+    );
+    check_both(
+        "as_strided_of_transpose",
+        |a| ops::as_strided(&ops::transpose(&a[0], None)?, Some(&[2, 5]), Some(&[-1, 2]), 2),
+        std::slice::from_ref(&x),
+    );
+}
+
+/// `x.at[[0, 2, 0]].<reduce>(v)`: duplicate indices compete (a plain set takes distinct
+/// rows: which duplicate wins is unspecified, as in MLX, and both get the cotangent).
+fn scatter_with(a: &[Array], reduce: kiln_base::ScatterReduce) -> Result<Array> {
+    let rows: &[i32] =
+        if reduce == kiln_base::ScatterReduce::None { &[0, 2, 1] } else { &[0, 2, 0] };
+    let idx = Array::from_slice(rows, &[3])?;
+    ops::index_update(&a[0], &[IndexItem::Array(idx)], &a[1], reduce)
+}
+
+fn spd(seed: u64, n: usize) -> (Vec<f64>, Vec<usize>) {
+    // Well conditioned: a random matrix plus n on the diagonal (symmetric where it matters
+    // only through the triangle read).
+    let mut v = values(seed, n * n, -0.5, 0.5);
+    for i in 0..n {
+        v[i * n + i] += n as f64;
+    }
+    (v, vec![n, n])
+}
+
+#[test]
+fn linalg_matches_finite_differences() {
+    let a = spd(90, 3);
+    let b = input(91, &[3, 2]);
+    let cases: [(&str, Fun); 8] = [
+        ("inv", |x| ops::linalg::inv(&x[0])),
+        ("tri_inv_upper", |x| ops::linalg::tri_inv(&x[0], true)),
+        ("tri_inv_lower", |x| ops::linalg::tri_inv(&x[0], false)),
+        ("det", |x| ops::linalg::det(&x[0])),
+        ("slogdet", |x| Ok(ops::linalg::slogdet(&x[0])?.1)),
+        ("cholesky", |x| ops::linalg::cholesky(&x[0], false)),
+        ("cholesky_upper", |x| ops::linalg::cholesky(&x[0], true)),
+        ("eigvalsh", |x| ops::linalg::eigvalsh(&x[0], true)),
+    ];
+    for (name, f) in cases {
+        check_both(name, f, std::slice::from_ref(&a));
+    }
+    let two: [(&str, Fun); 3] = [
+        ("solve", |x| ops::linalg::solve(&x[0], &x[1])),
+        ("solve_triangular_lower", |x| ops::linalg::solve_triangular(&x[0], &x[1], false)),
+        ("solve_triangular_upper", |x| ops::linalg::solve_triangular(&x[0], &x[1], true)),
+    ];
+    for (name, f) in two {
+        check_both(name, f, &[a.clone(), b.clone()]);
+    }
+    // Sign-invariant functions of eigenvectors and singular vectors.
+    let sq = |x: Array| ops::multiply(&x, &x);
+    let _ = sq;
+    let vec_cases: [(&str, Fun); 5] = [
+        ("eigh_vectors", |x| {
+            let (w, v) = ops::linalg::eigh(&x[0], false)?;
+            ops::add(&ops::multiply(&v, &v)?, &ops::expand_dims(&w, &[0])?)
+        }),
+        ("qr", |x| {
+            let (q, r) = ops::linalg::qr(&x[0])?;
+            ops::matmul(&ops::multiply(&q, &q)?, &ops::multiply(&r, &r)?)
+        }),
+        ("svd_values", |x| Ok(ops::linalg::svd(&x[0], false)?.remove(0))),
+        ("svd_vectors", |x| {
+            let usv = ops::linalg::svd(&x[0], true)?;
+            let u2 = ops::multiply(&usv[0], &usv[0])?;
+            let v2 = ops::multiply(&usv[2], &usv[2])?;
+            ops::add(&ops::add(&u2, &v2)?, &ops::expand_dims(&usv[1], &[0])?)
+        }),
+        ("pinv", |x| ops::linalg::pinv(&x[0])),
+    ];
+    let general = (values(92, 9, -1.0, 1.0), vec![3, 3]);
+    for (name, f) in vec_cases {
+        let inp = if name == "eigh_vectors" { &a } else { &general };
+        check_both(name, f, std::slice::from_ref(inp));
+    }
+    let tall = input(93, &[4, 2]);
+    check_both(
+        "svd_values_tall",
+        |x| Ok(ops::linalg::svd(&x[0], false)?.remove(0)),
+        std::slice::from_ref(&tall),
+    );
+    check_both(
+        "qr_tall",
+        |x| {
+            let (q, r) = ops::linalg::qr(&x[0])?;
+            ops::add(
+                &ops::sum(&ops::multiply(&q, &q)?, Some(&[0]), false)?,
+                &ops::sum(&ops::multiply(&r, &r)?, Some(&[0]), false)?,
+            )
+        },
+        std::slice::from_ref(&tall),
+    );
+    // LU has no gradient (as in MLX): a clear ValueError.
+    let err = grad(|x| ops::sum(&ops::linalg::lu(&x[0])?.1, None, false), &[arr(&a.0, &a.1)], &[0])
+        .unwrap_err();
+    assert!(matches!(err, kiln_core::Error::Value { .. }), "{err}");
 }

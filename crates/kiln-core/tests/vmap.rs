@@ -158,3 +158,246 @@ fn errors() {
     );
     assert!(err(e).contains("placeholder"));
 }
+
+type FunN = fn(&[Array]) -> Result<Array>;
+
+/// vmap(f) over `in_axes` of `inputs` equals stacking f on each batch entry.
+fn check_n(name: &str, f: FunN, inputs: &[Array], in_axes: &[Option<usize>]) {
+    let batched = vmap(|a| Ok(vec![f(a)?]), inputs, in_axes, &[Some(0)]).unwrap().remove(0);
+    let n = inputs.iter().zip(in_axes).find_map(|(x, a)| a.map(|a| x.shape()[a])).unwrap();
+    let parts: Vec<Array> = (0..n)
+        .map(|i| {
+            let args: Vec<Array> = inputs
+                .iter()
+                .zip(in_axes)
+                .map(|(x, a)| match a {
+                    Some(a) => take(x, *a, i),
+                    None => x.clone(),
+                })
+                .collect();
+            ops::expand_dims(&f(&args).unwrap(), &[0]).unwrap()
+        })
+        .collect();
+    let looped = ops::concatenate(&parts, 0).unwrap();
+    assert_eq!(batched.shape(), looped.shape(), "{name}");
+    let as_f64 = |x: &Array| ops::astype(x, DType::F64).unwrap().to_vec::<f64>().unwrap();
+    let (b, l) = (as_f64(&batched), as_f64(&looped));
+    for (u, v) in b.iter().zip(&l) {
+        assert!((u - v).abs() <= 1e-5 * (1.0 + v.abs()), "{name}: {b:?} vs {l:?}");
+    }
+}
+
+fn ints(values: &[i32], shape: &[usize]) -> Array {
+    Array::from_slice(values, shape).unwrap()
+}
+
+#[test]
+fn indexing_and_sorting_primitives_match_a_loop() {
+    let x = arange(&[3, 4, 5], -2.0);
+    let idx = ints(&[3, 0, 2, 1, 1, 0], &[3, 2]); // a batch of 3 index pairs
+    let gathers: [(&str, FunN); 4] = [
+        ("take_axis1", |a| ops::take(&a[0], &a[1], Some(1))),
+        ("take_axis0", |a| ops::take(&a[0], &a[1], Some(0))),
+        ("getitem_pair", |a| {
+            ops::index(&a[0], &[IndexItem::Array(a[1].clone()), IndexItem::Array(a[1].clone())])
+        }),
+        ("scatter_add", |a| {
+            let v = ops::ones(&[2, 5], DType::F32)?;
+            ops::index_update(
+                &a[0],
+                &[IndexItem::Array(a[1].clone())],
+                &v,
+                kiln_base::ScatterReduce::Add,
+            )
+        }),
+    ];
+    for (name, f) in gathers {
+        check_n(name, f, &[x.clone(), idx.clone()], &[Some(0), Some(0)]);
+        check_n(name, f, &[x.clone(), take(&idx, 0, 1)], &[Some(0), None]);
+        check_n(&format!("{name}_shared_x"), f, &[take(&x, 0, 0), idx.clone()], &[None, Some(0)]);
+    }
+    let sets: [(&str, FunN); 3] = [
+        ("scatter_set", |a| {
+            ops::index_update(
+                &a[0],
+                &[IndexItem::Array(a[1].clone())],
+                &a[2],
+                kiln_base::ScatterReduce::None,
+            )
+        }),
+        ("scatter_max", |a| {
+            ops::index_update(
+                &a[0],
+                &[IndexItem::Array(a[1].clone())],
+                &a[2],
+                kiln_base::ScatterReduce::Max,
+            )
+        }),
+        ("put_along_axis", |a| {
+            let i = ops::reshape(&a[1], &[1, 2])?;
+            ops::put_along_axis(&a[0], &i, &a[2], Some(1))
+        }),
+    ];
+    let upd = arange(&[3, 2, 5], 10.0);
+    for (name, f) in sets {
+        let u = if name == "put_along_axis" { take(&take(&upd, 2, 0), 1, 0) } else { upd.clone() };
+        let u = if name == "put_along_axis" { ops::reshape(&u, &[3, 1, 1]).unwrap() } else { u };
+        check_n(name, f, &[x.clone(), idx.clone(), u.clone()], &[Some(0), Some(0), Some(0)]);
+        check_n(
+            &format!("{name}_upd_only"),
+            f,
+            &[take(&x, 0, 1), take(&idx, 0, 2), u],
+            &[None, None, Some(0)],
+        );
+    }
+    // searchsorted: batched values, batched sorted rows, both; NaN sorts last.
+    let sorted = Array::from_slice(
+        &[0.0f32, 1.0, 1.0, 3.0, f32::NAN, -1.0, 0.5, 2.0, 2.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        &[3, 5],
+    )
+    .unwrap();
+    let vals = Array::from_slice(&[1.0f32, -5.0, f32::NAN, 2.0, 9.5, 1.0, 0.5, 3.0, 1.0], &[3, 3])
+        .unwrap();
+    let search: [(&str, FunN); 2] = [
+        ("searchsorted_left", |a| ops::searchsorted(&a[0], &a[1], false)),
+        ("searchsorted_right", |a| ops::searchsorted(&a[0], &a[1], true)),
+    ];
+    for (name, f) in search {
+        check_n(name, f, &[sorted.clone(), vals.clone()], &[Some(0), Some(0)]);
+        check_n(name, f, &[sorted.clone(), take(&vals, 0, 0)], &[Some(0), None]);
+        check_n(name, f, &[take(&sorted, 0, 1), vals.clone()], &[None, Some(1)]);
+    }
+    // masked_scatter: each entry fills from its own rows.
+    let mask = ops::astype(
+        &Array::from_slice(&[1u8, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1], &[3, 4]).unwrap(),
+        DType::Bool,
+    )
+    .unwrap();
+    let rows = arange(&[3, 4, 5], 100.0);
+    let ms: FunN = |a| ops::masked_scatter(&a[0], &a[1], &a[2]);
+    let x4 = arange(&[3, 4, 5], 0.0);
+    check_n(
+        "masked_scatter",
+        ms,
+        &[x4.clone(), mask.clone(), rows.clone()],
+        &[Some(0), Some(0), Some(0)],
+    );
+    check_n(
+        "masked_scatter_shared_mask",
+        ms,
+        &[x4.clone(), take(&mask, 0, 2), rows.clone()],
+        &[Some(0), None, Some(0)],
+    );
+    check_n(
+        "masked_scatter_shared_rows",
+        ms,
+        &[x4.clone(), mask.clone(), take(&rows, 0, 0)],
+        &[Some(0), Some(0), None],
+    );
+    // Strided views of each entry, sort, partition, scans.
+    let views: [(&str, FunN); 8] = [
+        ("as_strided", |a| ops::as_strided(&a[0], Some(&[3, 4]), Some(&[5, 2]), 1)),
+        ("sort", |a| ops::sort(&ops::negative(&a[0])?, Some(0))),
+        ("argsort", |a| ops::astype(&ops::argsort(&ops::sin(&a[0])?, Some(1))?, DType::F32)),
+        ("partition", |a| ops::partition(&ops::sin(&a[0])?, 2, Some(1))),
+        ("cumprod", |a| ops::cumprod(&a[0], Some(1), true, false)),
+        ("cummax", |a| ops::cummax(&ops::sin(&a[0])?, Some(0), false, true)),
+        ("logcumsumexp", |a| ops::logcumsumexp(&a[0], Some(1), false, true)),
+        ("slice_update", |a| {
+            ops::index_update(&a[0], &[IndexItem::Int(1)], &a[1], kiln_base::ScatterReduce::None)
+        }),
+    ];
+    let y = arange(&[3, 5], 0.5);
+    for (name, f) in views {
+        check_n(name, f, &[x.clone(), take(&y, 0, 0)], &[Some(0), None]);
+        check_n(
+            name,
+            f,
+            &[ops::transpose(&x, Some(&[1, 2, 0])).unwrap(), y.clone()],
+            &[Some(2), Some(0)],
+        );
+    }
+}
+
+#[test]
+fn conv_with_batched_weights_matches_a_loop() {
+    let x = arange(&[3, 2, 6, 4], -1.0);
+    let w = arange(&[3, 4, 3, 2], 0.3);
+    let conv: FunN = |a| ops::conv1d(&a[0], &a[1], 1, 1, 1, 2);
+    check_n("conv_both", conv, &[x.clone(), w.clone()], &[Some(0), Some(0)]);
+    check_n("conv_weight_only", conv, &[take(&x, 0, 0), w.clone()], &[None, Some(0)]);
+    check_n("conv_input_only", conv, &[x.clone(), take(&w, 0, 1)], &[Some(0), None]);
+    let strided: FunN = |a| ops::conv_general(&a[0], &a[1], &[2], &[1], &[0], &[2], &[1], 1, true);
+    let w1 = arange(&[3, 5, 2, 4], 0.1);
+    check_n("conv_general", strided, &[x, w1], &[Some(0), Some(0)]);
+}
+
+#[test]
+fn indexing_graph_size_does_not_grow_with_the_batch() {
+    let f = |a: &[Array]| -> Result<Vec<Array>> {
+        let g = ops::take(&a[0], &a[1], Some(0))?;
+        let s = ops::sort(&g, Some(-1))?;
+        let u = ops::index_update(
+            &a[0],
+            &[IndexItem::Array(a[1].clone())],
+            &s,
+            kiln_base::ScatterReduce::Add,
+        )?;
+        let c = ops::cumprod(&u, Some(1), false, true)?;
+        Ok(vec![ops::searchsorted(&ops::reshape(&a[2], &[-1])?, &c, false)?])
+    };
+    let nodes = |batch: usize| {
+        let x = arange(&[batch, 4, 3], 0.0);
+        let i = ops::astype(
+            &ops::remainder(
+                &arange(&[batch, 2], 0.0),
+                &ops::full(&[], kiln_base::Scalar::Float(4.0), DType::F32).unwrap(),
+            )
+            .unwrap(),
+            DType::I32,
+        )
+        .unwrap();
+        let s = arange(&[batch, 5], 0.0);
+        let out = vmap(f, &[x, i, s], &[Some(0), Some(0), Some(0)], &[Some(0)]).unwrap();
+        count_nodes(&out)
+    };
+    assert_eq!(nodes(2), nodes(1000));
+}
+
+#[test]
+fn custom_vmap_rule_replaces_batching() {
+    use kiln_core::transforms::{custom_call, CustomRules};
+    use std::sync::Arc;
+    // The rule answers differently from the function (+100) to show it is the one used;
+    // it receives the batch axes and returns the output's.
+    let rules = || CustomRules {
+        fun: Arc::new(|a: &[Array]| Ok(vec![ops::exp(&a[0])?])),
+        vjp: None,
+        jvp: None,
+        vmap: Some(Arc::new(|a: &[Array], axes: &[Option<usize>]| {
+            let plus = ops::full(&[], kiln_core::Scalar::Float(100.0), DType::F32)?;
+            Ok((vec![ops::add(&ops::exp(&a[0])?, &plus)?], axes.to_vec()))
+        })),
+    };
+    let x = arange(&[2, 3], 0.0);
+    let out = vmap(|a| custom_call(rules(), a), std::slice::from_ref(&x), &[Some(1)], &[Some(0)])
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.shape(), &[3, 2]);
+    let xt = ops::transpose(&x, None).unwrap().to_vec::<f32>().unwrap();
+    for (o, v) in out.to_vec::<f32>().unwrap().iter().zip(&xt) {
+        assert!((o - (v.exp() + 100.0)).abs() < 1e-4);
+    }
+    // A rule returning an axis beyond the output's rank is a ValueError.
+    let bad = CustomRules {
+        fun: Arc::new(|a: &[Array]| Ok(vec![a[0].clone()])),
+        vjp: None,
+        jvp: None,
+        vmap: Some(Arc::new(|a: &[Array], _: &[Option<usize>]| {
+            Ok((vec![a[0].clone()], vec![Some(7)]))
+        })),
+    };
+    let err = vmap(|a| custom_call(bad, a), std::slice::from_ref(&x), &[Some(0)], &[Some(0)])
+        .unwrap_err();
+    assert!(matches!(err, kiln_core::Error::Value { .. }), "{err}");
+}

@@ -129,15 +129,44 @@ fn shared_fun(
     }
 }
 
-/// Calls `fun(primals)` as a custom function: `vjp(primals, cotangents, outputs)` and
-/// `jvp(primals, tangents)` replace differentiating it (None: recompute and differentiate).
+/// A Python `(list[array], list[int | None]) -> (list[array], list[int | None])` batching
+/// rule as a shareable Rust one.
+fn vmap_rule(fun: Py<PyAny>) -> transforms::VmapFun {
+    std::sync::Arc::new(move |inputs: &[Array], axes: &[Option<usize>]| {
+        Python::attach(|py| {
+            let run = || -> PyResult<(Vec<Array>, Vec<Option<usize>>)> {
+                let args = PyList::new(py, inputs.iter().map(|a| PyArray(a.clone())))?;
+                let out = fun.bind(py).call1((args, axes.to_vec()))?;
+                let (outs, out_axes): (Vec<PyRef<'_, PyArray>>, Vec<Option<usize>>) =
+                    out.extract()?;
+                Ok((outs.iter().map(|a| a.0.clone()).collect(), out_axes))
+            };
+            run().map_err(|e| {
+                // A ValueError (say, a bad axis from the rule) stays a ValueError.
+                if e.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
+                    Error::Value { op: "custom_function.vmap", msg: e.value(py).to_string() }
+                } else {
+                    Error::Runtime {
+                        op: "custom_function.vmap",
+                        msg: format!("the function raised {e}"),
+                    }
+                }
+            })
+        })
+    })
+}
+
+/// Calls `fun(primals)` as a custom function: `vjp(primals, cotangents, outputs)`,
+/// `jvp(primals, tangents)` and `vmap(inputs, axes)` replace transforming it (None:
+/// transform `fun` itself, recomputing it).
 #[pyfunction]
-#[pyo3(signature = (fun, primals, vjp = None, jvp = None))]
+#[pyo3(signature = (fun, primals, vjp = None, jvp = None, vmap = None))]
 fn _custom_call(
     fun: Py<PyAny>,
     primals: Vec<PyRef<'_, PyArray>>,
     vjp: Option<Py<PyAny>>,
     jvp: Option<Py<PyAny>>,
+    vmap: Option<Py<PyAny>>,
 ) -> PyResult<Vec<PyArray>> {
     let f = shared_fun(fun, "custom_function");
     let rules = transforms::CustomRules {
@@ -151,6 +180,7 @@ fn _custom_call(
             let j = shared_fun(j, "custom_function.jvp");
             std::sync::Arc::new(move |p: &[Array], t: &[Array]| j(&[p, t])) as transforms::JvpFun
         }),
+        vmap: vmap.map(vmap_rule),
     };
     let outs = transforms::custom_call(rules, &arrays(primals)).map_err(to_pyerr)?;
     Ok(outs.into_iter().map(PyArray).collect())

@@ -240,12 +240,14 @@ class custom_function:
             return cotangent * mx.cos(x) * y, cotangent * mx.sin(x)
 
     ``vjp(primals, cotangents, outputs)`` returns one cotangent per argument; ``jvp(primals,
-    tangents)`` returns the outputs' tangents. A missing rule differentiates ``fun`` itself.
+    tangents)`` returns the outputs' tangents; ``vmap(inputs, axes)`` returns the batched
+    outputs and their batch axes (None: not batched). A missing rule transforms ``fun``
+    itself.
     """
 
     def __init__(self, fun: Callable):
         functools.update_wrapper(self, fun)
-        self.fun, self._vjp, self._jvp = fun, None, None
+        self.fun, self._vjp, self._jvp, self._vmap = fun, None, None, None
 
     def vjp(self, f: Callable) -> Callable:
         self._vjp = f
@@ -256,8 +258,9 @@ class custom_function:
         return f
 
     def vmap(self, f: Callable) -> Callable:
-        raise NotImplementedError("[custom_function] custom vmap rules are not supported yet; "
-                                  "without one, vmap maps the function itself.")
+        """Sets the batching rule: ``f(inputs, axes) -> (outputs, out_axes)``."""
+        self._vmap = f
+        return f
 
     def __call__(self, *args):
         leaves, rebuild = _flatten(list(args))
@@ -278,6 +281,13 @@ class custom_function:
         def flat_jvp(primals, tangents):
             return _flatten(self._jvp(tuple(rebuild(primals)), tuple(rebuild(tangents))))[0]
 
+        def flat_vmap(inputs, axes):
+            outs, out_axes = self._vmap(tuple(rebuild(inputs)), tuple(rebuild(axes)))
+            out_leaves = _flatten(outs)[0]
+            op = "custom_function.vmap"
+            return out_leaves, _leaf_axes(outs, out_axes, op, "rule output")
+
         outs = _core._custom_call(flat, leaves, flat_vjp if self._vjp else None,
-                                  flat_jvp if self._jvp else None)
+                                  flat_jvp if self._jvp else None,
+                                  flat_vmap if self._vmap else None)
         return out_tree["rebuild"](outs)

@@ -1,4 +1,4 @@
-//! Functions with transform rules of their own: `custom_function` (user vjp/jvp) and
+//! Functions with transform rules of their own: `custom_function` (user vjp/jvp/vmap) and
 //! `checkpoint` (the backward pass recomputes the forward instead of keeping it). The
 //! function's outputs enter the graph through a `Custom` primitive whose inputs are the
 //! primals and those outputs (stop-gradient'ed, so transforms only see the custom rules).
@@ -7,7 +7,7 @@ use super::{jvp, vjp, vmap_outputs};
 use crate::array::Array;
 use crate::device::default_stream;
 use crate::ops;
-use kiln_base::{Opaque, Primitive, Result, Shape};
+use kiln_base::{ensure, Opaque, Primitive, Result, Shape};
 use std::sync::Arc;
 
 /// A function of arrays to arrays that can be shared across threads.
@@ -17,11 +17,19 @@ pub type VjpFun = Arc<dyn Fn(&[Array], &[Array], &[Array]) -> Result<Vec<Array>>
 /// `(primals, one tangent per primal) -> output tangents`.
 pub type JvpFun = Arc<dyn Fn(&[Array], &[Array]) -> Result<Vec<Array>> + Send + Sync>;
 
-/// The function and the rules that replace differentiating through it.
+/// `(batched inputs, their batch axes) -> (batched outputs, their batch axes)`; `None` axes
+/// are unbatched.
+pub type VmapFun = Arc<
+    dyn Fn(&[Array], &[Option<usize>]) -> Result<(Vec<Array>, Vec<Option<usize>>)> + Send + Sync,
+>;
+
+/// The function and the rules that replace transforming through it (`None`: transform
+/// `fun` itself).
 pub struct CustomRules {
     pub fun: Fun,
     pub vjp: Option<VjpFun>,
     pub jvp: Option<JvpFun>,
+    pub vmap: Option<VmapFun>,
 }
 
 /// Runs `rules.fun` on `primals`; transforms of the result use the custom rules (or, where
@@ -40,7 +48,7 @@ pub fn custom_call(rules: CustomRules, primals: &[Array]) -> Result<Vec<Array>> 
 
 /// `fun` whose gradient recomputes its forward pass instead of keeping its intermediates.
 pub fn checkpoint(fun: Fun, primals: &[Array]) -> Result<Vec<Array>> {
-    custom_call(CustomRules { fun, vjp: None, jvp: None }, primals)
+    custom_call(CustomRules { fun, vjp: None, jvp: None, vmap: None }, primals)
 }
 
 fn rules_of(prim: &Primitive) -> (&CustomRules, usize) {
@@ -106,6 +114,30 @@ pub(crate) fn custom_vmap(
     axes: &[Option<usize>],
 ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
     let (rules, n) = rules_of(prim);
+    if let Some(f) = &rules.vmap {
+        let (outs, out_axes) = f(&inputs[..n], &axes[..n])?;
+        let expected = inputs.len() - n;
+        ensure!(
+            outs.len() == expected && out_axes.len() == expected,
+            Value,
+            "custom_function",
+            "The vmap rule must return {expected} outputs and as many axes, got {} and {}.",
+            outs.len(),
+            out_axes.len()
+        );
+        for (o, a) in outs.iter().zip(&out_axes) {
+            if let Some(a) = a {
+                ensure!(
+                    *a < o.ndim(),
+                    Value,
+                    "custom_function",
+                    "The vmap rule returned axis {a} for an output with {} dimensions.",
+                    o.ndim()
+                );
+            }
+        }
+        return Ok((outs, out_axes));
+    }
     let fun = rules.fun.clone();
     let (outs, _) = vmap_outputs(move |p| fun(p), &inputs[..n], &axes[..n])?;
     Ok(outs.into_iter().unzip())

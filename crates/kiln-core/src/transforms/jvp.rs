@@ -43,13 +43,12 @@ where
     for (t, tangent) in tracers.iter().zip(tangents) {
         tans.insert(key(t), ops::astype(tangent, t.dtype())?);
     }
-    for entry in tape(&outputs, &tracers).entries {
+    for entry in tape(&outputs, &tracers, false).entries {
         let inputs = &entry.call.inputs;
         let argnums: Vec<usize> =
             (0..inputs.len()).filter(|&i| tans.contains_key(&key(&inputs[i]))).collect();
         let given: Vec<Array> = argnums.iter().map(|&i| tans[&key(&inputs[i])].clone()).collect();
-        let outs: Vec<Array> =
-            (0..entry.outputs.len()).map(|i| entry.output(i)).collect::<Result<_>>()?;
+        let outs = entry.outputs_all()?;
         let results = entry.call.prim.jvp(inputs, &given, &argnums, &outs)?;
         for (o, t) in entry.outputs.iter().zip(results) {
             if let Some(o) = o {

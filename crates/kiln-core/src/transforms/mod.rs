@@ -9,7 +9,7 @@ mod tape;
 mod vjp;
 mod vmap;
 
-pub use custom::{checkpoint, custom_call, CustomRules, Fun, JvpFun, VjpFun};
+pub use custom::{checkpoint, custom_call, CustomRules, Fun, JvpFun, VjpFun, VmapFun};
 pub use jvp::jvp;
 pub use rules::Rules;
 use std::cell::RefCell;

@@ -17,15 +17,15 @@ pub(crate) struct TapeEntry {
 }
 
 impl TapeEntry {
-    /// Output `i`, or zeros of its shape when nothing holds it any more.
-    pub(crate) fn output(&self, i: usize) -> kiln_base::Result<Array> {
-        match &self.outputs[i] {
-            Some(a) => Ok(a.clone()),
-            None => {
-                let (shape, dtype) = &self.call.output_meta[i];
-                crate::ops::zeros(shape, *dtype)
-            }
+    /// Every output of the call. Siblings nobody holds any more (`qr(a)[0]` drops R) are
+    /// recomputed by recording the primitive again: rules need their values (R for Q's
+    /// gradient); nothing runs unless a rule uses them.
+    pub(crate) fn outputs_all(&self) -> kiln_base::Result<Vec<Array>> {
+        if self.outputs.iter().all(Option::is_some) {
+            return Ok(self.outputs.iter().flatten().cloned().collect());
         }
+        let again = crate::ops::record_all(self.call.prim.clone(), self.call.inputs.to_vec())?;
+        Ok(self.outputs.iter().zip(again).map(|(o, a)| o.clone().unwrap_or(a)).collect())
     }
 }
 
@@ -37,8 +37,11 @@ pub(crate) struct Tape {
     pub(crate) active: FxHashSet<usize>,
 }
 
-/// Records the tape of `outputs` over `inputs`.
-pub(crate) fn tape(outputs: &[Array], inputs: &[Array]) -> Tape {
+/// Records the tape of `outputs` over `inputs`. Differentiation (`through_stop: false`)
+/// treats a `StopGradient` as a constant and never walks behind it, so nothing behind it
+/// (a checkpointed function's forward graph, say) is kept alive by zero cotangents; vmap
+/// walks through it (it must batch what lies behind).
+pub(crate) fn tape(outputs: &[Array], inputs: &[Array], through_stop: bool) -> Tape {
     let leaves: FxHashSet<usize> = inputs.iter().map(key).collect();
     // Per node: whether it depends on an input (known once its inputs are done).
     let mut active: FxHashMap<usize, bool> = FxHashMap::default();
@@ -58,6 +61,10 @@ pub(crate) fn tape(outputs: &[Array], inputs: &[Array]) -> Tape {
             active.insert(k, false); // evaluated data or a placeholder: a constant here
             continue;
         };
+        if !through_stop && call.prim == kiln_base::Primitive::StopGradient {
+            active.insert(k, false);
+            continue;
+        }
         if !expanded {
             active.insert(k, false); // provisional; decided after the inputs
             stack.push((array, true));

@@ -53,10 +53,9 @@ where
         }
         accumulate(&mut cots, o, ops::astype(c, o.dtype())?)?;
     }
-    let tape = tape(&outputs, &tracers);
+    let tape = tape(&outputs, &tracers, false);
     for entry in tape.entries.iter().rev() {
-        let n = entry.outputs.len();
-        let outs: Vec<Array> = (0..n).map(|i| entry.output(i)).collect::<Result<_>>()?;
+        let outs = entry.outputs_all()?;
         if outs.iter().all(|o| !cots.contains_key(&key(o))) {
             continue; // nothing flows back through this call
         }

@@ -152,7 +152,7 @@ where
         })
         .collect();
     let outputs = fun(&traced)?;
-    for entry in tape(&outputs, &placeholders).entries {
+    for entry in tape(&outputs, &placeholders, true).entries {
         let (values, axes): (Vec<Array>, Vec<Option<usize>>) = entry
             .call
             .inputs

@@ -1,12 +1,15 @@
 //! The per-primitive transform rules. Graph walks (the vjp, jvp and vmap drivers) stay
 //! generic and call these; each primitive class answers in its own file.
 
+mod conv;
 mod elementwise;
 mod indexing;
 mod linalg;
 mod movement;
 mod reduce;
+mod scan;
 mod vmap;
+mod vmap_index;
 
 use crate::array::Array;
 use crate::ops;
@@ -44,10 +47,8 @@ pub trait Rules {
 }
 
 pub(crate) fn missing(transform: &'static str, prim: &Primitive) -> Error {
-    Error::Unsupported {
-        op: transform,
-        msg: format!("No {transform} rule for {} yet.", prim.name()),
-    }
+    // MLX raises ValueError for a primitive without the rule.
+    Error::Value { op: transform, msg: format!("Not implemented for {}.", prim.name()) }
 }
 
 /// Zeros shaped and typed like `x`: the gradient of anything that does not flow (integer
@@ -90,12 +91,20 @@ impl Rules for Primitive {
             Primitive::Slice { .. }
             | Primitive::SliceUpdate { .. }
             | Primitive::Gather { .. }
-            | Primitive::Scatter { .. } => indexing::vjp(self, primals, &cotangents[0], argnums)?,
-            Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
-                return Err(missing("vjp", self))
+            | Primitive::Scatter { .. }
+            | Primitive::MaskedScatter
+            | Primitive::AsStrided { .. } => {
+                indexing::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
+            }
+            Primitive::Scan { .. }
+            | Primitive::Sort { arg: false, .. }
+            | Primitive::Partition { arg: false, .. }
+                if !differentiable(primals[0].dtype()) =>
+            {
+                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
             }
             Primitive::Scan { .. } => {
-                let g = reduce::scan_vjp(self, &cotangents[0])?;
+                let g = scan::scan_vjp(self, &primals[0], &cotangents[0])?;
                 argnums.iter().map(|_| g.clone()).collect()
             }
             // Indices and positions carry no gradient; sorted values need a rule of their own.
@@ -105,10 +114,12 @@ impl Rules for Primitive {
                 argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
             }
             Primitive::Sort { .. } | Primitive::Partition { .. } => {
-                return Err(missing("vjp", self))
+                let g = scan::sort_vjp(self, &primals[0], &cotangents[0])?;
+                argnums.iter().map(|_| g.clone()).collect()
             }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
-            Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
+            Primitive::Conv(_) => conv::vjp(self, primals, &cotangents[0], argnums)?,
+            Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
             // Fused kernels exist only in compiled graphs, which transforms never walk.
             Primitive::Fused(_) => return Err(missing("vjp", self)),
             Primitive::Custom { .. } => {
@@ -162,21 +173,30 @@ impl Rules for Primitive {
             Primitive::Slice { .. }
             | Primitive::SliceUpdate { .. }
             | Primitive::Gather { .. }
-            | Primitive::Scatter { .. } => indexing::jvp(self, primals, tangents, argnums)?,
-            Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
-                return Err(missing("jvp", self))
+            | Primitive::Scatter { .. }
+            | Primitive::MaskedScatter
+            | Primitive::AsStrided { .. } => {
+                indexing::jvp(self, primals, tangents, argnums, &outputs[0])?
             }
-            Primitive::Scan { .. } => vec![reduce::scan_jvp(self, &tangents[0])?],
+            Primitive::Scan { .. }
+            | Primitive::Sort { arg: false, .. }
+            | Primitive::Partition { arg: false, .. }
+                if !differentiable(primals[0].dtype()) =>
+            {
+                outputs.iter().map(zeros_like).collect::<Result<_>>()?
+            }
+            Primitive::Scan { .. } => vec![scan::scan_jvp(self, &primals[0], &tangents[0])?],
             Primitive::Sort { arg: true, .. }
             | Primitive::Partition { arg: true, .. }
             | Primitive::SearchSorted { .. } => {
                 outputs.iter().map(zeros_like).collect::<Result<_>>()?
             }
             Primitive::Sort { .. } | Primitive::Partition { .. } => {
-                return Err(missing("jvp", self))
+                vec![scan::sort_jvp(self, &primals[0], &tangents[0])?]
             }
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
-            Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("jvp", self)),
+            Primitive::Conv(_) => conv::jvp(self, primals, tangents, argnums)?,
+            Primitive::Linalg(op) => linalg::jvp(*op, primals, tangents, argnums, outputs)?,
             Primitive::Fused(_) => return Err(missing("jvp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_jvp(self, primals, tangents, argnums)?

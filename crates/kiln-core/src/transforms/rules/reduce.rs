@@ -1,10 +1,10 @@
 //! Gradients of reductions. The primitives keep reduced axes as size 1, so cotangents and
 //! outputs broadcast straight back over the input.
 
-use super::{missing, zeros_like};
+use super::zeros_like;
 use crate::array::Array;
-use crate::ops::{self, record};
-use kiln_base::{Primitive, ReduceOp, Result, ScanOp};
+use crate::ops;
+use kiln_base::{Primitive, ReduceOp, Result};
 
 fn axes_i64(axes: &[usize]) -> Vec<i64> {
     axes.iter().map(|&a| a as i64).collect()
@@ -77,29 +77,5 @@ fn prim_axes(prim: &Primitive) -> Vec<usize> {
     match prim {
         Primitive::Reduce { axes, .. } => axes.clone(),
         _ => vec![],
-    }
-}
-
-/// A cumulative sum is linear: its vjp is the cumulative sum running the other way, its jvp
-/// the same scan of the tangent. Other scans have no rule yet.
-pub(super) fn scan_vjp(prim: &Primitive, g: &Array) -> Result<Array> {
-    match prim {
-        Primitive::Scan { op: ScanOp::Sum, axis, reverse, inclusive } => {
-            let back = Primitive::Scan {
-                op: ScanOp::Sum,
-                axis: *axis,
-                reverse: !reverse,
-                inclusive: *inclusive,
-            };
-            record(back, vec![g.clone()])
-        }
-        _ => Err(missing("vjp", prim)),
-    }
-}
-
-pub(super) fn scan_jvp(prim: &Primitive, t: &Array) -> Result<Array> {
-    match prim {
-        Primitive::Scan { op: ScanOp::Sum, .. } => record(prim.clone(), vec![t.clone()]),
-        _ => Err(missing("jvp", prim)),
     }
 }

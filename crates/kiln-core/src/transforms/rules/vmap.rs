@@ -108,20 +108,7 @@ pub(super) fn vmap(
         Primitive::Concatenate { axis } => {
             record(Primitive::Concatenate { axis: axis + 1 }, all_batched(inputs, axes)?)?
         }
-        Primitive::Conv(_) => {
-            // Fold the batch into the images when the weight is shared.
-            if axes.get(1).copied().flatten().is_some() {
-                return Err(super::missing("vmap", prim));
-            }
-            let x = to_front(&inputs[0], axes[0].expect("conv input is batched"))?;
-            let (b, n) = (x.shape()[0], x.shape()[1]);
-            let mut folded: Vec<i64> = vec![(b * n) as i64];
-            folded.extend(x.shape()[2..].iter().map(|&d| d as i64));
-            let y = record(prim.clone(), vec![ops::reshape(&x, &folded)?, inputs[1].clone()])?;
-            let mut unfolded: Vec<i64> = vec![b as i64, n as i64];
-            unfolded.extend(y.shape()[1..].iter().map(|&d| d as i64));
-            ops::reshape(&y, &unfolded)?
-        }
+        Primitive::Conv(_) => super::conv::vmap(prim, inputs, axes)?,
         Primitive::SliceUpdate { start, step, len } => {
             let b = batch_size(inputs, axes);
             let prim = Primitive::SliceUpdate {
@@ -153,7 +140,7 @@ pub(super) fn vmap(
         | Primitive::Gather { .. }
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
-        | Primitive::AsStrided { .. } => return Err(super::missing("vmap", prim)),
+        | Primitive::AsStrided { .. } => super::vmap_index::vmap(prim, inputs, axes)?,
         Primitive::Fused(_) => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
