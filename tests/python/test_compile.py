@@ -419,3 +419,47 @@ def test_disk_cache_is_reused_and_survives_corruption(tmp_path, monkeypatch):
         so.write_bytes(b"garbage")
     third = run()
     assert third[1] == "1 0" and third[0] == first[0]
+
+
+def test_random_state_capture_advances_the_key():
+    def noisy(x):
+        return x + mx.random.uniform(shape=x.shape)
+
+    x = mx.zeros((4,))
+    mx.random.seed(7)
+    frozen = mx.compile(noisy)
+    a, b = np.array(frozen(x)), np.array(frozen(x))
+    assert np.array_equal(a, b)  # without the state captured, the numbers repeat (MLX)
+
+    mx.random.seed(7)
+    stateful = mx.compile(noisy, inputs=mx.random.state, outputs=mx.random.state)
+    c, d = np.array(stateful(x)), np.array(stateful(x))
+    assert not np.array_equal(c, d)
+    mx.random.seed(7)
+    e, f = np.array(noisy(x)), np.array(noisy(x))
+    np.testing.assert_array_equal(c, e)
+    np.testing.assert_array_equal(d, f)
+    assert stateful.explain()["traces"] == 1
+
+
+def test_compiled_functions_run_from_several_threads():
+    import threading
+
+    g = mx.compile(gelu)
+    x = mx.array(data((1000,)))
+    want = np.array(gelu(x))
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(np.array(g(x)), want, rtol=2e-6, atol=1e-6)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
