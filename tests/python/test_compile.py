@@ -463,3 +463,32 @@ def test_compiled_functions_run_from_several_threads():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_kiln_log_prints_traces(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_LOG", "compile")
+    mx.compile(gelu)(mx.ones((3,)))
+    err = capfd.readouterr().err
+    assert "[kiln compile] traced gelu (first call)" in err and "Compiled_" in err
+
+
+def test_shapeless_follows_new_shapes_without_retracing():
+    calls = []
+
+    def f(x, b):
+        calls.append(1)
+        return mx.tanh(x * 2.0 + b) - 1
+
+    g = mx.compile(f, shapeless=True)
+    for shape in [(3, 4), (5, 4), (7, 2), (11,)]:
+        x, b = mx.array(data(shape)), mx.array(data(shape[-1:]))
+        close(g(x, b), f(x, b))
+    assert g.explain()["traces"] == 2  # one per ndim
+    assert len(calls) == 2 + 4  # two traces, four eager reference calls
+
+
+def test_shapeless_baked_shapes_raise_clear_errors():
+    g = mx.compile(lambda x: x.reshape(2, 3) + 1, shapeless=True)
+    g(mx.ones((6,)))
+    with pytest.raises(ValueError, match="reshape"):
+        g(mx.ones((8,)))

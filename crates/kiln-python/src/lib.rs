@@ -9,8 +9,8 @@
 //! searching) hold the reduction, scan and sort families.
 
 mod array;
-mod compile;
 mod buffer;
+mod compile;
 mod conv;
 mod convert;
 mod creation;

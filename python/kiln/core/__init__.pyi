@@ -28,6 +28,14 @@ class ArrayIterator:
 class ArrayLike:
     """Any Python object which has an ``__mlx_array__`` method that returns an :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
 
+class CompiledGraph:
+    """One traced and optimised graph (a cache entry's compiled function)."""
+    def explain(self, /) -> Any:
+        """The graphs (as traced, simplified, final) and the fused regions, as data."""
+    num_nodes: Any
+    def replay(self, /, inputs) -> Any:
+        """Records the graph over `inputs` and returns its (lazy) outputs."""
+
 class Device:
     """A device: a kind and an index."""
     type: Any
@@ -334,6 +342,9 @@ def clear_streams() -> Any:
 def clip(a, /, a_min, a_max, *, stream=None) -> Any:
     """Limits `a` to `[a_min, a_max]` (either may be None, not both)."""
 
+def compile(fun, inputs=None, outputs=None, shapeless=False) -> Any:
+    """Returns a compiled version of ``fun``."""
+
 complexfloating: Any
 
 def concat(arrays, axis=..., *, stream=None) -> Any:
@@ -407,7 +418,7 @@ class custom_function:
     def vjp(self, f) -> Any:
         ...
     def vmap(self, f) -> Any:
-        ...
+        """Sets the batching rule: ``f(inputs, axes) -> (outputs, out_axes)``."""
 
 def default_device() -> Any:
     """The device ops run on unless a stream says otherwise."""
@@ -439,6 +450,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1, stream=None) -> Any:
 def diff(a, n=1, axis=-1, stream=None) -> Any:
     """The n-th discrete difference along ``axis``."""
 
+def disable_compile() -> Any:
+    """Turns compile off globally and at once (compiled functions call the original)."""
+
 def divide(a, b, /, *, stream=None) -> Any:
     """Elementwise `divide` with broadcasting."""
 
@@ -458,6 +472,9 @@ def empty(shape, dtype=..., stream=None) -> Any:
 
 def empty_like(a, stream=None) -> Any:
     """An array like ``a`` (kiln fills it with zeros)."""
+
+def enable_compile() -> Any:
+    """Turns compile back on."""
 
 def equal(a, b, /, *, stream=None) -> Any:
     """Elementwise `equal` with broadcasting."""

@@ -9,7 +9,9 @@ a hashable key, keeps each compiled function's cache, and moves captured state
 from __future__ import annotations
 
 import functools
+import os
 import struct
+import sys
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
@@ -121,6 +123,18 @@ def _why(old: Optional[tuple], new: tuple) -> str:
     return "captured state changed"
 
 
+def _log_trace(name: str, why: Optional[str], graph: Any) -> None:
+    """``KILN_LOG=compile``: what a trace produced, as it happens (stderr)."""
+    info = graph.explain()
+    lines = [f"[kiln compile] traced {name} ({why}): {len(info['traced']) - 1} nodes traced, "
+             f"{len(info['simplified']) - 1} after simplify, {len(info['graph']) - 1} after fusion"]
+    lines += [f"    {line}" for line in info["graph"]]
+    for r in info["regions"]:
+        borders = "; ".join(r["borders"]) or "graph inputs"
+        lines.append(f"    region {r['name']} ({r['size']} ops), stopped at: {borders}")
+    print("\n".join(lines), file=sys.stderr)
+
+
 class _CompiledFunction:
     """The callable ``mx.compile`` returns (keeps the wrapped function's name, doc and
     signature through ``functools.update_wrapper``)."""
@@ -197,6 +211,8 @@ class _CompiledFunction:
 
         graph = _core._compile_trace(traced, every, self._shapeless)
         self._traces += 1
+        if "compile" in os.environ.get("KILN_LOG", ""):
+            _log_trace(getattr(self._fun, "__qualname__", repr(self._fun)), self._last_retrace, graph)
         return graph, box["spec"], box["n"]
 
     def explain(self) -> dict:

@@ -18,7 +18,8 @@ pub use graph::{Graph, Node, Value};
 
 use crate::array::Array;
 use crate::transforms::{Transform, TransformScope};
-use kiln_base::{ensure, DType, Result, Shape};
+use kiln_base::shape::broadcast_shapes;
+use kiln_base::{ensure, DType, Primitive, Result, Shape};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -66,6 +67,9 @@ impl Passes {
 pub struct Compiled {
     graph: Graph,
     shapeless: bool,
+    /// Shapeless replay: for each broadcast node, the value whose shape it was broadcast to
+    /// match (the other operand of its user), so it follows that value's new shape.
+    broadcast_like: Vec<Option<Value>>,
     /// The graph as traced, after simplify, and the fused regions (explain).
     pub traced: Vec<String>,
     pub simplified: Vec<String>,
@@ -108,13 +112,41 @@ where
     } else {
         (simplified.clone(), Vec::new())
     };
+    let broadcast_like = if shapeless { broadcast_partners(&graph) } else { Vec::new() };
     Ok(Compiled {
+        broadcast_like,
         traced: traced.describe(),
         simplified: simplified.describe(),
         regions,
         graph,
         shapeless,
     })
+}
+
+/// For each broadcast node, an operand of one of its users that has the broadcast's shape
+/// without being broadcast itself (its shape is what the broadcast follows at replay).
+fn broadcast_partners(graph: &Graph) -> Vec<Option<Value>> {
+    let is_broadcast = |v: &Value| match v {
+        Value::Node(n, _) => matches!(graph.nodes[*n].prim, Primitive::BroadcastTo { .. }),
+        _ => false,
+    };
+    let mut like = vec![None; graph.nodes.len()];
+    for node in &graph.nodes {
+        let partner = node
+            .inputs
+            .iter()
+            .find(|v| !is_broadcast(v) && graph.meta(**v).0 == node.outputs[0].0.as_slice());
+        for v in &node.inputs {
+            if let (Value::Node(b, _), Some(p)) = (v, partner) {
+                // Replay builds nodes in order: the partner must exist before the broadcast.
+                let earlier = !matches!(p, Value::Node(pn, _) if *pn >= *b);
+                if is_broadcast(v) && like[*b].is_none() && earlier {
+                    like[*b] = Some(*p);
+                }
+            }
+        }
+    }
+    like
 }
 
 impl Compiled {
@@ -166,16 +198,24 @@ impl Compiled {
             Value::Const(c) => g.consts[c].clone(),
             Value::Node(n, k) => values[n][k].clone(),
         };
-        for node in &g.nodes {
+        for (i, node) in g.nodes.iter().enumerate() {
             let args: Vec<Array> = node.inputs.iter().map(|&v| get(v, &values)).collect();
+            let mut prim = node.prim.clone();
             let outputs = if self.shapeless {
+                if let (Primitive::BroadcastTo { .. }, Some(&Some(like))) =
+                    (&prim, self.broadcast_like.get(i))
+                {
+                    let target = get(like, &values);
+                    let shape = broadcast_shapes("broadcast_to", args[0].shape(), target.shape())?;
+                    prim = Primitive::BroadcastTo { shape };
+                }
                 let specs: Vec<(&[usize], DType)> =
                     args.iter().map(|a| (a.shape(), a.dtype())).collect();
-                node.prim.output_shapes(&specs)?
+                prim.output_shapes(&specs)?
             } else {
                 node.outputs.clone()
             };
-            values.push(Array::from_call(node.prim.clone(), args, outputs, node.stream));
+            values.push(Array::from_call(prim, args, outputs, node.stream));
         }
         Ok(g.outputs.iter().map(|&v| get(v, &values)).collect())
     }
