@@ -6,6 +6,7 @@ mod indexing;
 mod linalg;
 mod movement;
 mod reduce;
+mod softmax;
 mod vmap;
 
 use crate::array::Array;
@@ -94,6 +95,10 @@ impl Rules for Primitive {
             Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
                 return Err(missing("vjp", self))
             }
+            Primitive::Softmax { .. } => {
+                let g = softmax::apply(&cotangents[0], &outputs[0])?;
+                argnums.iter().map(|_| g.clone()).collect()
+            }
             Primitive::Scan { .. } => {
                 let g = reduce::scan_vjp(self, &cotangents[0])?;
                 argnums.iter().map(|_| g.clone()).collect()
@@ -164,6 +169,7 @@ impl Rules for Primitive {
             Primitive::MaskedScatter | Primitive::AsStrided { .. } => {
                 return Err(missing("jvp", self))
             }
+            Primitive::Softmax { .. } => vec![softmax::apply(&tangents[0], &outputs[0])?],
             Primitive::Scan { .. } => vec![reduce::scan_jvp(self, &tangents[0])?],
             Primitive::Sort { arg: true, .. }
             | Primitive::Partition { arg: true, .. }
