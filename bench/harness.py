@@ -1,13 +1,21 @@
 """kiln's benchmark harness: every system on the same workloads, each system in its own
 process, one table of times and ratios.
 
-    python3 bench/harness.py                      # every installed system, default sizes
+    python3 bench/harness.py                                  # every installed system
     python3 bench/harness.py --systems kiln numpy --n 22 --reps 5
+    python3 bench/harness.py --workloads add copy softmax --json out.json
 
-Workloads follow shared/bench/PEERS.md (2^24 float32 elementwise chains, sgemm, softmax). The
-bandwidth floor is a plain copy of the same bytes, measured by each system in the same run.
-To add a workload: one entry in WORKLOADS (inputs, outputs, a function of an array module).
-To add a system: one Runner subclass in RUNNERS.
+Workloads (shared/bench/PEERS.md): gelu_erf, gelu_tanh, silu_mul, relu_chain, adam on 2^n
+float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax over
+(4096, 4096). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when installed), the
+`floor` (a memcpy of the same bytes split over all cores with numpy in threads, the
+bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
+Rust example: `cargo build --release --example sgemm_faer -p kiln-cpu`).
+
+Extending it: a workload is one entry in WORKLOADS (its inputs, what it moves or computes,
+and a default function of an array module); a system is one Runner subclass in RUNNERS that
+converts numpy inputs, waits for results and may override a workload (`custom`). A runner
+that lacks a workload returns None for it and the table shows '-'.
 """
 
 from __future__ import annotations
@@ -15,14 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-# ---- workloads: name -> (kind, make inputs, per-system function) ----------------------------
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ---- workloads -------------------------------------------------------------------------------
 
 
 def adam(xp, sqrt, p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
@@ -31,27 +44,54 @@ def adam(xp, sqrt, p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
     return p - lr * m2 / (sqrt(v2) + eps), m2, v2
 
 
-def softmax_composed(xp, x):
-    e = xp.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+@dataclass
+class Workload:
+    kind: str  # "elementwise", "sgemm" or "softmax"
+    inputs: int = 1
+    outputs: int = 1
+    size: int = 0  # sgemm: n of n^3
+    # fn(ops) -> callable over converted inputs, `ops` an Ops of the system (None: runner's own).
+    fn: Callable | None = None
 
 
-def elementwise(xp, ops):
-    """The elementwise workloads written once over an array module's functions."""
-    erf, sigmoid, tanh, sqrt, maximum = ops
-    return {
-        "copy": (1, 1, None),  # each runner times its own copy (the bandwidth floor)
-        "add": (2, 1, lambda a, b: a + b),
-        "gelu_erf": (1, 1, lambda x: x * (1 + erf(x / math.sqrt(2))) / 2),
-        "gelu_tanh": (1, 1, lambda x: 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)))),
-        "silu_mul": (2, 1, lambda g, u: g * sigmoid(g) * u),
-        "relu_chain": (3, 1, lambda x, y, z: maximum(x * y + z, 0) * 0.5 + x),
-        "adam": (4, 3, lambda p, g, m, v: adam(xp, sqrt, p, g, m, v)),
-    }
+@dataclass
+class Ops:
+    """The array functions a workload may use, from one system."""
+
+    xp: object
+    erf: Callable | None
+    sigmoid: Callable
+    tanh: Callable
+    sqrt: Callable
+    maximum: Callable
+    exp: Callable
 
 
-MATMUL_SIZES = [1024, 4096]
+WORKLOADS: dict[str, Workload] = {
+    "copy": Workload("elementwise", 1, 1),  # every runner times its own copy
+    "add": Workload("elementwise", 2, 1, fn=lambda o: lambda a, b: a + b),
+    "gelu_erf": Workload(
+        "elementwise", 1, 1,
+        fn=lambda o: None if o.erf is None else (lambda x: x * (1 + o.erf(x / math.sqrt(2))) / 2)),
+    "gelu_tanh": Workload(
+        "elementwise", 1, 1,
+        fn=lambda o: lambda x: 0.5 * x * (1 + o.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))),
+    "silu_mul": Workload("elementwise", 2, 1, fn=lambda o: lambda g, u: g * o.sigmoid(g) * u),
+    "relu_chain": Workload(
+        "elementwise", 3, 1, fn=lambda o: lambda x, y, z: o.maximum(x * y + z, 0) * 0.5 + x),
+    "adam": Workload(
+        "elementwise", 4, 3, fn=lambda o: lambda p, g, m, v: adam(o.xp, o.sqrt, p, g, m, v)),
+    "sgemm_1024": Workload("sgemm", 2, 1, size=1024, fn=lambda o: lambda a, b: a @ b),
+    "sgemm_4096": Workload("sgemm", 2, 1, size=4096, fn=lambda o: lambda a, b: a @ b),
+    "softmax": Workload("softmax", 1, 1, fn=lambda o: lambda x: softmax_composed(o, x)),
+}
+
 SOFTMAX_SHAPE = (4096, 4096)
+
+
+def softmax_composed(o, x):
+    e = o.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def timeit(fn, sync, reps, warm=2):
@@ -65,7 +105,7 @@ def timeit(fn, sync, reps, warm=2):
     return statistics.median(times)
 
 
-# ---- systems --------------------------------------------------------------------------------
+# ---- systems ---------------------------------------------------------------------------------
 
 
 class Runner:
@@ -76,10 +116,7 @@ class Runner:
     def available(self) -> bool:
         return True
 
-    def ops(self):
-        raise NotImplementedError
-
-    def module(self):
+    def ops(self) -> Ops:
         raise NotImplementedError
 
     def convert(self, a):
@@ -88,48 +125,74 @@ class Runner:
     def sync(self, out):
         return None
 
-    def copy(self, a):
-        return a.copy()
+    def wrap(self, f):
+        return f
 
-    def softmax(self, x):
-        return softmax_composed(self.module(), x)
+    def custom(self, workload: str):
+        """A system's own function for a workload (None: the default from WORKLOADS)."""
+        if workload == "copy":
+            return lambda a: a.copy()
+        return None
 
-    def matmul(self, a, b):
-        return a @ b
+    def run(self, workloads: list[str], n: int, reps: int) -> dict:
+        rng = np.random.default_rng(0)
+        base = [np.abs(rng.standard_normal(n, dtype=np.float32)) + 0.1 for _ in range(4)]
+        args = [self.convert(b) for b in base]
+        ops = self.ops()
+        results = {}
+        for name in workloads:
+            wl = WORKLOADS[name]
+            f = self.custom(name) or (wl.fn(ops) if wl.fn and ops else None)
+            if f is None:
+                continue
+            g = self.wrap(f)
+            if wl.kind == "elementwise":
+                sec = timeit(lambda: g(*args[: wl.inputs]), self.sync, reps)
+                results[name] = {"sec": sec, "bytes": (wl.inputs + wl.outputs) * n * 4}
+            elif wl.kind == "sgemm":
+                a, b = (self.convert(rng.standard_normal((wl.size,) * 2, dtype=np.float32))
+                        for _ in range(2))
+                sec = timeit(lambda: g(a, b), self.sync, max(3, reps // 2), warm=1)
+                results[name] = {"sec": sec, "flops": 2 * wl.size**3}
+            elif wl.kind == "softmax":
+                x = self.convert(rng.standard_normal(SOFTMAX_SHAPE, dtype=np.float32))
+                sec = timeit(lambda: g(x), self.sync, reps)
+                results[name] = {"sec": sec, "bytes": 2 * x.size * 4}
+        return results
 
 
 class NumpyRunner(Runner):
     name = "numpy"
-
-    def module(self):
-        return np
 
     def ops(self):
         try:
             from scipy.special import erf
         except ImportError:
             erf = None  # numpy has no erf: gelu_erf is skipped
-        return (erf, lambda x: 1 / (1 + np.exp(-x)), np.tanh, np.sqrt, np.maximum)
+        return Ops(np, erf, lambda x: 1 / (1 + np.exp(-x)), np.tanh, np.sqrt, np.maximum, np.exp)
 
 
 class KilnRunner(Runner):
+    """kiln's eager (uncompiled) path."""
+
     name = "kiln"
+    package = "kiln.core"
 
     def available(self):
         try:
-            import kiln.core  # noqa: F401
+            __import__(self.package)
         except ImportError:
             return False
         return True
 
     def module(self):
-        import kiln.core as mx
+        import importlib
 
-        return mx
+        return importlib.import_module(self.package)
 
     def ops(self):
         mx = self.module()
-        return (mx.erf, mx.sigmoid, mx.tanh, mx.sqrt, mx.maximum)
+        return Ops(mx, mx.erf, mx.sigmoid, mx.tanh, mx.sqrt, mx.maximum, mx.exp)
 
     def convert(self, a):
         return self.module().array(a)
@@ -137,28 +200,54 @@ class KilnRunner(Runner):
     def sync(self, out):
         self.module().eval(out)
 
-    def copy(self, a):
-        return a + 0  # kiln arrays are immutable: the cheapest full read and write
-
-    def softmax(self, x):
+    def custom(self, workload):
         mx = self.module()
-        return mx.softmax(x, axis=-1) if hasattr(mx, "softmax") else softmax_composed(mx, x)
+        if workload == "copy":
+            return lambda a: a + 0  # kiln arrays are immutable: a full read and write
+        if workload == "softmax":
+            return lambda x: mx.softmax(x, axis=-1)
+        return None
 
 
 class MlxRunner(KilnRunner):
     name = "mlx"
+    package = "mlx.core"
+
+
+class NumexprRunner(Runner):
+    """numexpr on its default thread count (elementwise rows only)."""
+
+    name = "numexpr"
 
     def available(self):
         try:
-            import mlx.core  # noqa: F401
+            import numexpr  # noqa: F401
         except ImportError:
             return False
         return True
 
-    def module(self):
-        import mlx.core as mx
+    def ops(self):
+        return None
 
-        return mx
+    def custom(self, workload):
+        import numexpr as ne
+
+        exprs = {
+            "copy": ("a", "a"),
+            "add": ("a, b", "a + b"),
+            "gelu_tanh": ("x", "0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)))"),
+            "silu_mul": ("g, u", "g / (1 + exp(-g)) * u"),
+            "relu_chain": ("x, y, z", "where(x * y + z > 0, x * y + z, 0) * 0.5 + x"),
+        }
+        if workload not in exprs:
+            return None
+        names, expr = exprs[workload]
+        names = [s.strip() for s in names.split(",")]
+
+        def f(*args):
+            return ne.evaluate(expr, local_dict=dict(zip(names, args)))
+
+        return f
 
 
 class JaxRunner(Runner):
@@ -171,17 +260,12 @@ class JaxRunner(Runner):
             return False
         return True
 
-    def module(self):
-        import jax.numpy as jnp
-
-        return jnp
-
     def ops(self):
         import jax
         import jax.numpy as jnp
         from jax.scipy.special import erf
 
-        return (erf, jax.nn.sigmoid, jnp.tanh, jnp.sqrt, jnp.maximum)
+        return Ops(jnp, erf, jax.nn.sigmoid, jnp.tanh, jnp.sqrt, jnp.maximum, jnp.exp)
 
     def convert(self, a):
         import jax.numpy as jnp
@@ -198,76 +282,116 @@ class JaxRunner(Runner):
 
         return jax.jit(f)
 
+    def custom(self, workload):
+        if workload == "copy":
+            import jax.numpy as jnp
 
-RUNNERS = {r.name: r for r in [KilnRunner(), NumpyRunner(), JaxRunner(), MlxRunner()]}
+            return lambda a: jnp.copy(a)
+        return None
 
 
-def run_system(name: str, n: int, reps: int) -> dict:
-    """Times every workload on one system (runs in its own process)."""
-    runner = RUNNERS[name]
-    rng = np.random.default_rng(0)
-    base = [np.abs(rng.standard_normal(n, dtype=np.float32)) + 0.1 for _ in range(4)]
-    args = [runner.convert(b) for b in base]
-    wrap = getattr(runner, "wrap", lambda f: f)
-    results = {}
-    for wl, (nin, nout, f) in elementwise(runner.module(), runner.ops()).items():
-        if wl == "copy":
-            f = runner.copy
-        elif f is None or (wl == "gelu_erf" and runner.ops()[0] is None):
-            continue
-        g = wrap(f)
-        results[wl] = {"sec": timeit(lambda: g(*args[:nin]), runner.sync, reps),
-                       "bytes": (nin + nout) * n * 4}
-    for size in MATMUL_SIZES:
-        a = runner.convert(rng.standard_normal((size, size), dtype=np.float32))
-        b = runner.convert(rng.standard_normal((size, size), dtype=np.float32))
-        mm = wrap(runner.matmul)
-        sec = timeit(lambda: mm(a, b), runner.sync, max(3, reps // 2), warm=1)
-        results[f"sgemm_{size}"] = {"sec": sec, "flops": 2 * size**3}
-    x = runner.convert(rng.standard_normal(SOFTMAX_SHAPE, dtype=np.float32))
-    sm = wrap(runner.softmax)
-    results["softmax"] = {"sec": timeit(lambda: sm(x), runner.sync, reps),
-                          "bytes": 2 * x.size * 4}
-    return results
+class FloorRunner(Runner):
+    """The bandwidth floor: a memcpy of the same bytes split over all cores (numpy's copyto
+    releases the GIL, so threads copy in parallel). Only the copy row."""
+
+    name = "floor"
+
+    def ops(self):
+        return None
+
+    def custom(self, workload):
+        if workload != "copy":
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        threads = os.cpu_count() or 1
+        pool = ThreadPoolExecutor(threads)
+        out = {}
+
+        def copy(a):
+            dst = out.setdefault("dst", np.empty_like(a))
+            step = -(-a.size // threads)
+            bounds = [(i, min(i + step, a.size)) for i in range(0, a.size, step)]
+            list(pool.map(lambda r: np.copyto(dst[r[0]:r[1]], a[r[0]:r[1]]), bounds))
+            return dst
+
+        return copy
+
+
+class FaerRunner(Runner):
+    """faer's own sgemm (the Rust example), for the sgemm rows."""
+
+    name = "faer"
+    exe = os.path.join(ROOT, "target", "release", "examples", "sgemm_faer")
+
+    def available(self):
+        return os.path.exists(self.exe)
+
+    def run(self, workloads, n, reps):
+        sizes = [str(WORKLOADS[w].size) for w in workloads if WORKLOADS[w].kind == "sgemm"]
+        if not sizes:
+            return {}
+        out = subprocess.run([self.exe, str(max(3, reps // 2)), *sizes], capture_output=True,
+                             text=True, check=True)
+        results = {}
+        for line in out.stdout.splitlines():  # "<n> <seconds>"
+            size, sec = line.split()
+            results[f"sgemm_{size}"] = {"sec": float(sec), "flops": 2 * int(size) ** 3}
+        return results
+
+
+RUNNERS = {r.name: r for r in [KilnRunner(), NumpyRunner(), NumexprRunner(), JaxRunner(),
+                               MlxRunner(), FloorRunner(), FaerRunner()]}
+
+
+# ---- driver ----------------------------------------------------------------------------------
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--systems", nargs="*", default=list(RUNNERS))
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--n", type=int, default=24, help="log2 of the elementwise size")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--json", help="also write the raw results to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
-        print(json.dumps(run_system(opts.worker, 1 << opts.n, opts.reps)))
+        print(json.dumps(RUNNERS[opts.worker].run(opts.workloads, 1 << opts.n, opts.reps)))
         return
     table = {}
     for name in opts.systems:
         if name not in RUNNERS or not RUNNERS[name].available():
             print(f"(skipping {name}: not installed)", file=sys.stderr)
             continue
-        cmd = [sys.executable, __file__, "--worker", name, "--n", str(opts.n), "--reps", str(opts.reps)]
+        cmd = [sys.executable, __file__, "--worker", name, "--n", str(opts.n),
+               "--reps", str(opts.reps), "--workloads", *opts.workloads]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"(skipping {name}: {out.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
             continue
         table[name] = json.loads(out.stdout)
-    print_table(table, opts.n)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"n": opts.n, "results": table}, f, indent=1)
+    print_table(table, opts.n, opts.workloads)
 
 
-def print_table(table: dict, n: int):
+def print_table(table: dict, n: int, workloads: list[str]):
     systems = list(table)
-    workloads = [w for w in dict.fromkeys(w for s in systems for w in table[s])]
     ref = "numpy" if "numpy" in table else systems[0]
-    print(f"\nkiln bench: elementwise on 2^{n} float32, median times in ms "
-          f"(x = speed-up over {ref}; GB/s or GFLOP/s in brackets)\n")
-    print(f"{'workload':12s}" + "".join(f"{s:>26s}" for s in systems))
+    print(f"\nkiln bench: elementwise on 2^{n} float32, median ms "
+          f"(x = speed-up over {ref}; GB/s moved or GFLOP/s in brackets)\n")
+    width = 26
+    print(f"{'workload':12s}" + "".join(f"{s:>{width}s}" for s in systems))
     for w in workloads:
+        if not any(w in table[s] for s in systems):
+            continue
         row = f"{w:12s}"
         for s in systems:
             r = table[s].get(w)
             if r is None:
-                row += f"{'-':>26s}"
+                row += f"{'-':>{width}s}"
                 continue
             rate = (f"{r['bytes'] / r['sec'] / 1e9:.1f} GB/s" if "bytes" in r
                     else f"{r['flops'] / r['sec'] / 1e9:.0f} GF/s")
@@ -275,11 +399,16 @@ def print_table(table: dict, n: int):
             speed = f"x{base['sec'] / r['sec']:.2f}" if base else ""
             row += f"{r['sec'] * 1e3:9.2f} {speed:>6s} [{rate:>10s}]"
         print(row)
-    if "kiln" in table and "copy" in table["kiln"]:
-        floor = table["kiln"]["copy"]["bytes"] / table["kiln"]["copy"]["sec"]
-        add = table["kiln"].get("add")
-        if add:
-            print(f"\nkiln add at {add['bytes'] / add['sec'] / floor:.0%} of kiln's copy bandwidth")
+    kiln = table.get("kiln", {})
+    floor = table.get("floor", {}).get("copy")
+    if floor and "add" in kiln:
+        bw = floor["bytes"] / floor["sec"]
+        add = kiln["add"]["bytes"] / kiln["add"]["sec"]
+        print(f"\nkiln add moves {add / 1e9:.1f} GB/s: {add / bw:.0%} of the copy floor "
+              f"({bw / 1e9:.1f} GB/s, memcpy over {os.cpu_count()} threads)")
+    faer = table.get("faer", {})
+    for w in [w for w in workloads if w in faer and w in kiln]:
+        print(f"kiln {w}: {faer[w]['sec'] / kiln[w]['sec']:.0%} of faer's own speed")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,9 @@ pub static HOST: HostAllocator = HostAllocator {
     cache: Mutex::new(Cache { free: BTreeMap::new(), bytes: 0, limit: UNSET, memory_limit: UNSET }),
 };
 
+/// Blocks taken from the system allocator (not from the cache) since the process started.
+static FRESH_BLOCKS: AtomicUsize = AtomicUsize::new(0);
+
 /// Limits not yet read from the machine.
 const UNSET: usize = usize::MAX;
 
@@ -220,17 +223,17 @@ impl HostAllocator {
 
     /// Zero-filled host memory of `nbytes` (a cached block when one fits).
     pub fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
-        self.alloc_with(nbytes, true)
+        self.alloc_inner(nbytes, true)
     }
 
-    /// Host memory of `nbytes` for a kernel that writes every byte: a reused block keeps
-    /// its old (initialised) contents instead of being zeroed, which saves a full pass over
-    /// the output. Fresh blocks still come zeroed from the system.
+    /// Host memory of `nbytes` for a kernel that overwrites all of it: a cached block keeps
+    /// its old bytes (no zeroing pass, which costs as much as the kernel's own write), a
+    /// fresh one reads as zeros. The caller must write every byte before anyone reads them.
     pub fn alloc_for_overwrite(&'static self, nbytes: usize) -> Result<Buffer> {
-        self.alloc_with(nbytes, false)
+        self.alloc_inner(nbytes, false)
     }
 
-    fn alloc_with(&'static self, nbytes: usize, zero: bool) -> Result<Buffer> {
+    fn alloc_inner(&'static self, nbytes: usize, zeroed: bool) -> Result<Buffer> {
         if nbytes == 0 {
             // A dangling, aligned pointer: never dereferenced for a zero-length slice.
             let ptr = NonNull::new(HOST_ALIGN as *mut u8).expect("nonzero");
@@ -253,17 +256,19 @@ impl HostAllocator {
         };
         let ptr = match reused {
             Some(addr) => {
-                // A block that is not zeroed holds the bytes its last user wrote: initialised,
-                // and any pattern is a valid `Pod` value.
-                if zero {
+                // Unzeroed blocks still hold initialised bytes (every block starts zeroed).
+                if zeroed {
                     // SAFETY: a cached block of `class` bytes owned by the allocator; zeroing
                     // keeps the promise that new buffers read as zeros.
                     unsafe { std::ptr::write_bytes(addr as *mut u8, 0, class) };
                 }
                 addr as *mut u8
             }
-            // SAFETY: the layout has nonzero size.
-            None => unsafe { std::alloc::alloc_zeroed(block_layout(class)) },
+            None => {
+                FRESH_BLOCKS.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the layout has nonzero size.
+                unsafe { std::alloc::alloc_zeroed(block_layout(class)) }
+            }
         };
         let Some(ptr) = NonNull::new(ptr) else {
             bail!(Runtime, "malloc", "Out of memory allocating {nbytes} bytes.");
@@ -279,6 +284,12 @@ impl HostAllocator {
         let mut buf = self.alloc(bytes.len())?;
         buf.host_slice_mut::<u8>().expect("fresh buffer").copy_from_slice(bytes);
         Ok(buf)
+    }
+
+    /// How many allocations so far needed a new block from the system (the rest reused a
+    /// cached one): flat across iterations of a steady loop.
+    pub fn fresh_blocks(&self) -> usize {
+        FRESH_BLOCKS.load(Ordering::Relaxed)
     }
 
     /// Bytes held in the cache (freed by arrays, not yet returned to the system).

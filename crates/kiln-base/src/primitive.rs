@@ -73,6 +73,10 @@ pub enum Primitive {
     Reduce { op: ReduceOp, axes: Vec<usize> },
     /// Index of the max/min along one axis, which stays as size 1.
     ArgReduce { op: ArgReduceOp, axis: usize },
+    /// `exp(x - max) / sum(exp(x - max))` over the last axis of a float input (MLX's
+    /// primitive; other axes are transposes around it). `precise` asks half floats to
+    /// accumulate in float32 (the CPU kernel always does).
+    Softmax { precise: bool },
     /// New shape of the same size (a view when strides allow, else a copy).
     Reshape { shape: Shape },
     /// Axis permutation (a view).
@@ -161,6 +165,7 @@ impl Primitive {
                 ArgReduceOp::ArgMax => "argmax",
                 ArgReduceOp::ArgMin => "argmin",
             },
+            Primitive::Softmax { .. } => "softmax",
             Primitive::Reshape { .. } => "reshape",
             Primitive::Transpose { .. } => "transpose",
             Primitive::BroadcastTo { .. } => "broadcast_to",
@@ -266,6 +271,11 @@ impl Primitive {
                 let mut out = Shape::from(s);
                 out[*axis] = 1;
                 same(&out, DType::U32)
+            }
+            Primitive::Softmax { .. } => {
+                let (s, d) = inputs[0];
+                ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
+                same(s, d)
             }
             Primitive::Scan { op: sop, axis, .. } => {
                 let (s, d) = inputs[0];

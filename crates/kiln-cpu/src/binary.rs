@@ -1,8 +1,11 @@
-//! Binary elementwise ops (arithmetic and comparisons) and Where.
+//! Binary elementwise ops (arithmetic and comparisons) and Where. Half floats compute in
+//! float32 blocks (`halfmap.rs`).
 
 use crate::element::{dispatch, dispatch_bits, Bool8, Element};
+use crate::halfmap::HalfMap2;
 use crate::scalar::{BinaryVisitor, Num};
-use crate::strided::{map2, map3, output};
+use crate::simd::{Exec, Plain, Simd};
+use crate::strided::{map2_in, map3, output_full};
 use kiln_base::{ArrayData, BinaryOp, DType, Result};
 use std::marker::PhantomData;
 
@@ -13,20 +16,28 @@ pub(crate) fn binary(
     shape: &[usize],
 ) -> Result<ArrayData> {
     let name = op.facts().name;
-    dispatch!(x.dtype, T => {
-        <T as Element>::Acc::binary(op, Map2::<T> { name, x, y, shape, ty: PhantomData })
-    })
+    match x.dtype {
+        DType::F32 => f32::binary(op, Map2::<f32, Simd> { name, x, y, shape, ty: PhantomData }),
+        DType::F16 => f32::binary(op, HalfMap2::<half::f16> { name, x, y, shape, ty: PhantomData }),
+        DType::BF16 => {
+            f32::binary(op, HalfMap2::<half::bf16> { name, x, y, shape, ty: PhantomData })
+        }
+        _ => dispatch!(x.dtype, T => {
+            <T as Element>::Acc::binary(op, Map2::<T, Plain> { name, x, y, shape, ty: PhantomData })
+        }),
+    }
 }
 
-struct Map2<'a, T> {
+/// The kernel for one dtype; `E` says whether its loops get the SIMD copies (float32 only).
+struct Map2<'a, T, E> {
     name: &'static str,
     x: &'a ArrayData,
     y: &'a ArrayData,
     shape: &'a [usize],
-    ty: PhantomData<T>,
+    ty: PhantomData<(T, E)>,
 }
 
-impl<T: Element> BinaryVisitor<T::Acc> for Map2<'_, T> {
+impl<T: Element, E: Exec> BinaryVisitor<T::Acc> for Map2<'_, T, E> {
     fn dtype(&self) -> DType {
         T::DTYPE
     }
@@ -35,8 +46,14 @@ impl<T: Element> BinaryVisitor<T::Acc> for Map2<'_, T> {
         self,
         f: F,
     ) -> Result<ArrayData> {
-        output::<T>(self.name, self.shape, |out| {
-            map2(self.x, self.y, out, |a: T, b: T| T::from_acc(f(a.to_acc(), b.to_acc())));
+        output_full::<T>(self.name, self.shape, |out| {
+            map2_in::<E, T, T, T>(
+                self.x,
+                self.y,
+                out,
+                #[inline(always)]
+                |a: T, b: T| T::from_acc(f(a.to_acc(), b.to_acc())),
+            );
             Ok(())
         })
     }
@@ -45,8 +62,14 @@ impl<T: Element> BinaryVisitor<T::Acc> for Map2<'_, T> {
         self,
         f: F,
     ) -> Result<ArrayData> {
-        output::<Bool8>(self.name, self.shape, |out| {
-            map2(self.x, self.y, out, |a: T, b: T| Bool8(f(a.to_acc(), b.to_acc()) as u8));
+        output_full::<Bool8>(self.name, self.shape, |out| {
+            map2_in::<E, T, T, Bool8>(
+                self.x,
+                self.y,
+                out,
+                #[inline(always)]
+                |a: T, b: T| Bool8(f(a.to_acc(), b.to_acc()) as u8),
+            );
             Ok(())
         })
     }
@@ -69,7 +92,7 @@ fn select<T: Element>(
     shape: &[usize],
     dtype: DType,
 ) -> Result<ArrayData> {
-    let mut data = output::<T>("where", shape, |out| {
+    let mut data = output_full::<T>("where", shape, |out| {
         map3(cond, x, y, out, |c: u8, a: T, b: T| if c != 0 { a } else { b });
         Ok(())
     })?;

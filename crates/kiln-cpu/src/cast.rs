@@ -5,7 +5,7 @@
 //! for int64 and uint32, and the compiler's unsigned sequence for uint64.
 
 use crate::element::{dispatch, Element};
-use crate::strided::{map1, output};
+use crate::strided::{map1, output_full};
 use kiln_base::{ArrayData, Result};
 
 /// x86 `cvttsd2si` (32-bit): truncation, or i32::MIN when NaN or out of range.
@@ -44,7 +44,7 @@ pub(crate) fn astype(x: &ArrayData, shape: &[usize], to: kiln_base::DType) -> Re
 }
 
 fn convert<S: Element, D: Element>(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
-    output::<D>("astype", shape, |out| {
+    output_full::<D>("astype", shape, |out| {
         map1(x, out, |s: S| s.cast::<D>());
         Ok(())
     })

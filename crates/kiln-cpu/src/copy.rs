@@ -2,14 +2,14 @@
 //! Concatenate. Elements move as raw bits of their width, so one kernel serves every dtype.
 
 use crate::element::{dispatch_bits, Element};
-use crate::strided::{flat, map1, output};
+use crate::strided::{flat, map1, output, output_full};
 use kiln_base::shape::size_of;
 use kiln_base::{ArrayData, Layout, Primitive, Result};
 
 /// A row-contiguous copy of any view.
 pub(crate) fn copy(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     dispatch_bits!(x.dtype, T => {
-        let mut data = output::<T>("copy", shape, |out| {
+        let mut data = output_full::<T>("copy", shape, |out| {
             map1(x, out, |v: T| v);
             Ok(())
         })?;

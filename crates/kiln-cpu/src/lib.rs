@@ -13,6 +13,7 @@ mod element;
 mod erfinv;
 pub mod fused;
 mod gather;
+mod halfmap;
 mod linalg;
 mod lines;
 mod math;
@@ -22,9 +23,13 @@ mod reduce;
 mod scalar;
 mod scan;
 mod scatter;
+pub mod simd;
+mod softmax;
 mod sort;
 mod strided;
 mod unary;
+pub mod vecmath;
+mod walk;
 
 use kiln_base::{bail, ensure, ArrayData, Backend, DType, Primitive, Result, Shape};
 
@@ -68,6 +73,7 @@ impl Backend for CpuBackend {
             Primitive::Copy => copy::copy(&inputs[0], shape),
             Primitive::Reduce { op, axes } => reduce::reduce(*op, axes, &inputs[0], shape),
             Primitive::ArgReduce { op, axis } => reduce::arg_reduce(*op, *axis, &inputs[0], shape),
+            Primitive::Softmax { .. } => softmax::softmax(&inputs[0], shape),
             Primitive::Reshape { .. }
             | Primitive::Transpose { .. }
             | Primitive::BroadcastTo { .. }

@@ -8,6 +8,8 @@ use crate::strided::output;
 use kiln_base::{bail, ArgReduceOp, ArrayData, BinaryOp, DType, Error, Layout, ReduceOp, Result};
 use std::marker::PhantomData;
 
+mod fast;
+
 /// Elements folded linearly before partial results are combined pairwise: float sums get
 /// O(log n) error growth at the cost of a few stack slots.
 const BLOCK: usize = 128;
@@ -86,11 +88,11 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
             if view.row_contiguous {
                 // The groups are consecutive runs of the buffer.
                 let base = &src[view.offset..view.offset + out.len() * group];
-                for (o, run) in out.iter_mut().zip(base.chunks(group)) {
-                    *o = T::from_acc(
-                        cascade(run.iter().map(|v| v.to_acc()), f).unwrap_or(T::Acc::ZERO),
-                    );
-                }
+                fast::runs::<T, _>(base, group, out, f);
+            } else if let Some((rows, start)) = fast::leading(&self.x.layout, self.axes) {
+                // Leading axes reduced, the kept ones contiguous: fold whole rows.
+                let base = &src[start..start + rows * out.len()];
+                fast::rows::<T, _>(base, out, f);
             } else {
                 let mut idx = view.indices();
                 for o in out.iter_mut() {
@@ -112,7 +114,10 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
 
 /// Folds `items` with `f` in blocks, combining block results like a binary counter
 /// (pairwise summation). `None` when there are no items.
-fn cascade<A: Copy>(mut items: impl Iterator<Item = A>, f: impl Fn(A, A) -> A) -> Option<A> {
+pub(crate) fn cascade<A: Copy>(
+    mut items: impl Iterator<Item = A>,
+    f: impl Fn(A, A) -> A,
+) -> Option<A> {
     // (partial, level): merging two partials of one level gives the next level.
     let mut stack: Vec<(A, u32)> = Vec::new();
     while let Some(first) = items.next() {

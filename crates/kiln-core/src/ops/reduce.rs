@@ -154,6 +154,28 @@ pub fn softmax(x: &Array, axes: Option<&[i64]>, precise: bool) -> Result<Array> 
         DType::F16 | DType::BF16 if precise => DType::F32,
         d => d,
     };
+    // One axis (or all, flattened) runs MLX's fused primitive over the last axis; the kernel
+    // computes half floats in float32 either way.
+    let single = match axes {
+        None if x.ndim() > 0 => Some(None),
+        Some([a]) => Some(Some(normalize_axis(op, *a, x.ndim())?)),
+        _ => None,
+    };
+    if let Some(axis) = single {
+        let x = astype(x, dtype)?;
+        let prim = Primitive::Softmax { precise };
+        return match axis {
+            None => {
+                let shape: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
+                reshape(&record(prim, vec![reshape(&x, &[-1])?])?, &shape)
+            }
+            Some(a) => {
+                let last = x.ndim() as i64 - 1;
+                let moved = super::moveaxis(&x, a as i64, last)?;
+                super::moveaxis(&record(prim, vec![moved])?, last, a as i64)
+            }
+        };
+    }
     let x = astype(x, compute)?;
     if x.size() == 0 {
         return astype(&x, dtype);

@@ -8,6 +8,7 @@ mod linalg;
 mod movement;
 mod reduce;
 mod scan;
+mod softmax;
 mod vmap;
 mod vmap_index;
 
@@ -103,6 +104,10 @@ impl Rules for Primitive {
             {
                 argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
             }
+            Primitive::Softmax { .. } => {
+                let g = softmax::apply(&cotangents[0], &outputs[0])?;
+                argnums.iter().map(|_| g.clone()).collect()
+            }
             Primitive::Scan { .. } => {
                 let g = scan::scan_vjp(self, &primals[0], &cotangents[0])?;
                 argnums.iter().map(|_| g.clone()).collect()
@@ -178,6 +183,7 @@ impl Rules for Primitive {
             | Primitive::AsStrided { .. } => {
                 indexing::jvp(self, primals, tangents, argnums, &outputs[0])?
             }
+            Primitive::Softmax { .. } => vec![softmax::apply(&tangents[0], &outputs[0])?],
             Primitive::Scan { .. }
             | Primitive::Sort { arg: false, .. }
             | Primitive::Partition { arg: false, .. }

@@ -65,7 +65,9 @@ pub(super) fn vmap(
         | Primitive::StopGradient
         | Primitive::View(_)
         | Primitive::Matmul
-        | Primitive::RandomBits { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
+        | Primitive::RandomBits { .. }
+        // Over the last axis, which stays last with the batch axis in front.
+        | Primitive::Softmax { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
         Primitive::Reduce { op, axes: red } => {
             let x = all_batched(inputs, axes)?.remove(0);
             record(Primitive::Reduce { op: *op, axes: shift(red) }, vec![x])?
