@@ -340,8 +340,30 @@ class FaerRunner(Runner):
         return results
 
 
-RUNNERS = {r.name: r for r in [KilnRunner(), NumpyRunner(), NumexprRunner(), JaxRunner(),
-                               MlxRunner(), FloorRunner(), FaerRunner()]}
+class KilnCompiledRunner(KilnRunner):
+    """kiln with ``mx.compile``, steady state: kernels are built during warm-up
+    (``KILN_CPU_JIT=sync``), so timed calls replay the fused C kernels."""
+
+    name = "kiln.compile"
+
+    def run(self, workloads, n, reps):
+        os.environ["KILN_CPU_JIT"] = "sync"
+        return super().run(workloads, n, reps)
+
+    def wrap(self, f):
+        return self.module().compile(f)
+
+
+class MlxCompiledRunner(MlxRunner):
+    name = "mlx.compile"
+
+    def wrap(self, f):
+        return self.module().compile(f)
+
+
+RUNNERS = {r.name: r for r in [KilnRunner(), KilnCompiledRunner(), NumpyRunner(),
+                               NumexprRunner(), JaxRunner(), MlxRunner(), MlxCompiledRunner(),
+                               FloorRunner(), FaerRunner()]}
 
 
 # ---- driver ----------------------------------------------------------------------------------
