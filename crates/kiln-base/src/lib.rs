@@ -25,5 +25,7 @@ pub use elementwise::{BinaryOp, Domain, UnaryOp};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use linalg::LinalgOp;
-pub use primitive::{ArgReduceOp, Opaque, Primitive, ReduceOp, ScanOp, ScatterReduce};
+pub use primitive::{
+    ArgReduceOp, ComplexOp, FftKind, Opaque, Primitive, ReduceOp, ScanOp, ScatterReduce,
+};
 pub use shape::{Shape, Strides};

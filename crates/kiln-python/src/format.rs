@@ -75,6 +75,11 @@ fn format_scalar(value: Scalar, dtype: DType) -> String {
             debug_assert!(dtype.is_float());
             format_g(f)
         }
+        // MLX prints `re+imj` / `re-imj`, the sign chosen by `im >= 0` (so -0 shows `+-0j`).
+        Scalar::Complex(re, im) => {
+            let sign = if im >= 0.0 { "+" } else { "" };
+            format!("{}{sign}{}j", format_g(re), format_g(im))
+        }
     }
 }
 

@@ -9,12 +9,14 @@
 //! searching) hold the reduction, scan and sort families.
 
 mod array;
+mod complex;
 mod conv;
 mod convert;
 mod creation;
 mod device;
 mod dtype;
 mod error;
+mod fft;
 mod format;
 mod indexing;
 mod io;
@@ -47,5 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     conv::register(m)?;
     indexing::register(m)?;
     reductions::register(m)?;
+    complex::register(m)?;
+    fft::register(m)?;
     Ok(())
 }

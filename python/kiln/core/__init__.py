@@ -6,6 +6,7 @@ from kiln._core import __version__  # noqa: F401
 # A real submodule, so that both `mx.random` and `import kiln.core.random` work.
 from kiln.core import random  # noqa: F401
 from kiln.core import linalg  # noqa: F401
+from kiln.core import fft  # noqa: F401
 
 from kiln.core._io import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from kiln.core._transforms import (  # noqa: F401

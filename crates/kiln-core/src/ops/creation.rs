@@ -33,6 +33,7 @@ fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
         DType::BF16 => bf16::from_f64(f).to_le_bytes().to_vec(),
         DType::F32 => (f as f32).to_le_bytes().to_vec(),
         DType::F64 => f.to_le_bytes().to_vec(),
+        DType::C64 => [(f as f32).to_le_bytes(), (value.imag() as f32).to_le_bytes()].concat(),
     }
 }
 

@@ -109,6 +109,8 @@ impl Rules for Primitive {
             }
             Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("vjp", self)),
+            // complex64 gradients are not defined yet.
+            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("vjp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_vjp(self, primals, cotangents, argnums, outputs)?
             }
@@ -175,6 +177,7 @@ impl Rules for Primitive {
             }
             Primitive::Matmul => linalg::matmul_jvp(primals, tangents, argnums)?,
             Primitive::Conv(_) | Primitive::Linalg(_) => return Err(missing("jvp", self)),
+            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("jvp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_jvp(self, primals, tangents, argnums)?
             }

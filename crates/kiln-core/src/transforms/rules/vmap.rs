@@ -64,11 +64,16 @@ pub(super) fn vmap(
         | Primitive::Identity
         | Primitive::StopGradient
         | Primitive::View(_)
+        | Primitive::Complex(_)
         | Primitive::Matmul
         | Primitive::RandomBits { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
         Primitive::Reduce { op, axes: red } => {
             let x = all_batched(inputs, axes)?.remove(0);
             record(Primitive::Reduce { op: *op, axes: shift(red) }, vec![x])?
+        }
+        Primitive::Fft { axes: fa, inverse, kind } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            record(Primitive::Fft { axes: shift(fa), inverse: *inverse, kind: *kind }, vec![x])?
         }
         Primitive::ArgReduce { op, axis } => {
             let x = all_batched(inputs, axes)?.remove(0);
