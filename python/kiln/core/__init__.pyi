@@ -144,6 +144,8 @@ class array:
     def astype(self, /, dtype, stream=None) -> Any:
         ...
     at: Any
+    def conj(self, /, *, stream=None) -> Any:
+        """The complex conjugate."""
     def cos(self, /, *, stream=None) -> Any:
         ...
     def cummax(self, /, axis=None, *, reverse=False, inclusive=True, stream=None) -> Any:
@@ -163,6 +165,7 @@ class array:
         ...
     def flatten(self, /, start_axis=0, end_axis=..., *, stream=None) -> Any:
         ...
+    imag: Any
     def item(self, /) -> Any:
         """The single element as a Python scalar."""
     itemsize: Any
@@ -190,6 +193,7 @@ class array:
     ndim: Any
     def prod(self, /, axis=None, keepdims=False, *, stream=None) -> Any:
         ...
+    real: Any
     def reciprocal(self, /, *, stream=None) -> Any:
         ...
     def reshape(self, /, *shape, stream=None) -> Any:
@@ -313,6 +317,8 @@ def clear_cache() -> Any:
 def clip(a, /, a_min, a_max, *, stream=None) -> Any:
     """Limits `a` to `[a_min, a_max]` (either may be None, not both)."""
 
+complex64: Any
+
 complexfloating: Any
 
 def concat(arrays, axis=..., *, stream=None) -> Any:
@@ -320,6 +326,12 @@ def concat(arrays, axis=..., *, stream=None) -> Any:
 
 def concatenate(arrays, axis=..., *, stream=None) -> Any:
     """Joins arrays along `axis` (None: flattens them first)."""
+
+def conj(a, /, *, stream=None) -> Any:
+    """The complex conjugate (an alias of `conjugate`)."""
+
+def conjugate(a, /, *, stream=None) -> Any:
+    """The complex conjugate (real input is returned as is)."""
 
 def conv1d(input, weight, /, stride=1, padding=0, dilation=1, groups=1, *, stream=None) -> Any:
     """1-d convolution: input `(N, L, C_in)`, weight `(C_out, K, C_in / groups)`."""
@@ -441,6 +453,8 @@ def expm1(a, /, *, stream=None) -> Any:
 def eye(n, m=None, k=0, dtype=None, *, stream=None) -> Any:
     """Ones on diagonal `k` of an `n x m` matrix."""
 
+from kiln.core import fft as fft
+
 class finfo:
     """Limits of a floating point dtype."""
     bits: Any
@@ -515,6 +529,9 @@ class iinfo:
     dtype: Any
     max: Any
     min: Any
+
+def imag(a, /, *, stream=None) -> Any:
+    """The imaginary part (float32 for complex64 input; zeros for real input)."""
 
 inexact: Any
 
@@ -703,6 +720,9 @@ def radians(a, stream=None) -> Any:
     """Degrees to radians."""
 
 from kiln.core import random as random
+
+def real(a, /, *, stream=None) -> Any:
+    """The real part (float32 for complex64 input; real input is returned as is)."""
 
 def reciprocal(a, /, *, stream=None) -> Any:
     """Elementwise `reciprocal`."""
