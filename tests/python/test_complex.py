@@ -99,6 +99,9 @@ def test_repr():
     assert repr(mx.array([complex(float("inf"), -float("inf"))])) == (
         "array([inf-infj], dtype=complex64)"
     )
+    # MLX's sign rule: `-` only when the imaginary part is < 0
+    odd = mx.array([complex(1, float("nan")), complex(0, -0.0)])
+    assert repr(odd) == "array([1+nanj, 0+-0j], dtype=complex64)"
 
 
 @pytest.mark.parametrize("to", ALL)
@@ -311,6 +314,22 @@ def test_matmul(sa, sb):
         close(a @ mx.array(y), (x @ y).astype(C), rtol=1e-4, atol=1e-5)
     r = rng.standard_normal(sb).astype(np.float32)
     close(mx.array(x) @ mx.array(r), (x @ r).astype(C), rtol=1e-4, atol=1e-5)
+
+
+def test_compositions_on_magnitudes():
+    x = rand_c(np.random.default_rng(10), (3, 4))
+    a = mx.array(x)
+    v = mx.var(a, axis=1)
+    assert v.dtype == mx.float32
+    close(v, np.var(x, axis=1).astype(np.float32), rtol=1e-5, atol=1e-6)
+    close(mx.std(a), np.float32(np.std(x)), rtol=1e-5)
+    n = mx.linalg.norm(a)
+    assert n.dtype == mx.float32
+    close(n, np.float32(np.linalg.norm(x)), rtol=1e-5)
+    close(mx.linalg.norm(a, ord=1, axis=1), np.linalg.norm(x, ord=1, axis=1).astype(np.float32), rtol=1e-5)
+    c = rand_c(np.random.default_rng(11), (3, 3))
+    got = mx.addmm(mx.array(c), a[:, :2], mx.array(x[:2, :3]), alpha=2.0, beta=0.5)
+    close(got, (2 * (x[:, :2] @ x[:2, :3]) + 0.5 * c).astype(C), rtol=1e-4, atol=1e-5)
 
 
 def test_movement_and_indexing():

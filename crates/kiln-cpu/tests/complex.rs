@@ -104,14 +104,15 @@ fn empty_inputs() {
 #[test]
 fn parts_casts_and_matmul() {
     let z = c64(&[[3.0, -4.0], [0.0, 2.0]], &[2]);
-    let part = |op| read::<f32>(&eval(&Primitive::Complex(op), &[z.clone()]));
+    let part = |op| read::<f32>(&eval(&Primitive::Complex(op), std::slice::from_ref(&z)));
     assert_eq!(part(ComplexOp::Real), vec![3.0, 0.0]);
     assert_eq!(part(ComplexOp::Imag), vec![-4.0, 2.0]);
     assert_eq!(part(ComplexOp::Abs), vec![5.0, 2.0]);
-    let conj: Vec<[f32; 2]> = read(&eval(&Primitive::Complex(ComplexOp::Conj), &[z.clone()]));
+    let conj: Vec<[f32; 2]> =
+        read(&eval(&Primitive::Complex(ComplexOp::Conj), std::slice::from_ref(&z)));
     assert_eq!(conj, vec![[3.0, 4.0], [0.0, -2.0]]);
     assert!(try_eval(&Primitive::Complex(ComplexOp::Real), &[f32s(&[1.0], &[1])]).is_err());
-    let to_bool = read::<u8>(&eval(&Primitive::AsType(DType::Bool), &[z.clone()]));
+    let to_bool = read::<u8>(&eval(&Primitive::AsType(DType::Bool), std::slice::from_ref(&z)));
     assert_eq!(to_bool, vec![1, 1]);
     let to_i32 = read::<i32>(&eval(&Primitive::AsType(DType::I32), &[z]));
     assert_eq!(to_i32, vec![3, 0]);

@@ -75,9 +75,9 @@ fn format_scalar(value: Scalar, dtype: DType) -> String {
             debug_assert!(dtype.is_float());
             format_g(f)
         }
-        // MLX prints `re+imj` / `re-imj`, the sign chosen by `im >= 0` (so -0 shows `+-0j`).
+        // MLX prints `re+imj`, or `re-imj` when `im < 0` (so -0 and NaN show `+-0j`, `+nanj`).
         Scalar::Complex(re, im) => {
-            let sign = if im >= 0.0 { "+" } else { "" };
+            let sign = if im < 0.0 { "" } else { "+" };
             format!("{}{sign}{}j", format_g(re), format_g(im))
         }
     }

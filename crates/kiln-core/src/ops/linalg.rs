@@ -67,7 +67,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
 pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f64, beta: f64) -> Result<Array> {
     let op = "addmm";
     let dtype = a.dtype().promote(b.dtype()).promote(c.dtype());
-    if !dtype.is_float() {
+    if !dtype.is_inexact() {
         bail!(
             Value,
             op,
