@@ -114,6 +114,10 @@ def test_empty_axes_and_batches():
     x = rand(np.random.default_rng(5), (0, 4))
     got = mx.fft.fft(mx.array(x), axis=1)
     assert got.shape == (0, 4) and got.dtype == mx.complex64
+    for name in ["rfft", "irfft", "fft"]:
+        z = np.zeros((3, 0), dtype=np.float32)
+        close(getattr(mx.fft, name)(mx.array(z), axis=0), getattr(np.fft, name)(z, axis=0))
+    close(mx.fft.rfftn(mx.zeros((2, 0, 3)), axes=[0, 2]), np.fft.rfftn(np.zeros((2, 0, 3)), axes=[0, 2]))
     r = np.arange(6, dtype=np.float32).reshape(2, 3)
     same = mx.fft.fftn(mx.array(r), axes=[])
     assert same.dtype == mx.float32 and np.array(same).tolist() == r.tolist()

@@ -38,16 +38,22 @@ pub(crate) fn fft(
         FftKind::RealForward => {
             let mut work: Vec<Complex32> =
                 dense::<f32>(x).iter().map(|&v| Complex32::new(v, 0.0)).collect();
-            for &axis in axes {
-                transform_axis(&mut planner, &mut work, in_shape, axis, false);
-            }
-            // Keep the first `shape[last]` entries of each line along the last axis.
+            // The halved axis first, then the others on the half spectrum only.
+            transform_axis(&mut planner, &mut work, in_shape, last, false);
             let keep = shape[last];
             let (n, inner) = (in_shape[last], size_of(&in_shape[last + 1..]));
-            output::<C64>(name, shape, |out| {
-                for (o, w) in out.chunks_mut(keep * inner).zip(work.chunks(n * inner)) {
-                    o.iter_mut().zip(&w[..keep * inner]).for_each(|(o, &z)| *o = C64(z));
+            let mut half = Vec::with_capacity(size_of(shape));
+            // (An empty input has no lines: `chunks` needs a nonzero size.)
+            if n * inner > 0 {
+                for w in work.chunks(n * inner) {
+                    half.extend_from_slice(&w[..keep * inner]);
                 }
+            }
+            for &axis in rest {
+                transform_axis(&mut planner, &mut half, shape, axis, false);
+            }
+            output::<C64>(name, shape, |out| {
+                out.iter_mut().zip(&half).for_each(|(o, &z)| *o = C64(z));
                 Ok(())
             })
         }
