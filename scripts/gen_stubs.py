@@ -84,6 +84,7 @@ def main():
     (OUT / "__init__.pyi").write_text(module_stub(mx))
     (OUT / "random.pyi").write_text(module_stub(mx.random))
     (OUT / "linalg.pyi").write_text(module_stub(mx.linalg))
+    (OUT / "fft.pyi").write_text(module_stub(mx.fft))
     (OUT.parent / "py.typed").write_text("")
     print(f"wrote stubs to {OUT}")
 

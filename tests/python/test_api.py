@@ -15,7 +15,9 @@ def public(module):
     return {n: getattr(module, n) for n in dir(module) if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("module", [mx, mx.random, mx.linalg], ids=["core", "random", "linalg"])
+@pytest.mark.parametrize(
+    "module", [mx, mx.random, mx.linalg, mx.fft], ids=["core", "random", "linalg", "fft"]
+)
 def test_every_public_callable_has_a_docstring(module):
     undocumented = [n for n, o in public(module).items()
                     if callable(o) and not inspect.ismodule(o) and not (o.__doc__ or "").strip()]
@@ -23,7 +25,7 @@ def test_every_public_callable_has_a_docstring(module):
 
 
 @pytest.mark.parametrize("module,stub", [(mx, "__init__.pyi"), (mx.random, "random.pyi"),
-                                         (mx.linalg, "linalg.pyi")])
+                                         (mx.linalg, "linalg.pyi"), (mx.fft, "fft.pyi")])
 def test_stubs_list_every_public_name(module, stub):
     tree = ast.parse((STUBS / stub).read_text())
     names = set()

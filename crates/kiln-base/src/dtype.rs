@@ -19,6 +19,8 @@ pub enum DType {
     BF16,
     F32,
     F64,
+    /// Two float32s, real then imaginary (MLX's `complex64`).
+    C64,
 }
 
 /// How a dtype behaves in arithmetic.
@@ -28,11 +30,12 @@ pub enum DTypeKind {
     Unsigned,
     Signed,
     Float,
+    Complex,
 }
 
 impl DType {
     /// Every dtype, in the order of the promotion table.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 14] = [
         DType::Bool,
         DType::U8,
         DType::U16,
@@ -46,6 +49,7 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::C64,
     ];
 
     /// Bytes per element.
@@ -54,7 +58,7 @@ impl DType {
             DType::Bool | DType::U8 | DType::I8 => 1,
             DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
             DType::U32 | DType::I32 | DType::F32 => 4,
-            DType::U64 | DType::I64 | DType::F64 => 8,
+            DType::U64 | DType::I64 | DType::F64 | DType::C64 => 8,
         }
     }
 
@@ -65,11 +69,21 @@ impl DType {
             DType::U8 | DType::U16 | DType::U32 | DType::U64 => DTypeKind::Unsigned,
             DType::I8 | DType::I16 | DType::I32 | DType::I64 => DTypeKind::Signed,
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => DTypeKind::Float,
+            DType::C64 => DTypeKind::Complex,
         }
     }
 
     pub const fn is_float(self) -> bool {
         matches!(self.kind(), DTypeKind::Float)
+    }
+
+    pub const fn is_complex(self) -> bool {
+        matches!(self, DType::C64)
+    }
+
+    /// Float or complex (`mx.inexact`).
+    pub const fn is_inexact(self) -> bool {
+        self.is_float() || self.is_complex()
     }
 
     /// Integer (signed or unsigned), not bool.
@@ -93,6 +107,7 @@ impl DType {
             DType::BF16 => "bfloat16",
             DType::F32 => "float32",
             DType::F64 => "float64",
+            DType::C64 => "complex64",
         }
     }
 
@@ -107,9 +122,9 @@ impl DType {
     }
 
     /// The float type an op with float-only math computes in: floats keep their type,
-    /// everything else becomes float32 (as MLX's `exp(int_array)`).
+    /// complex64 stays complex, everything else becomes float32 (as MLX's `exp(int_array)`).
     pub fn to_float(self) -> DType {
-        if self.is_float() {
+        if self.is_inexact() {
             self
         } else {
             DType::F32
@@ -123,27 +138,29 @@ impl fmt::Display for DType {
     }
 }
 
-use DType::{Bool as B, BF16, F16, F32, F64, I16, I32, I64, I8, U16, U32, U64, U8};
+use DType::{Bool as B, BF16, C64, F16, F32, F64, I16, I32, I64, I8, U16, U32, U64, U8};
 
 /// MLX's type promotion, row = left operand, column = right operand, in [`DType::ALL`] order.
 /// Read off `mlx.core` 0.32: unsigned with signed widens to the next signed type, uint64 with
-/// any signed type becomes float32, float16 with bfloat16 becomes float32.
+/// any signed type becomes float32, float16 with bfloat16 becomes float32, and complex64 wins
+/// over everything (float64 included).
 #[rustfmt::skip]
-const PROMOTION: [[DType; 13]; 13] = [
-    //        b    u8   u16  u32  u64  i8   i16  i32  i64  f16  bf16  f32  f64
-    /* b   */ [B,   U8,  U16, U32, U64, I8,  I16, I32, I64, F16, BF16, F32, F64],
-    /* u8  */ [U8,  U8,  U16, U32, U64, I16, I16, I32, I64, F16, BF16, F32, F64],
-    /* u16 */ [U16, U16, U16, U32, U64, I32, I32, I32, I64, F16, BF16, F32, F64],
-    /* u32 */ [U32, U32, U32, U32, U64, I64, I64, I64, I64, F16, BF16, F32, F64],
-    /* u64 */ [U64, U64, U64, U64, U64, F32, F32, F32, F32, F16, BF16, F32, F64],
-    /* i8  */ [I8,  I16, I32, I64, F32, I8,  I16, I32, I64, F16, BF16, F32, F64],
-    /* i16 */ [I16, I16, I32, I64, F32, I16, I16, I32, I64, F16, BF16, F32, F64],
-    /* i32 */ [I32, I32, I32, I64, F32, I32, I32, I32, I64, F16, BF16, F32, F64],
-    /* i64 */ [I64, I64, I64, I64, F32, I64, I64, I64, I64, F16, BF16, F32, F64],
-    /* f16 */ [F16, F16, F16, F16, F16, F16, F16, F16, F16, F16, F32,  F32, F64],
-    /* bf16*/ [BF16,BF16,BF16,BF16,BF16,BF16,BF16,BF16,BF16,F32, BF16, F32, F64],
-    /* f32 */ [F32, F32, F32, F32, F32, F32, F32, F32, F32, F32, F32,  F32, F64],
-    /* f64 */ [F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, F64,  F64, F64],
+const PROMOTION: [[DType; 14]; 14] = [
+    //        b    u8   u16  u32  u64  i8   i16  i32  i64  f16  bf16  f32  f64  c64
+    /* b   */ [B,   U8,  U16, U32, U64, I8,  I16, I32, I64, F16, BF16, F32, F64, C64],
+    /* u8  */ [U8,  U8,  U16, U32, U64, I16, I16, I32, I64, F16, BF16, F32, F64, C64],
+    /* u16 */ [U16, U16, U16, U32, U64, I32, I32, I32, I64, F16, BF16, F32, F64, C64],
+    /* u32 */ [U32, U32, U32, U32, U64, I64, I64, I64, I64, F16, BF16, F32, F64, C64],
+    /* u64 */ [U64, U64, U64, U64, U64, F32, F32, F32, F32, F16, BF16, F32, F64, C64],
+    /* i8  */ [I8,  I16, I32, I64, F32, I8,  I16, I32, I64, F16, BF16, F32, F64, C64],
+    /* i16 */ [I16, I16, I32, I64, F32, I16, I16, I32, I64, F16, BF16, F32, F64, C64],
+    /* i32 */ [I32, I32, I32, I64, F32, I32, I32, I32, I64, F16, BF16, F32, F64, C64],
+    /* i64 */ [I64, I64, I64, I64, F32, I64, I64, I64, I64, F16, BF16, F32, F64, C64],
+    /* f16 */ [F16, F16, F16, F16, F16, F16, F16, F16, F16, F16, F32,  F32, F64, C64],
+    /* bf16*/ [BF16,BF16,BF16,BF16,BF16,BF16,BF16,BF16,BF16,F32, BF16, F32, F64, C64],
+    /* f32 */ [F32, F32, F32, F32, F32, F32, F32, F32, F32, F32, F32,  F32, F64, C64],
+    /* f64 */ [F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, F64,  F64, F64, C64],
+    /* c64 */ [C64, C64, C64, C64, C64, C64, C64, C64, C64, C64, C64,  C64, C64, C64],
 ];
 
 /// A typed scalar value: primitive parameters (fill values, arange bounds) and weak Python
@@ -154,6 +171,8 @@ pub enum Scalar {
     Int(i64),
     UInt(u64),
     Float(f64),
+    /// Real and imaginary parts (Python's `complex`, converted to complex64 in arrays).
+    Complex(f64, f64),
 }
 
 impl Scalar {
@@ -162,7 +181,7 @@ impl Scalar {
             Scalar::Bool(b) => b as u8 as f64,
             Scalar::Int(i) => i as f64,
             Scalar::UInt(u) => u as f64,
-            Scalar::Float(f) => f,
+            Scalar::Float(f) | Scalar::Complex(f, _) => f,
         }
     }
 
@@ -173,7 +192,7 @@ impl Scalar {
             Scalar::Bool(b) => b as i64,
             Scalar::Int(i) => i,
             Scalar::UInt(u) => u as i64,
-            Scalar::Float(f) => f as i64,
+            Scalar::Float(f) | Scalar::Complex(f, _) => f as i64,
         }
     }
 
@@ -182,7 +201,7 @@ impl Scalar {
             Scalar::Bool(b) => b as u64,
             Scalar::Int(i) => i as u64,
             Scalar::UInt(u) => u,
-            Scalar::Float(f) => f as u64,
+            Scalar::Float(f) | Scalar::Complex(f, _) => f as u64,
         }
     }
 
@@ -192,15 +211,25 @@ impl Scalar {
             Scalar::Int(i) => i != 0,
             Scalar::UInt(u) => u != 0,
             Scalar::Float(f) => f != 0.0,
+            Scalar::Complex(re, im) => re != 0.0 || im != 0.0,
         }
     }
 
-    fn key(self) -> (u8, u64) {
+    /// The imaginary part (0 for real scalars).
+    pub fn imag(self) -> f64 {
         match self {
-            Scalar::Bool(b) => (0, b as u64),
-            Scalar::Int(i) => (1, i as u64),
-            Scalar::UInt(u) => (2, u),
-            Scalar::Float(f) => (3, f.to_bits()),
+            Scalar::Complex(_, im) => im,
+            _ => 0.0,
+        }
+    }
+
+    fn key(self) -> (u8, u64, u64) {
+        match self {
+            Scalar::Bool(b) => (0, b as u64, 0),
+            Scalar::Int(i) => (1, i as u64, 0),
+            Scalar::UInt(u) => (2, u, 0),
+            Scalar::Float(f) => (3, f.to_bits(), 0),
+            Scalar::Complex(re, im) => (4, re.to_bits(), im.to_bits()),
         }
     }
 }
@@ -238,6 +267,8 @@ mod tests {
         assert_eq!(DType::F16.promote(DType::BF16), DType::F32);
         assert_eq!(DType::I64.promote(DType::F16), DType::F16);
         assert_eq!(DType::Bool.promote(DType::Bool), DType::Bool);
+        assert_eq!(DType::F64.promote(DType::C64), DType::C64);
+        assert_eq!(DType::C64.size(), 8);
     }
 
     #[test]

@@ -27,5 +27,7 @@ pub use error::{Error, Result};
 pub use fused::{FusedOp, FusedProgram, FusedStep};
 pub use layout::Layout;
 pub use linalg::LinalgOp;
-pub use primitive::{ArgReduceOp, Opaque, Primitive, ReduceOp, ScanOp, ScatterReduce};
+pub use primitive::{
+    ArgReduceOp, ComplexOp, FftKind, Opaque, Primitive, ReduceOp, ScanOp, ScatterReduce,
+};
 pub use shape::{Shape, Strides};

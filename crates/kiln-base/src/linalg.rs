@@ -21,6 +21,9 @@ pub enum LinalgOp {
     /// Symmetric eigendecomposition from one triangle: ascending eigenvalues `(n)` and,
     /// with `vectors`, eigenvectors as columns `(n, n)`.
     Eigh { upper: bool, vectors: bool },
+    /// General eigendecomposition: complex64 eigenvalues `(n)` and, with `vectors`, unit
+    /// eigenvectors as columns `(n, n)` (complex64).
+    Eig { vectors: bool },
     /// `A X = B` for square `A (n, n)` and `B (n, k)`.
     Solve,
     /// `A X = B` for triangular `A`; only the `upper` (or lower) triangle is read.
@@ -47,6 +50,7 @@ impl LinalgOp {
             LinalgOp::Qr => "linalg::qr",
             LinalgOp::Svd { .. } => "linalg::svd",
             LinalgOp::Eigh { .. } => "linalg::eigh",
+            LinalgOp::Eig { .. } => "linalg::eig",
             LinalgOp::Solve => "linalg::solve",
             LinalgOp::SolveTriangular { .. } => "linalg::solve_triangular",
             LinalgOp::Slogdet => "linalg::slogdet",
@@ -69,7 +73,8 @@ impl LinalgOp {
             LinalgOp::Qr
             | LinalgOp::Slogdet
             | LinalgOp::LuFactor
-            | LinalgOp::Eigh { vectors: true, .. } => 2,
+            | LinalgOp::Eigh { vectors: true, .. }
+            | LinalgOp::Eig { vectors: true } => 2,
             _ => 1,
         }
     }
@@ -79,12 +84,22 @@ impl LinalgOp {
         let op = self.name();
         let (a, dtype) = inputs[0];
         for &(_, d) in inputs {
-            ensure!(
-                d == DType::F32 || d == DType::F64,
-                Value,
-                op,
-                "Arrays must have type float32 or float64. Received array with type {d}."
-            );
+            if matches!(self, LinalgOp::Eig { .. }) {
+                ensure!(
+                    matches!(d, DType::F32 | DType::F64 | DType::C64),
+                    Value,
+                    op,
+                    "Arrays must have type float32, float64 or complex64. Received array with \
+                     type {d}."
+                );
+            } else {
+                ensure!(
+                    d == DType::F32 || d == DType::F64,
+                    Value,
+                    op,
+                    "Arrays must have type float32 or float64. Received array with type {d}."
+                );
+            }
             ensure!(d == dtype, Value, op, "Inputs must have one dtype.");
         }
         let nd = a.len();
@@ -124,6 +139,15 @@ impl LinalgOp {
                 let mut out = vec![with(&[n])];
                 if vectors {
                     out.push(with(&[n, n]));
+                }
+                out
+            }
+            LinalgOp::Eig { vectors } => {
+                square()?;
+                let complex = |tail: &[usize]| (with(tail).0, DType::C64);
+                let mut out = vec![complex(&[n])];
+                if vectors {
+                    out.push(complex(&[n, n]));
                 }
                 out
             }

@@ -52,6 +52,30 @@ pub enum ScatterReduce {
     Min,
 }
 
+/// complex64-only elementwise ops (`mx.real`, `mx.imag`, `abs`, `mx.conj`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ComplexOp {
+    /// The real part, float32.
+    Real,
+    /// The imaginary part, float32.
+    Imag,
+    /// The magnitude, float32.
+    Abs,
+    /// The complex conjugate, complex64.
+    Conj,
+}
+
+/// Which transform `Primitive::Fft` computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FftKind {
+    /// complex64 to complex64 over every axis.
+    Complex,
+    /// float32 to complex64: the last axis keeps its `n / 2 + 1` non-negative frequencies.
+    RealForward,
+    /// complex64 to float32 (the inverse of `RealForward`): the last axis becomes `n`.
+    RealInverse { n: usize },
+}
+
 /// One node kind of the lazy graph.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Primitive {
@@ -133,6 +157,11 @@ pub enum Primitive {
     /// A dense factorisation or solver over the last two axes (see `linalg.rs`); several
     /// outputs for QR, SVD, eigh and slogdet.
     Linalg(LinalgOp),
+    /// complex64 elementwise parts: see [`ComplexOp`].
+    Complex(ComplexOp),
+    /// Discrete Fourier transform over sorted unique `axes` (numpy's unscaled forward,
+    /// `1/n`-scaled inverse). Real kinds treat the last of `axes` as the halved axis.
+    Fft { axes: Vec<usize>, inverse: bool, kind: FftKind },
     /// A function with transform rules of its own (custom_function, checkpoint). Inputs: the
     /// `num_primals` primals, then the function's outputs; the outputs are those (views).
     /// The rules live in kiln-core behind the opaque handle; backends never see this.
@@ -190,6 +219,18 @@ impl Primitive {
             Primitive::Linalg(op) => op.name(),
             Primitive::Custom { .. } => "custom_function",
             Primitive::Fused(_) => "Compiled",
+            Primitive::Complex(op) => match op {
+                ComplexOp::Real => "real",
+                ComplexOp::Imag => "imag",
+                ComplexOp::Abs => "abs",
+                ComplexOp::Conj => "conjugate",
+            },
+            Primitive::Fft { inverse, kind, .. } => match (kind, inverse) {
+                (FftKind::Complex, false) => "fft",
+                (FftKind::Complex, true) => "ifft",
+                (FftKind::RealForward, _) => "rfft",
+                (FftKind::RealInverse { .. }, _) => "irfft",
+            },
             Primitive::Gather { .. } => "gather",
             Primitive::Scatter { reduce, .. } => match reduce {
                 ScatterReduce::None => "scatter",
@@ -372,7 +413,12 @@ impl Primitive {
             }
             Primitive::Matmul => {
                 let ((a, da), (b, db)) = (inputs[0], inputs[1]);
-                ensure!(da == db && da.is_float(), Type, op, "Expected float inputs of one dtype.");
+                ensure!(
+                    da == db && da.is_inexact(),
+                    Type,
+                    op,
+                    "Expected float inputs of one dtype."
+                );
                 let n = a.len();
                 ensure!(n >= 2 && b.len() == n, Value, op, "Expected inputs of one rank >= 2.");
                 ensure!(a[..n - 2] == b[..n - 2], Value, op, "Batch dimensions must match.");
@@ -528,6 +574,46 @@ impl Primitive {
                 let mut out = Shape::from(s);
                 *out.last_mut().expect("not 0-d") = bytes / to_size;
                 same(&out, *to)
+            }
+            Primitive::Complex(cop) => {
+                let (s, d) = inputs[0];
+                ensure!(d == DType::C64, Type, op, "Expected a complex64 input, got {d}.");
+                same(s, if *cop == ComplexOp::Conj { DType::C64 } else { DType::F32 })
+            }
+            Primitive::Fft { axes, inverse, kind } => {
+                let (s, d) = inputs[0];
+                check_axes(op, axes, s.len())?;
+                let Some(&last) = axes.last() else {
+                    bail!(Value, op, "Expected at least one axis.");
+                };
+                let mut out = Shape::from(s);
+                let out_dtype = match kind {
+                    FftKind::Complex => {
+                        ensure!(d == DType::C64, Type, op, "Expected a complex64 input, got {d}.");
+                        DType::C64
+                    }
+                    FftKind::RealForward => {
+                        ensure!(!inverse, Value, op, "A real forward transform is not inverse.");
+                        ensure!(d == DType::F32, Type, op, "Expected a float32 input, got {d}.");
+                        out[last] = s[last] / 2 + 1;
+                        DType::C64
+                    }
+                    FftKind::RealInverse { n } => {
+                        ensure!(*inverse, Value, op, "A real inverse transform is inverse.");
+                        ensure!(d == DType::C64, Type, op, "Expected a complex64 input, got {d}.");
+                        ensure!(
+                            s[last] == n / 2 + 1,
+                            Value,
+                            op,
+                            "Expected {} frequencies on axis {last} for {n} outputs, got {}.",
+                            n / 2 + 1,
+                            s[last]
+                        );
+                        out[last] = *n;
+                        DType::F32
+                    }
+                };
+                same(&out, out_dtype)
             }
             Primitive::AsStrided { shape, strides, offset } => {
                 let (s, d) = inputs[0];

@@ -22,6 +22,9 @@ pub fn c_type(dtype: DType) -> &'static str {
         DType::F16 | DType::BF16 => "uint16_t",
         DType::F32 => "float",
         DType::F64 => "double",
+        // C99's complex type has complex64's layout (two floats, real first); the `k_*`
+        // helpers have no complex forms yet, so only moves and plain arithmetic are valid.
+        DType::C64 => "float _Complex",
     }
 }
 

@@ -3,6 +3,7 @@
 //! `Element` and instantiated per dtype by `dispatch!`, so inner loops are monomorphic.
 
 use crate::cast::{float_to_i32, float_to_i64, float_to_u64};
+use crate::complex::C64;
 use crate::scalar::Num;
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
@@ -31,6 +32,10 @@ pub trait Element: Pod + Send + Sync + 'static {
     fn from_bool(v: bool) -> Self {
         Self::from_u64(v as u64)
     }
+    /// complex64 to a real type keeps the real part (as MLX).
+    fn from_c64(v: C64) -> Self {
+        Self::from_f32(v.re())
+    }
     fn cast<D: Element>(self) -> D;
 }
 
@@ -52,6 +57,10 @@ impl Element for Bool8 {
     // NaN != 0, so NaN is true.
     fn from_f64(v: f64) -> Self {
         Bool8((v != 0.0) as u8)
+    }
+    // Either part nonzero (or NaN) is true.
+    fn from_c64(v: C64) -> Self {
+        Bool8((v.re() != 0.0 || v.im() != 0.0) as u8)
     }
     fn cast<D: Element>(self) -> D {
         D::from_bool(self.0 != 0)
@@ -219,6 +228,10 @@ macro_rules! dispatch {
             }
             kiln_base::DType::F64 => {
                 type $T = f64;
+                $body
+            }
+            kiln_base::DType::C64 => {
+                type $T = $crate::complex::C64;
                 $body
             }
         }

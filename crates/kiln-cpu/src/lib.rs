@@ -6,11 +6,14 @@
 mod binary;
 mod bitcast;
 mod cast;
+mod complex;
+mod complex_linalg;
 mod conv;
 mod copy;
 mod creation;
 mod element;
 mod erfinv;
+mod fft;
 pub mod fused;
 mod gather;
 mod halfmap;
@@ -97,6 +100,9 @@ impl Backend for CpuBackend {
             }
             Primitive::Conv(params) => conv::conv(params, &inputs[0], &inputs[1], shape),
             // Several outputs: the kernel builds them all.
+            Primitive::Linalg(kiln_base::LinalgOp::Eig { vectors }) => {
+                return complex_linalg::eig(*vectors, &inputs[0], outputs)
+            }
             Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
             // Its outputs are views of its trailing inputs: the core evaluates it.
             Primitive::Custom { num_primals, .. } => return Ok(inputs[*num_primals..].to_vec()),
@@ -112,6 +118,10 @@ impl Backend for CpuBackend {
                 scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
             }
             Primitive::View(to) => bitcast::view(&inputs[0], *to, shape),
+            Primitive::Complex(op) => complex::complex_part(*op, &inputs[0], shape),
+            Primitive::Fft { axes, inverse, kind } => {
+                fft::fft(axes, *inverse, *kind, &inputs[0], shape)
+            }
             Primitive::AsStrided { shape: s, strides, offset } => {
                 match prim.view_layout(&inputs[0].layout) {
                     Some(layout) => {

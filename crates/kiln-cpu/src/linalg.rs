@@ -92,6 +92,8 @@ fn run<T: Real>(
             }
             LinalgOp::Svd { compute_uv } => svd(name, mat, compute_uv, &mut outs)?,
             LinalgOp::Eigh { upper, vectors } => eigh(mat, upper, vectors, &mut outs),
+            // Complex outputs: dispatched to complex_linalg.rs before this generic path.
+            LinalgOp::Eig { .. } => bail!(Runtime, name, "Expected the complex eig kernel."),
             LinalgOp::Solve => {
                 let mut x = rhs.expect("two inputs").to_owned();
                 if n > 0 {

@@ -37,6 +37,7 @@ pub(crate) fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Ar
         DType::F64 => native::<f64>(a, b, shape),
         DType::F16 => widened::<f16>(a, b, shape),
         DType::BF16 => widened::<bf16>(a, b, shape),
+        DType::C64 => crate::complex_linalg::matmul(a, b, shape),
         d => bail!(Type, "matmul", "The CPU backend does not support matmul on {d}."),
     }
 }

@@ -148,6 +148,18 @@ impl PyArray {
         self.0.dtype().size()
     }
 
+    /// The real part (float32 for complex64).
+    #[getter]
+    fn real(&self) -> PyResult<PyArray> {
+        kops::real(&self.0).map(PyArray).or_raise()
+    }
+
+    /// The imaginary part (float32 for complex64).
+    #[getter]
+    fn imag(&self) -> PyResult<PyArray> {
+        kops::imag(&self.0).map(PyArray).or_raise()
+    }
+
     /// The transpose (axes reversed).
     #[getter(T)]
     fn t(&self) -> PyResult<PyArray> {
@@ -670,6 +682,12 @@ impl PyArray {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyArray> {
         indexing::view(slf.as_any(), dtype, stream)
+    }
+
+    /// The complex conjugate.
+    #[pyo3(signature = (*, stream = None))]
+    fn conj(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+        self.unary(kops::conjugate, stream)
     }
 
     #[pyo3(signature = (*, stream = None))]

@@ -10,7 +10,7 @@ use numpy::prelude::*;
 use numpy::{Element, PyArrayDyn, PyUntypedArray};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple, PyType};
+use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyTuple, PyType};
 
 // ---------------------------------------------------------------------------------------
 // Python -> kiln
@@ -54,6 +54,9 @@ pub fn py_scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Ok(Some(Scalar::Float(f.value())));
     }
+    if let Ok(c) = obj.cast::<PyComplex>() {
+        return Ok(Some(Scalar::Complex(c.real(), c.imag())));
+    }
     if is_numpy_scalar(obj)? {
         let value = obj.call_method0("item")?;
         if !is_numpy_scalar(&value)? {
@@ -72,6 +75,7 @@ pub fn scalar_dtype(value: Scalar) -> DType {
         Scalar::Int(_) => DType::I64,
         Scalar::UInt(_) => DType::U64,
         Scalar::Float(_) => DType::F32,
+        Scalar::Complex(..) => DType::C64,
     }
 }
 
@@ -286,6 +290,7 @@ impl Nested {
         let kind_of = |d: DType| match d {
             DType::Bool => Scalar::Bool(false),
             d if d.is_float() => Scalar::Float(0.0),
+            d if d.is_complex() => Scalar::Complex(0.0, 0.0),
             _ => Scalar::Int(0),
         };
         match (self.array_dtype, self.py_dtype) {
@@ -311,8 +316,8 @@ fn int_bits(value: Scalar) -> i64 {
         Scalar::Bool(b) => b as i64,
         Scalar::Int(i) => i,
         Scalar::UInt(u) => u as i64,
-        Scalar::Float(f) if f >= 2f64.powi(63) => f as u64 as i64,
-        Scalar::Float(f) => f as i64,
+        Scalar::Float(f) | Scalar::Complex(f, _) if f >= 2f64.powi(63) => f as u64 as i64,
+        Scalar::Float(f) | Scalar::Complex(f, _) => f as i64,
     }
 }
 
@@ -348,6 +353,12 @@ fn from_scalars(values: &[Scalar], shape: &[usize], dtype: DType) -> PyResult<Ar
             s => s.as_f64() as f32,
         }),
         DType::F64 => build(v, shape, Scalar::as_f64),
+        // Real part then imaginary part, as float32 pairs.
+        DType::C64 => {
+            let parts: Vec<f32> =
+                v.iter().flat_map(|s| [s.as_f64() as f32, s.imag() as f32]).collect();
+            Array::from_bytes(bytemuck::cast_slice(&parts), shape, DType::C64)
+        }
     }
     .or_raise()
 }
@@ -367,6 +378,8 @@ fn numpy_dtype(kind: u8, size: usize) -> Option<DType> {
         (b'f', 2) => DType::F16,
         (b'f', 4) => DType::F32,
         (b'f', 8) => DType::F64,
+        // complex128 arrives as complex64 (numpy converts it), as MLX.
+        (b'c', 8) | (b'c', 16) => DType::C64,
         _ => return None,
     })
 }
@@ -391,6 +404,20 @@ fn from_numpy(arr: &Bound<'_, PyUntypedArray>, dtype: Option<DType>) -> PyResult
     };
     // Strided or byte-swapped input: let numpy make a native row-major copy first.
     let mut arr = arr.clone();
+    if natural == DType::C64 {
+        // numpy converts complex128 and lays out the parts; they are read as float32 pairs.
+        let np = py.import("numpy")?;
+        let c64 = np.getattr("complex64")?;
+        let dense = np.call_method1("ascontiguousarray", (&arr, c64))?;
+        let shape = arr.shape().to_vec();
+        let parts = dense.call_method1("view", (np.getattr("float32")?,))?;
+        let parts = parts.call_method0("ravel")?.cast_into::<PyUntypedArray>()?;
+        let typed = parts.cast::<PyArrayDyn<f32>>()?;
+        let view = typed.try_readonly()?;
+        let bytes: &[u8] = bytemuck::cast_slice(view.as_slice()?);
+        let array = Array::from_bytes(bytes, &shape, DType::C64).or_raise()?;
+        return ops::astype(&array, dtype.unwrap_or(DType::C64)).or_raise();
+    }
     if !arr.is_c_contiguous() || descr.is_native_byteorder() == Some(false) {
         let native = descr.call_method1("newbyteorder", ("=",))?;
         let np = py.import("numpy")?;
@@ -416,7 +443,7 @@ fn from_numpy(arr: &Bound<'_, PyUntypedArray>, dtype: Option<DType>) -> PyResult
         DType::F16 => numpy_copy::<f16>(&arr, &shape)?,
         DType::F32 => numpy_copy::<f32>(&arr, &shape)?,
         DType::F64 => numpy_copy::<f64>(&arr, &shape)?,
-        DType::BF16 => unreachable!("numpy has no bfloat16 kind code"),
+        DType::BF16 | DType::C64 => unreachable!("no bfloat16 in numpy; complex handled above"),
     };
     let target = dtype.unwrap_or(if natural == DType::F64 { DType::F32 } else { natural });
     ops::astype(&array, target).or_raise()
@@ -450,6 +477,10 @@ pub fn read_scalar(bytes: &[u8], dtype: DType, i: usize) -> Scalar {
         DType::BF16 => Scalar::Float(read::<bf16>(b).to_f64()),
         DType::F32 => Scalar::Float(f64::from(read::<f32>(b))),
         DType::F64 => Scalar::Float(read::<f64>(b)),
+        DType::C64 => {
+            let [re, im] = read::<[f32; 2]>(b);
+            Scalar::Complex(f64::from(re), f64::from(im))
+        }
     }
 }
 
@@ -460,6 +491,7 @@ pub fn scalar_to_py(py: Python<'_>, value: Scalar) -> PyResult<Bound<'_, PyAny>>
         Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
         Scalar::UInt(u) => u.into_pyobject(py)?.into_any(),
         Scalar::Float(f) => PyFloat::new(py, f).into_any(),
+        Scalar::Complex(re, im) => PyComplex::from_doubles(py, re, im).into_any(),
     })
 }
 
@@ -541,6 +573,15 @@ pub fn to_numpy<'py>(py: Python<'py>, array: &Array) -> PyResult<Bound<'py, PyAn
         DType::F16 => typed::<f16>(py, &bytes, shape),
         DType::F32 => typed::<f32>(py, &bytes, shape),
         DType::F64 => typed::<f64>(py, &bytes, shape),
+        DType::C64 => {
+            // float32 pairs viewed by numpy as complex64.
+            let mut pairs = shape.to_vec();
+            pairs.push(2);
+            let parts = typed::<f32>(py, &bytes, &pairs)?;
+            let np = py.import("numpy")?;
+            let c = parts.call_method1("view", (np.getattr("complex64")?,))?;
+            c.call_method1("reshape", (shape.to_vec(),))
+        }
         DType::BF16 => unreachable!("rejected above"),
     }
 }

@@ -107,6 +107,7 @@ impl DtypeCategory {
             DTypeKind::Unsigned => DtypeCategory::UnsignedInteger,
             DTypeKind::Signed => DtypeCategory::SignedInteger,
             DTypeKind::Float => DtypeCategory::Floating,
+            DTypeKind::Complex => DtypeCategory::ComplexFloating,
         }
     }
 
@@ -170,12 +171,15 @@ impl Finfo {
             }
             DType::F32 => (f32::MAX as f64, f32::EPSILON as f64, f32::MIN_POSITIVE as f64),
             DType::F64 => (f64::MAX, f64::EPSILON, f64::MIN_POSITIVE),
+            // complex64's limits are those of its float32 parts (MLX: dtype float32).
+            DType::C64 => (f32::MAX as f64, f32::EPSILON as f64, f32::MIN_POSITIVE as f64),
             d => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "[finfo] dtype {d} is not inexact."
                 )))
             }
         };
+        let dtype = if dtype.0 == DType::C64 { Dtype(DType::F32) } else { dtype };
         let bits = dtype.0.size() * 8;
         Ok(Finfo { min: -max, max, eps, smallest_normal, bits, dtype })
     }

@@ -75,6 +75,11 @@ fn format_scalar(value: Scalar, dtype: DType) -> String {
             debug_assert!(dtype.is_float());
             crate::printoptions::format_float(f)
         }
+        // MLX prints `re+imj`, or `re-imj` when `im < 0` (so -0 and NaN show `+-0j`, `+nanj`).
+        Scalar::Complex(re, im) => {
+            let sign = if im < 0.0 { "" } else { "+" };
+            format!("{}{sign}{}j", format_g(re), format_g(im))
+        }
     }
 }
 

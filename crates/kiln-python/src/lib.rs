@@ -11,12 +11,14 @@
 mod array;
 mod buffer;
 mod compile;
+mod complex;
 mod conv;
 mod convert;
 mod creation;
 mod device;
 mod dtype;
 mod error;
+mod fft;
 mod format;
 mod indexing;
 mod io;
@@ -57,5 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     printoptions::register(m)?;
     quantize::register(m)?;
     buffer::register(m)?;
+    complex::register(m)?;
+    fft::register(m)?;
     Ok(())
 }

@@ -219,6 +219,24 @@ fn eigvalsh(a: &Bound<'_, PyAny>, UPLO: &str, stream: Stream<'_, '_>) -> PyResul
     with_stream(stream, || linalg::eigvalsh(&a, upper)).map(PyArray)
 }
 
+/// `(eigenvalues, eigenvectors)` of general square matrices, complex64 (unit eigenvectors
+/// as columns).
+#[pyfunction]
+#[pyo3(signature = (a, *, stream = None))]
+fn eig(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<(PyArray, PyArray)> {
+    let a = arr(a)?;
+    let (w, v) = with_stream(stream, || linalg::eig(&a))?;
+    Ok((PyArray(w), PyArray(v)))
+}
+
+/// Eigenvalues of general square matrices, complex64.
+#[pyfunction]
+#[pyo3(signature = (a, *, stream = None))]
+fn eigvals(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
+    let a = arr(a)?;
+    with_stream(stream, || linalg::eigvals(&a)).map(PyArray)
+}
+
 /// Solves `A X = B`.
 #[pyfunction]
 #[pyo3(signature = (a, b, *, stream = None))]
@@ -287,6 +305,6 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     add!(parent; addmm, outer, inner, tensordot, einsum);
     let m = PyModule::new(parent.py(), "linalg")?;
     add!(&m; norm, inv, tri_inv, cholesky, cholesky_inv, qr, svd, eigh, eigvalsh, solve);
-    add!(&m; solve_triangular, det, slogdet, pinv, cross, lu, lu_factor);
+    add!(&m; solve_triangular, det, slogdet, pinv, cross, lu, lu_factor, eig, eigvals);
     parent.add_submodule(&m)
 }

@@ -20,12 +20,12 @@ from kiln import _core
 _NUMPY = {  # kiln dtype name -> numpy dtype string (little-endian)
     "bool": "|b1", "uint8": "|u1", "uint16": "<u2", "uint32": "<u4", "uint64": "<u8",
     "int8": "|i1", "int16": "<i2", "int32": "<i4", "int64": "<i8", "float16": "<f2",
-    "bfloat16": "|V2", "float32": "<f4", "float64": "<f8",
+    "bfloat16": "|V2", "float32": "<f4", "float64": "<f8", "complex64": "<c8",
 }
 _SAFETENSORS = {
     "bool": "BOOL", "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64",
     "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "float16": "F16",
-    "bfloat16": "BF16", "float32": "F32", "float64": "F64",
+    "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
 }
 _FROM_SAFETENSORS = {v: k for k, v in _SAFETENSORS.items()}
 

@@ -15,6 +15,8 @@ cholesky = _linalg.cholesky
 cholesky_inv = _linalg.cholesky_inv
 qr = _linalg.qr
 svd = _linalg.svd
+eig = _linalg.eig
+eigvals = _linalg.eigvals
 eigh = _linalg.eigh
 eigvalsh = _linalg.eigvalsh
 solve = _linalg.solve
@@ -30,7 +32,9 @@ __all__ = [
     "cholesky_inv",
     "cross",
     "det",
+    "eig",
     "eigh",
+    "eigvals",
     "eigvalsh",
     "inv",
     "lu",

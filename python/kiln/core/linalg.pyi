@@ -15,8 +15,14 @@ def cross(a, b, axis=..., *, stream=None) -> Any:
 def det(a, *, stream=None) -> Any:
     """Determinant of square matrices."""
 
+def eig(a, *, stream=None) -> Any:
+    """`(eigenvalues, eigenvectors)` of general square matrices, complex64 (unit eigenvectors as columns)."""
+
 def eigh(a, UPLO='L', *, stream=None) -> Any:
     """`(eigenvalues, eigenvectors)` of symmetric matrices, from the `UPLO` triangle."""
+
+def eigvals(a, *, stream=None) -> Any:
+    """Eigenvalues of general square matrices, complex64."""
 
 def eigvalsh(a, UPLO='L', *, stream=None) -> Any:
     """Eigenvalues of symmetric matrices, from the `UPLO` triangle."""

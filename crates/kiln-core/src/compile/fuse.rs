@@ -9,7 +9,7 @@
 //! eager kernel is as good).
 
 use super::graph::{Graph, Node, Value};
-use kiln_base::{DeviceKind, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
+use kiln_base::{DType, DeviceKind, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -24,8 +24,11 @@ pub struct Region {
     pub borders: Vec<String>,
 }
 
-fn fusable(node: &Node) -> bool {
-    if node.stream.device.kind != DeviceKind::Cpu {
+fn fusable(graph: &Graph, node: &Node) -> bool {
+    // Generated C has no complex helpers yet: complex values stay with the eager kernels.
+    let complex = node.outputs.iter().any(|o| o.1 == DType::C64)
+        || node.inputs.iter().any(|v| graph.meta(*v).1 == DType::C64);
+    if node.stream.device.kind != DeviceKind::Cpu || complex {
         return false;
     }
     match &node.prim {
@@ -80,7 +83,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
     let mut regions: Vec<Vec<usize>> = Vec::new();
     let mut reports = Vec::new();
     for root in (0..n).rev() {
-        if region_of[root] != usize::MAX || !fusable(&graph.nodes[root]) {
+        if region_of[root] != usize::MAX || !fusable(graph, &graph.nodes[root]) {
             continue;
         }
         let id = regions.len();
@@ -99,7 +102,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                 let name = node.prim.name();
                 let reason = if region_of[p] != usize::MAX {
                     Some("in another region")
-                } else if !fusable(node) {
+                } else if !fusable(graph, node) {
                     Some("not fusable")
                 } else if node.outputs[0].0 != *shape {
                     Some("another shape")

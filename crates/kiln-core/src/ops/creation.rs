@@ -34,6 +34,10 @@ pub fn scalar_value(a: &Array) -> Result<Scalar> {
         DType::BF16 => Scalar::Float(half::bf16::from_bits(word(2) as u16).to_f64()),
         DType::F32 => Scalar::Float(f32::from_bits(word(4) as u32) as f64),
         DType::F64 => Scalar::Float(f64::from_bits(word(8))),
+        DType::C64 => {
+            let part = |i: usize| f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]) as f64;
+            Scalar::Complex(part(0), part(4))
+        }
     })
 }
 
@@ -55,6 +59,7 @@ fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
         DType::BF16 => bf16::from_f64(f).to_le_bytes().to_vec(),
         DType::F32 => (f as f32).to_le_bytes().to_vec(),
         DType::F64 => f.to_le_bytes().to_vec(),
+        DType::C64 => [(f as f32).to_le_bytes(), (value.imag() as f32).to_le_bytes()].concat(),
     }
 }
 

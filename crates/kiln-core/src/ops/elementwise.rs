@@ -27,12 +27,15 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
         Domain::Float => astype(x, x.dtype().to_float())?,
         Domain::Bool => astype(x, DType::Bool)?,
         Domain::Integer => {
-            if x.dtype().is_float() {
+            if x.dtype().is_inexact() {
                 bail!(Value, facts.name, "Only allowed on integer or boolean types.");
             }
             x.clone()
         }
     };
+    if x.dtype() == DType::C64 {
+        return super::complex::complex_unary(op, &x);
+    }
     let (float, kind) = (x.dtype().is_float(), x.dtype().kind());
     let identity = match op {
         UnaryOp::Abs => kind != DTypeKind::Signed && !float, // |x| of unsigned and bool
@@ -55,7 +58,7 @@ pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
         Domain::Float => promoted.to_float(),
         Domain::Bool => DType::Bool,
         // MLX raises RuntimeError here (its operators check first and raise ValueError).
-        Domain::Integer if promoted.is_float() => bail!(
+        Domain::Integer if promoted.is_inexact() => bail!(
             Runtime,
             facts.name,
             "Only allowed on integer or boolean types but got types {} and {}.",
@@ -71,6 +74,9 @@ pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
         }
         Domain::Integer => promoted,
     };
+    if dtype == DType::C64 {
+        super::complex::check_binary(op)?;
+    }
     let shape = broadcast_shapes(facts.name, a.shape(), b.shape())?;
     let prep = |x: &Array| -> Result<Array> { broadcast_to(&astype(x, dtype)?, &shape) };
     record(Primitive::Binary(op), vec![prep(a)?, prep(b)?])
@@ -81,7 +87,8 @@ pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
 /// to bool gives int32).
 pub fn weak_scalar_dtype(value: Scalar, dtype: DType) -> DType {
     match value {
-        Scalar::Float(_) if !dtype.is_float() => DType::F32,
+        Scalar::Complex(..) => DType::C64,
+        Scalar::Float(_) if !dtype.is_inexact() => DType::F32,
         Scalar::Int(_) | Scalar::UInt(_) if dtype == DType::Bool => DType::I32,
         _ => dtype,
     }

@@ -3,10 +3,12 @@
 //! (`norm`) and the cross product (`cross`).
 
 mod cross;
+mod eig;
 mod factor;
 mod norm;
 
 pub use cross::cross;
+pub use eig::{eig, eigvals};
 pub use factor::{
     cholesky, cholesky_inv, det, eigh, eigvalsh, inv, lu, lu_factor, pinv, qr, slogdet, solve,
     solve_triangular, svd, tri_inv,
@@ -30,7 +32,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
         "Got 0-dimension input. Inputs must have at least one dimension."
     );
     let dtype = a.dtype().promote(b.dtype());
-    if !dtype.is_float() {
+    if !dtype.is_inexact() {
         bail!(Value, op, "Only real floating point types are supported but {dtype} was given.");
     }
     let a1 = if a.ndim() == 1 { expand_dims(a, &[0])? } else { a.clone() };
@@ -65,7 +67,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
 pub fn addmm(c: &Array, a: &Array, b: &Array, alpha: f64, beta: f64) -> Result<Array> {
     let op = "addmm";
     let dtype = a.dtype().promote(b.dtype()).promote(c.dtype());
-    if !dtype.is_float() {
+    if !dtype.is_inexact() {
         bail!(
             Value,
             op,

@@ -23,7 +23,7 @@ binary_fns!(floor_divide => FloorDivide, remainder => Remainder, logical_and => 
 
 /// `~x`: bitwise not of integers, logical not of bool.
 pub fn bitwise_invert(x: &Array) -> Result<Array> {
-    if x.dtype().is_float() {
+    if x.dtype().is_inexact() {
         bail!(Value, "bitwise_invert", "Bitwise inverse only allowed on integer types.");
     }
     unary(UnaryOp::BitwiseInvert, x)
@@ -45,10 +45,10 @@ pub fn reciprocal(x: &Array) -> Result<Array> {
 /// dtype (so scales past the dtype's range give NaN).
 pub fn round(x: &Array, decimals: i32) -> Result<Array> {
     let dtype = x.dtype();
-    if decimals == 0 || (decimals > 0 && !dtype.is_float()) {
+    if decimals == 0 || (decimals > 0 && !dtype.is_inexact()) {
         return unary(UnaryOp::Round, x);
     }
-    if !dtype.is_float() {
+    if !dtype.is_inexact() {
         // Integers (negative decimals) round in float64 as numpy does: x / 10^-d is
         // correctly rounded, so ties stay ties (exact below 2^53). Past 10^20 every
         // 64-bit integer rounds to 0, so the power is capped there (no overflow).
@@ -81,7 +81,7 @@ fn constant_bool(x: &Array, value: bool) -> Result<Array> {
 
 /// True where `x` is NaN (never for integers and bool).
 pub fn isnan(x: &Array) -> Result<Array> {
-    if !x.dtype().is_float() {
+    if !x.dtype().is_inexact() {
         return constant_bool(x, false);
     }
     not_equal(x, x)
@@ -89,7 +89,7 @@ pub fn isnan(x: &Array) -> Result<Array> {
 
 /// True where `x` is +inf or -inf.
 pub fn isinf(x: &Array) -> Result<Array> {
-    if !x.dtype().is_float() {
+    if !x.dtype().is_inexact() {
         return constant_bool(x, false);
     }
     equal(&abs(x)?, &float_scalar(f64::INFINITY, x.dtype())?)
@@ -97,7 +97,7 @@ pub fn isinf(x: &Array) -> Result<Array> {
 
 /// True where `x` is +inf.
 pub fn isposinf(x: &Array) -> Result<Array> {
-    if !x.dtype().is_float() {
+    if !x.dtype().is_inexact() {
         return constant_bool(x, false);
     }
     equal(x, &float_scalar(f64::INFINITY, x.dtype())?)
@@ -105,7 +105,7 @@ pub fn isposinf(x: &Array) -> Result<Array> {
 
 /// True where `x` is -inf.
 pub fn isneginf(x: &Array) -> Result<Array> {
-    if !x.dtype().is_float() {
+    if !x.dtype().is_inexact() {
         return constant_bool(x, false);
     }
     equal(x, &float_scalar(f64::NEG_INFINITY, x.dtype())?)
@@ -113,7 +113,7 @@ pub fn isneginf(x: &Array) -> Result<Array> {
 
 /// True where `x` is neither NaN nor infinite (`|x| < inf` is false for both).
 pub fn isfinite(x: &Array) -> Result<Array> {
-    if !x.dtype().is_float() {
+    if !x.dtype().is_inexact() {
         return constant_bool(x, true);
     }
     less(&abs(x)?, &float_scalar(f64::INFINITY, x.dtype())?)
@@ -134,6 +134,9 @@ fn float_max(dtype: DType) -> f64 {
 /// float16, as MLX). Integers and bool are returned unchanged.
 pub fn nan_to_num(x: &Array, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Array> {
     let dtype = x.dtype();
+    if dtype.is_complex() {
+        bail!(Value, "nan_to_num", "Does not yet support given type: {dtype}.");
+    }
     if !dtype.is_float() {
         return Ok(x.clone());
     }
@@ -162,6 +165,9 @@ pub fn clip(x: &Array, a_min: Option<&Array>, a_max: Option<&Array>) -> Result<A
 
 /// `(a // b, a % b)` with Python's signs.
 pub fn divmod(a: &Array, b: &Array) -> Result<(Array, Array)> {
+    if a.dtype().promote(b.dtype()).is_complex() {
+        bail!(Value, "divmod", "Complex type not supported.");
+    }
     Ok((floor_divide(a, b)?, remainder(a, b)?))
 }
 

@@ -18,12 +18,14 @@ macro_rules! binary_fns {
     )*};
 }
 
+mod complex;
 mod contiguous;
 mod conv;
 mod creation;
 mod diag;
 mod einsum;
 mod elementwise;
+pub mod fft;
 mod index;
 mod indexing;
 pub mod linalg;
@@ -36,6 +38,7 @@ mod scan;
 mod shape;
 mod sort;
 
+pub use complex::{conjugate, imag, real};
 pub use contiguous::contiguous;
 pub use conv::{
     conv1d, conv2d, conv3d, conv_general, conv_transpose1d, conv_transpose2d, conv_transpose3d,

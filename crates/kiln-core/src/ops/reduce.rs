@@ -99,6 +99,9 @@ pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result
     let dtype = x.dtype().to_float();
     let x = astype(x, dtype)?;
     let dev = subtract(&x, &mean(&x, axes, true)?)?;
+    // complex64: the mean squared magnitude, a float32 (as MLX).
+    let (dev, dtype) =
+        if dtype.is_complex() { (super::abs(&dev)?, DType::F32) } else { (dev, dtype) };
     let v = mean(&multiply(&dev, &dev)?, axes, keepdims)?;
     if ddof == 0 {
         return Ok(v);

@@ -27,7 +27,9 @@ pub fn norm(
     axis: Option<&[i64]>,
     keepdims: bool,
 ) -> Result<Array> {
-    let x = astype(a, a.dtype().to_float())?;
+    // Every norm here depends on complex entries only through their magnitudes.
+    let x = if a.dtype().is_complex() { crate::ops::abs(a)? } else { a.clone() };
+    let x = astype(&x, x.dtype().to_float())?;
     let axes: Vec<i64> = match axis {
         Some(axes) => axes.to_vec(),
         None if ord.is_none() => return l2(&x, None, keepdims),

@@ -259,7 +259,7 @@ pub(super) fn vjp(
             }
             vec![ga]
         }
-        LinalgOp::Lu | LinalgOp::LuFactor => return Err(no_gradient(op)),
+        LinalgOp::Lu | LinalgOp::LuFactor | LinalgOp::Eig { .. } => return Err(no_gradient(op)),
     };
     Ok(argnums.iter().map(|&i| per_input[i].clone()).collect())
 }
@@ -388,6 +388,6 @@ pub(super) fn jvp(
                 vec![du, ds, mt(&dv)?]
             }
         }
-        LinalgOp::Lu | LinalgOp::LuFactor => return Err(no_gradient(op)),
+        LinalgOp::Lu | LinalgOp::LuFactor | LinalgOp::Eig { .. } => return Err(no_gradient(op)),
     })
 }

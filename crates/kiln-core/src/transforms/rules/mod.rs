@@ -127,6 +127,8 @@ impl Rules for Primitive {
             Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
             // Fused kernels exist only in compiled graphs, which transforms never walk.
             Primitive::Fused(_) => return Err(missing("vjp", self)),
+            // complex64 gradients are not defined yet.
+            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("vjp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_vjp(self, primals, cotangents, argnums, outputs)?
             }
@@ -204,6 +206,7 @@ impl Rules for Primitive {
             Primitive::Conv(_) => conv::jvp(self, primals, tangents, argnums)?,
             Primitive::Linalg(op) => linalg::jvp(*op, primals, tangents, argnums, outputs)?,
             Primitive::Fused(_) => return Err(missing("jvp", self)),
+            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("jvp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_jvp(self, primals, tangents, argnums)?
             }

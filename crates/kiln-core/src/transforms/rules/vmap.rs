@@ -64,6 +64,7 @@ pub(super) fn vmap(
         | Primitive::Identity
         | Primitive::StopGradient
         | Primitive::View(_)
+        | Primitive::Complex(_)
         | Primitive::Matmul
         | Primitive::RandomBits { .. }
         // Over the last axis, which stays last with the batch axis in front.
@@ -71,6 +72,10 @@ pub(super) fn vmap(
         Primitive::Reduce { op, axes: red } => {
             let x = all_batched(inputs, axes)?.remove(0);
             record(Primitive::Reduce { op: *op, axes: shift(red) }, vec![x])?
+        }
+        Primitive::Fft { axes: fa, inverse, kind } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            record(Primitive::Fft { axes: shift(fa), inverse: *inverse, kind: *kind }, vec![x])?
         }
         Primitive::ArgReduce { op, axis } => {
             let x = all_batched(inputs, axes)?.remove(0);

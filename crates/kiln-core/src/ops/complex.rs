@@ -1,0 +1,55 @@
+//! complex64 ops: `real`, `imag`, `conjugate`, and the complex cases of the elementwise front
+//! end (which ops MLX accepts on complex64, and `abs` giving float32).
+
+use super::{record, zeros_like};
+use crate::array::Array;
+use kiln_base::{bail, BinaryOp, ComplexOp, DType, Primitive, Result, UnaryOp};
+
+/// The real part: float32 for complex64, the input itself for real dtypes (as MLX).
+pub fn real(x: &Array) -> Result<Array> {
+    if x.dtype() == DType::C64 {
+        return record(Primitive::Complex(ComplexOp::Real), vec![x.clone()]);
+    }
+    Ok(x.clone())
+}
+
+/// The imaginary part: float32 for complex64, zeros of the input's dtype otherwise.
+pub fn imag(x: &Array) -> Result<Array> {
+    if x.dtype() == DType::C64 {
+        return record(Primitive::Complex(ComplexOp::Imag), vec![x.clone()]);
+    }
+    zeros_like(x, None)
+}
+
+/// The complex conjugate; real dtypes are returned unchanged.
+pub fn conjugate(x: &Array) -> Result<Array> {
+    if x.dtype() == DType::C64 {
+        return record(Primitive::Complex(ComplexOp::Conj), vec![x.clone()]);
+    }
+    Ok(x.clone())
+}
+
+/// A unary op on a complex64 input (already through its domain rule).
+pub(crate) fn complex_unary(op: UnaryOp, x: &Array) -> Result<Array> {
+    let name = op.facts().name;
+    match op {
+        UnaryOp::Abs => record(Primitive::Complex(ComplexOp::Abs), vec![x.clone()]),
+        UnaryOp::Sigmoid
+        | UnaryOp::Erf
+        | UnaryOp::ErfInv
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Expm1 => bail!(Value, name, "Not supported for complex64."),
+        _ => record(Primitive::Unary(op), vec![x.clone()]),
+    }
+}
+
+/// Binary ops MLX rejects once the operands promote to complex64.
+pub(crate) fn check_binary(op: BinaryOp) -> Result<()> {
+    let name = op.facts().name;
+    match op {
+        BinaryOp::Remainder => bail!(Value, name, "Complex type not supported."),
+        BinaryOp::ArcTan2 => bail!(Value, name, "Not supported for complex64."),
+        _ => Ok(()),
+    }
+}
