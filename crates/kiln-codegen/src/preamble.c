@@ -153,11 +153,11 @@ K_INLINE float k_expf(float x) {
     p = K_FMA(p, r, 1.0f);
     const int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
     const float y = p * k_pow2i(n1) * k_pow2i(n2);
-    return __builtin_isnan(x) ? x : y;
+    return __builtin_isnan(x) ? x : (x < -104.0f ? 0.0f : y); /* exp(-inf) is 0 */
 }
 K_INLINE float k_tanhf(float x) {
     /* |x| < 0.5: x + x z Q(z), z = x^2, Q the Taylor series of (tanh(x)/x - 1) / z to
-     * x^17 (truncation < 5e-10); else 1 - 2 / (exp(2|x|) + 1) (1 exactly past |x| = 9). */
+     * x^17 (truncation < 5e-10); else 1 - 2 / (exp(2|x|) + 1) (1 exactly past |x| = 9.01). */
     const float a = fabsf(x), z = x * x;
     float q = 5.9002744e-04f;
     q = K_FMA(q, z, -1.4558344e-03f);
@@ -168,7 +168,7 @@ K_INLINE float k_tanhf(float x) {
     q = K_FMA(q, z, 1.3333334e-01f);
     q = K_FMA(q, z, -3.3333334e-01f);
     const float small = K_FMA(x * z, q, x);
-    const float e = k_expf(2.0f * (a < 9.0f ? a : 9.0f));
+    const float e = k_expf(2.0f * (a < 20.0f ? a : 20.0f));
     const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
     return a < 0.5f ? small : (__builtin_isnan(x) ? x : big);
 }
