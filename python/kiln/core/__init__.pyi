@@ -163,6 +163,8 @@ class array:
     def astype(self, /, dtype, stream=None) -> Any:
         ...
     at: Any
+    def conj(self, /, *, stream=None) -> Any:
+        """The complex conjugate."""
     def cos(self, /, *, stream=None) -> Any:
         ...
     def cummax(self, /, axis=None, *, reverse=False, inclusive=True, stream=None) -> Any:
@@ -182,6 +184,7 @@ class array:
         ...
     def flatten(self, /, start_axis=0, end_axis=..., *, stream=None) -> Any:
         ...
+    imag: Any
     def item(self, /) -> Any:
         """The single element as a Python scalar."""
     itemsize: Any
@@ -210,6 +213,7 @@ class array:
     ndim: Any
     def prod(self, /, axis=None, keepdims=False, *, stream=None) -> Any:
         ...
+    real: Any
     def reciprocal(self, /, *, stream=None) -> Any:
         ...
     def reshape(self, /, *shape, stream=None) -> Any:
@@ -345,6 +349,8 @@ def clip(a, /, a_min, a_max, *, stream=None) -> Any:
 def compile(fun, inputs=None, outputs=None, shapeless=False) -> Any:
     """Returns a compiled version of ``fun``."""
 
+complex64: Any
+
 complexfloating: Any
 
 def concat(arrays, axis=..., *, stream=None) -> Any:
@@ -352,6 +358,12 @@ def concat(arrays, axis=..., *, stream=None) -> Any:
 
 def concatenate(arrays, axis=..., *, stream=None) -> Any:
     """Joins arrays along `axis` (None: flattens them first)."""
+
+def conj(a, /, *, stream=None) -> Any:
+    """The complex conjugate (an alias of `conjugate`)."""
+
+def conjugate(a, /, *, stream=None) -> Any:
+    """The complex conjugate (real input is returned as is)."""
 
 def contiguous(a, /, allow_col_major=False, *, stream=None) -> Any:
     """Force an array to be row contiguous, copying if necessary (``allow_col_major``: column-major counts as contiguous). Values are unchanged."""
@@ -502,6 +514,8 @@ def expm1(a, /, *, stream=None) -> Any:
 def eye(n, m=None, k=0, dtype=None, *, stream=None) -> Any:
     """Ones on diagonal `k` of an `n x m` matrix."""
 
+from kiln.core import fft as fft
+
 class finfo:
     """Limits of a floating point dtype."""
     bits: Any
@@ -597,6 +611,9 @@ class iinfo:
     dtype: Any
     max: Any
     min: Any
+
+def imag(a, /, *, stream=None) -> Any:
+    """The imaginary part (float32 for complex64 input; zeros for real input)."""
 
 inexact: Any
 
@@ -811,6 +828,9 @@ def radians(a, stream=None) -> Any:
     """Degrees to radians."""
 
 from kiln.core import random as random
+
+def real(a, /, *, stream=None) -> Any:
+    """The real part (float32 for complex64 input; real input is returned as is)."""
 
 def reciprocal(a, /, *, stream=None) -> Any:
     """Elementwise `reciprocal`."""
