@@ -120,6 +120,10 @@ pub struct MemoryCounters {
 }
 
 impl MemoryCounters {
+    pub const fn new() -> Self {
+        MemoryCounters { active: AtomicUsize::new(0), peak: AtomicUsize::new(0) }
+    }
+
     pub fn add(&self, n: usize) {
         let now = self.active.fetch_add(n, Ordering::Relaxed) + n;
         self.peak.fetch_max(now, Ordering::Relaxed);
@@ -171,7 +175,7 @@ const UNSET: usize = usize::MAX;
 
 /// The block size an allocation of `n` bytes gets: classes 1/8 of a power of two apart
 /// (at most 12.5% slack), so freed blocks fit later requests of similar size.
-fn size_class(n: usize) -> usize {
+pub fn size_class(n: usize) -> usize {
     let floor_pow2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
     let step = (floor_pow2 / 8).max(HOST_ALIGN);
     n.div_ceil(step).saturating_mul(step)

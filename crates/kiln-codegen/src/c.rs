@@ -46,7 +46,7 @@ pub fn supports_unary(op: UnaryOp, dtype: DType) -> bool {
 }
 
 /// The type a value is computed in: half floats compute in float.
-fn compute_type(dtype: DType) -> &'static str {
+pub(crate) fn compute_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F16 | DType::BF16 => "float",
         d => c_type(d),
@@ -54,7 +54,7 @@ fn compute_type(dtype: DType) -> &'static str {
 }
 
 /// A stored element as its compute type.
-fn load(dtype: DType, expr: &str) -> String {
+pub(crate) fn load(dtype: DType, expr: &str) -> String {
     match dtype {
         DType::F16 => format!("k_f16_to_f32({expr})"),
         DType::BF16 => format!("k_bf16_to_f32({expr})"),
@@ -63,7 +63,7 @@ fn load(dtype: DType, expr: &str) -> String {
 }
 
 /// A computed value as its stored element.
-fn store(dtype: DType, expr: &str) -> String {
+pub(crate) fn store(dtype: DType, expr: &str) -> String {
     match dtype {
         DType::F16 => format!("k_f64_to_f16((double)({expr}))"),
         DType::BF16 => format!("k_f64_to_bf16((double)({expr}))"),
@@ -131,7 +131,11 @@ fn literal(value: Scalar, dtype: DType) -> String {
 }
 
 /// The expression computing step `i` from earlier locals `t0..`.
-fn step_expr(program: &FusedProgram, i: usize, input: &dyn Fn(usize) -> String) -> String {
+pub(crate) fn step_expr(
+    program: &FusedProgram,
+    i: usize,
+    input: &dyn Fn(usize) -> String,
+) -> String {
     let step = &program.steps[i];
     let t = |k: usize| format!("t{k}");
     match &step.op {

@@ -3,6 +3,7 @@
 //! from the facts rows in `kiln_base::elementwise`, the same table the eager kernels follow.
 
 pub mod c;
+pub mod cuda;
 
 use kiln_base::{BinaryOp, DType, UnaryOp};
 

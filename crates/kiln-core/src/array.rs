@@ -41,6 +41,9 @@ pub(crate) struct Node {
     pub(crate) stream: Stream,
     pub(crate) pending: Mutex<Pending>,
     pub(crate) data: OnceLock<ArrayData>,
+    /// A copy of `data` on the other device (host <-> GPU), made the first time an op, a
+    /// print or a numpy conversion needs it there, so each array moves at most once.
+    pub(crate) mirror: OnceLock<ArrayData>,
     /// Depends on the inputs of a running transform (grad, jvp, vmap): while a transform is
     /// active, evaluating this node keeps its call so the transform can still walk it.
     pub(crate) tracer: bool,
@@ -52,7 +55,7 @@ impl Node {
     fn new(shape: Shape, dtype: DType, stream: Stream, pending: Pending) -> Node {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (pending, data) = (Mutex::new(pending), OnceLock::new());
-        Node { id, shape, dtype, stream, pending, data, tracer: false }
+        Node { id, shape, dtype, stream, pending, data, mirror: OnceLock::new(), tracer: false }
     }
 
     /// Takes the pending call out (poisoning is impossible to observe here: the lock guards a
@@ -269,10 +272,23 @@ impl Array {
         Ok(self.0.data.get().expect("eval sets data"))
     }
 
+    /// The evaluated data on `device`: copied there once (and kept) when it lives elsewhere.
+    pub fn data_on(&self, device: kiln_base::Device) -> Result<ArrayData> {
+        let data = self.data()?;
+        if data.buffer.device() == device {
+            return Ok(data.clone());
+        }
+        if let Some(m) = self.0.mirror.get().filter(|m| m.buffer.device() == device) {
+            return Ok(m.clone());
+        }
+        let moved = crate::device::to_device(data, device)?;
+        let _ = self.0.mirror.set(moved.clone());
+        Ok(moved)
+    }
+
     /// The elements in row-major order as bytes (evaluates; copies strided views).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let data = self.data()?;
-        let host = crate::device::to_host(data)?;
+        let host = self.data_on(kiln_base::Device::CPU)?;
         let width = self.dtype().size();
         let src = host.buffer.host_slice::<u8>();
         if host.layout.row_contiguous {

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
 
-static DEFAULT_DEVICE: RwLock<Device> = RwLock::new(Device::CPU);
+/// The default device once chosen: the GPU when one is available, else the CPU.
+static DEFAULT_DEVICE: RwLock<Option<Device>> = RwLock::new(None);
 
 /// Index of the next stream `new_stream` makes (0 is each device's default stream). Streams
 /// are labels here: the CPU backend evaluates synchronously on the calling thread.
@@ -27,25 +28,30 @@ thread_local! {
 pub fn is_available(device: Device) -> bool {
     match device.kind {
         DeviceKind::Cpu => device.index == 0,
-        DeviceKind::Gpu => false,
+        DeviceKind::Gpu => device.index == 0 && kiln_cuda::is_available(),
     }
 }
 
 fn check_available(op: &'static str, device: Device) -> Result<()> {
     if !is_available(device) {
-        bail!(Value, op, "{device} is not available (this build of kiln has no GPU backend).");
+        let why = kiln_cuda::unavailable_reason().unwrap_or_else(|| "no such device".into());
+        bail!(Value, op, "{device} is not available: {why}.");
     }
     Ok(())
 }
 
 /// The device new arrays go to unless a stream scope says otherwise.
 pub fn default_device() -> Device {
-    *DEFAULT_DEVICE.read().unwrap_or_else(|e| e.into_inner())
+    if let Some(device) = *DEFAULT_DEVICE.read().unwrap_or_else(|e| e.into_inner()) {
+        return device;
+    }
+    let found = if kiln_cuda::is_available() { Device::GPU } else { Device::CPU };
+    *DEFAULT_DEVICE.write().unwrap_or_else(|e| e.into_inner()).get_or_insert(found)
 }
 
 pub fn set_default_device(device: Device) -> Result<()> {
     check_available("set_default_device", device)?;
-    *DEFAULT_DEVICE.write().unwrap_or_else(|e| e.into_inner()) = device;
+    *DEFAULT_DEVICE.write().unwrap_or_else(|e| e.into_inner()) = Some(device);
     Ok(())
 }
 
@@ -150,16 +156,25 @@ impl Drop for StreamScope {
 /// The kernels for a device.
 pub(crate) fn backend(device: Device) -> Result<&'static dyn Backend> {
     static CPU: kiln_cpu::CpuBackend = kiln_cpu::CpuBackend;
+    static GPU: kiln_cuda::CudaBackend = kiln_cuda::CudaBackend;
     match device.kind {
         DeviceKind::Cpu => Ok(&CPU),
-        DeviceKind::Gpu => bail!(Runtime, "eval", "{device} has no backend in this build."),
+        DeviceKind::Gpu => {
+            check_available("eval", device)?;
+            Ok(&GPU)
+        }
     }
 }
 
-/// Host-readable data (a no-op on the CPU; the GPU backend will copy here).
-pub(crate) fn to_host(data: &ArrayData) -> Result<ArrayData> {
-    match data.buffer.device().kind {
-        DeviceKind::Cpu => Ok(data.clone()),
-        DeviceKind::Gpu => bail!(Runtime, "to_host", "GPU buffers are not supported yet."),
+/// Host-readable data (a no-op on the CPU; GPU data is copied to the host).
+pub fn to_host(data: &ArrayData) -> Result<ArrayData> {
+    to_device(data, Device::CPU)
+}
+
+/// `data` on `device`: shared when it is there already, else copied.
+pub fn to_device(data: &ArrayData, device: Device) -> Result<ArrayData> {
+    if data.buffer.device() == device {
+        return Ok(data.clone());
     }
+    kiln_cuda::transfer::to_device(data, device)
 }

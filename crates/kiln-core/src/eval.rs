@@ -6,7 +6,7 @@
 use crate::array::{Array, Pending};
 use crate::device::backend;
 use crate::graph::pending_in_order;
-use kiln_base::{bail, ArrayData, DType, Primitive, Result, Shape, Stream};
+use kiln_base::{bail, ArrayData, DType, DeviceKind, Primitive, Result, Shape};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static CALLS_RUN: AtomicU64 = AtomicU64::new(0);
@@ -19,12 +19,24 @@ pub fn calls_run() -> u64 {
 
 /// Computes every array in `outputs` (and what they depend on) that has no data yet.
 pub fn eval(outputs: &[Array]) -> Result<()> {
-    let order = pending_in_order(outputs);
-    // Consume the order front to back so each node is released once its users are done.
-    for array in order {
-        eval_node(&array)?;
+    if eval_async(outputs)? {
+        // As in MLX, eval returns once the values exist (GPU faults surface here too).
+        kiln_cuda::synchronize()?;
     }
     Ok(())
+}
+
+/// Issues the work computing `outputs`; GPU work may still run when this returns. Returns
+/// whether any was issued to the GPU.
+pub fn eval_async(outputs: &[Array]) -> Result<bool> {
+    let order = pending_in_order(outputs);
+    let mut on_gpu = false;
+    // Consume the order front to back so each node is released once its users are done.
+    for array in order {
+        on_gpu |= array.stream().device.kind == DeviceKind::Gpu;
+        eval_node(&array)?;
+    }
+    Ok(on_gpu)
 }
 
 fn eval_node(array: &Array) -> Result<()> {
@@ -47,13 +59,32 @@ fn eval_node(array: &Array) -> Result<()> {
     if array.is_evaluated() {
         return Ok(());
     }
+    // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
+    // device that runs the call.
+    let device = match array.stream().device.kind {
+        DeviceKind::Gpu if !gpu_runs(&call.prim) => kiln_base::Device::CPU,
+        _ => array.stream().device,
+    };
     let inputs: Vec<ArrayData> = call
         .inputs
         .iter()
-        .map(|input| input.0.data.get().cloned())
-        .collect::<Option<_>>()
-        .expect("inputs are evaluated first");
-    let results = run(&call.prim, &inputs, &call.output_meta, array.stream())?;
+        .map(|input| {
+            let data = input.0.data.get().expect("inputs are evaluated first");
+            if data.buffer.device() == device || call.prim.view_layout(&data.layout).is_some() {
+                Ok(data.clone())
+            } else {
+                input.data_on(device)
+            }
+        })
+        .collect::<Result<_>>()?;
+    let mut results = run(&call.prim, &inputs, &call.output_meta, device)?;
+    if device != array.stream().device {
+        // Ran on the CPU for want of a GPU kernel: the results belong on the GPU.
+        results = results
+            .iter()
+            .map(|r| crate::device::to_device(r, array.stream().device))
+            .collect::<Result<_>>()?;
+    }
     CALLS_RUN.fetch_add(1, Ordering::Relaxed);
     let outputs = call.outputs.get().expect("set at construction");
     // Inside a transform, traced nodes keep their call: the transform walks it afterwards.
@@ -75,7 +106,7 @@ fn run(
     prim: &Primitive,
     inputs: &[ArrayData],
     outputs: &[(Shape, DType)],
-    stream: Stream,
+    device: kiln_base::Device,
 ) -> Result<Vec<ArrayData>> {
     if let [input] = inputs {
         if let Some(layout) = prim.view_layout(&input.layout) {
@@ -89,7 +120,7 @@ fn run(
     if let Primitive::Custom { num_primals, .. } = prim {
         return Ok(inputs[*num_primals..].to_vec()); // the function's outputs, as they are
     }
-    let device = backend(stream.device)?;
+    let device = backend(device)?;
     if let (Primitive::Reshape { shape }, [input]) = (prim, inputs) {
         // Not viewable: copy to row-major first, which always is.
         let meta = [(input.layout.shape.clone(), input.dtype)];
@@ -99,4 +130,10 @@ fn run(
         return Ok(vec![data]);
     }
     device.eval(prim, inputs, outputs)
+}
+
+/// Whether a primitive runs on the GPU (the others run on the CPU for now); a reshape that
+/// is not a view runs as the backend's copy.
+fn gpu_runs(prim: &Primitive) -> bool {
+    matches!(prim, Primitive::Reshape { .. }) || kiln_cuda::supports(prim)
 }

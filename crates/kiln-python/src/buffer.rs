@@ -12,7 +12,7 @@
 
 use crate::array::PyArray;
 use crate::error::OrRaise;
-use kiln_base::{ArrayData, DType, DeviceKind};
+use kiln_base::{ArrayData, DType};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -91,10 +91,8 @@ pub unsafe fn get_buffer(
         )));
     };
     let py = slf.py();
-    let data = py.detach(|| array.data().cloned()).or_raise()?;
-    if data.buffer.device().kind != DeviceKind::Cpu {
-        return Err(PyBufferError::new_err("[buffer] Only host arrays can be exported."));
-    }
+    // GPU data is exported through its host copy (made once per array).
+    let data = py.detach(|| array.data_on(kiln_base::Device::CPU)).or_raise()?;
     let itemsize = dtype.size();
     let layout = &data.layout;
     // What the consumer accepts: no strides means C-contiguous memory.

@@ -1,48 +1,76 @@
-//! Memory counters and limits, with MLX's names (`mx.get_active_memory()` ...).
+//! Memory counters and limits, with MLX's names (`mx.get_active_memory()` ...). As in MLX,
+//! they describe the default device's memory: the GPU's when it is the default, else the
+//! host's.
 
-use kiln_base::buffer::HOST;
+use kiln_base::buffer::{MemoryCounters, HOST};
+use kiln_base::DeviceKind;
+use kiln_cuda::alloc::DEVICE;
 use pyo3::prelude::*;
+
+fn on_gpu() -> bool {
+    kiln_core::device::default_device().kind == DeviceKind::Gpu
+}
+
+fn counters() -> &'static MemoryCounters {
+    if on_gpu() {
+        &DEVICE.counters
+    } else {
+        &HOST.counters
+    }
+}
 
 /// Bytes currently held by arrays (not counting the cache).
 #[pyfunction]
 fn get_active_memory() -> usize {
-    HOST.counters.active()
+    counters().active()
 }
 
 /// The most bytes held at once since start or the last `reset_peak_memory()`.
 #[pyfunction]
 fn get_peak_memory() -> usize {
-    HOST.counters.peak()
+    counters().peak()
 }
 
 /// Resets the peak memory to zero.
 #[pyfunction]
 fn reset_peak_memory() {
-    HOST.counters.reset_peak()
+    counters().reset_peak()
 }
 
 /// Bytes kept in the cache: freed by arrays, not yet returned to the system.
 #[pyfunction]
 fn get_cache_memory() -> usize {
-    HOST.cache_memory()
+    if on_gpu() {
+        DEVICE.cache_memory()
+    } else {
+        HOST.cache_memory()
+    }
 }
 
 /// Returns the cached memory to the system (`get_cache_memory()` is 0 afterwards).
 #[pyfunction]
 fn clear_cache() {
-    HOST.clear_cache()
+    HOST.clear_cache();
+    DEVICE.clear_cache();
 }
 
 /// Sets the memory limit, a guideline: past it, allocation first returns cached memory.
 /// Returns the previous limit in bytes.
 #[pyfunction]
 fn set_memory_limit(limit: usize) -> usize {
-    HOST.set_memory_limit(limit)
+    if on_gpu() {
+        DEVICE.set_memory_limit(limit)
+    } else {
+        HOST.set_memory_limit(limit)
+    }
 }
 
 /// Sets the cache limit in bytes (0 disables the cache); returns the previous limit.
 #[pyfunction]
 fn set_cache_limit(limit: usize) -> usize {
+    if on_gpu() {
+        DEVICE.set_cache_limit(limit);
+    }
     HOST.set_cache_limit(limit)
 }
 

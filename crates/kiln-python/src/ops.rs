@@ -381,13 +381,22 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     py.detach(|| kiln_core::eval(&arrays)).or_raise()
 }
 
+/// Evaluates like `eval` but returns once GPU work is issued, without waiting for it.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn async_eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+    let mut arrays = Vec::new();
+    collect_arrays(args.as_any(), &mut arrays)?;
+    py.detach(|| kiln_core::eval::eval_async(&arrays)).map(|_| ()).or_raise()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(negative, abs, exp, log, sqrt, sin, tanh, sigmoid, erf, erfinv);
     add!(add, subtract, multiply, divide, maximum, minimum, power, equal, not_equal, less);
-    add!(less_equal, greater, greater_equal, where_, astype);
+    add!(less_equal, greater, greater_equal, where_, astype, async_eval);
     add!(sum, prod, max, min, mean, argmax, argmin);
     add!(reshape, transpose, broadcast_to, expand_dims, squeeze, concatenate, matmul);
     add!(zeros, ones, full, arange, eval);

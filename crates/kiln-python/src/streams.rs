@@ -95,8 +95,8 @@ fn clear_streams() {
 }
 
 /// Synchronize with the given stream (a Stream, ThreadLocalStream, Device or DeviceType;
-/// the default stream when None). Evaluation on the CPU finishes before `eval` returns, so
-/// this only checks its argument.
+/// the default stream when None): waits for the GPU work issued so far (the CPU evaluates
+/// synchronously).
 #[pyfunction]
 #[pyo3(signature = (stream = None))]
 fn synchronize(stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
@@ -106,10 +106,10 @@ fn synchronize(stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
             crate::error::raise!(Value, "synchronize", "{} is not available.", s.device)
         })?;
     }
-    Ok(())
+    kiln_cuda::synchronize().map_err(crate::error::to_pyerr)
 }
 
-/// The number of available devices of a type (one CPU; no GPU in this build).
+/// The number of available devices of a type (one CPU; the first GPU when there is one).
 #[pyfunction]
 fn device_count(device_type: crate::device::DeviceType) -> usize {
     let kind: DeviceKind = device_type.into();
@@ -133,6 +133,13 @@ fn device_info<'py>(
     if dev.kind == DeviceKind::Cpu && device::is_available(dev) {
         out.set_item("architecture", std::env::consts::ARCH)?;
         out.set_item("device_name", cpu_model_name())?;
+    }
+    if dev.kind == DeviceKind::Gpu && device::is_available(dev) {
+        if let Ok(gpu) = kiln_cuda::runtime::gpu() {
+            out.set_item("architecture", format!("sm_{}{}", gpu.arch.0, gpu.arch.1))?;
+            out.set_item("device_name", gpu.name.clone())?;
+            out.set_item("memory_size", gpu.total_memory)?;
+        }
     }
     Ok(out)
 }

@@ -195,8 +195,9 @@ def get_memory_limit():
 
 
 def async_eval(*args):
-    """Evaluates like ``eval`` (the CPU backend evaluates synchronously)."""
-    _k.eval(*args)
+    """Evaluates like ``eval`` but returns once the work is issued: GPU kernels may still
+    run (``mx.synchronize()`` or reading a value waits). The CPU evaluates synchronously."""
+    _k.async_eval(*args)
 
 
 def _window(m, fn):

@@ -9,7 +9,7 @@
 //! eager kernel is as good).
 
 use super::graph::{Graph, Node, Value};
-use kiln_base::{DType, DeviceKind, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
+use kiln_base::{DType, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -25,10 +25,11 @@ pub struct Region {
 }
 
 fn fusable(graph: &Graph, node: &Node) -> bool {
-    // Generated C has no complex helpers yet: complex values stay with the eager kernels.
+    // Generated C and CUDA have no complex helpers yet: complex values stay with the eager
+    // kernels. Both backends run fused programs (C on the CPU, CUDA C on the GPU).
     let complex = node.outputs.iter().any(|o| o.1 == DType::C64)
         || node.inputs.iter().any(|v| graph.meta(*v).1 == DType::C64);
-    if node.stream.device.kind != DeviceKind::Cpu || complex {
+    if complex {
         return false;
     }
     match &node.prim {

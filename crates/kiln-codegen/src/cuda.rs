@@ -1,0 +1,275 @@
+//! CUDA C source for a fused elementwise program (kiln_base::FusedProgram), compiled by NVRTC.
+//! One `extern "C" __global__` function, `kiln_kernel(n, in0.., out0.., [index])`, walks the
+//! `n` output elements with a grid-stride loop. Variants:
+//! - contiguous: inputs are row-contiguous of the output's shape or single broadcast values;
+//!   each thread moves `vector` consecutive elements per input with one aligned access
+//!   (16 bytes for the widest type), with a scalar tail;
+//! - strided: `ndim` collapsed dims baked in; shape and per-input strides arrive in a struct
+//!   passed by value; offsets in 32-bit arithmetic where every index fits, else 64-bit.
+//!
+//! The step expressions are the C backend's (`c::step_expr`): the CUDA preamble gives the same
+//! `k_*` names as C++ overloads, so both backends compute one definition of each op.
+
+use crate::c::{compute_type, load, step_expr, store, InputKind};
+use crate::c_type;
+use kiln_base::{DType, FusedProgram};
+use std::fmt::Write;
+
+/// The kernel function's name in every generated source.
+pub const KERNEL_SYMBOL: &str = "kiln_kernel";
+
+/// The scalar math every kernel includes (see `preamble.cu`).
+pub const PREAMBLE: &str = include_str!("preamble.cu");
+
+/// Which CUDA kernel to generate.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CudaVariant {
+    /// Flat index; `vector` elements per access (1 = plain loads).
+    Contiguous { kinds: Vec<InputKind>, vector: usize },
+    /// Any layout over `ndim` dims; `wide` = 64-bit offsets.
+    Strided { ndim: usize, wide: bool },
+}
+
+/// Elements per vector access for a contiguous kernel: 16 bytes of the widest element.
+pub fn vector_width(program: &FusedProgram) -> usize {
+    let widest = program
+        .inputs
+        .iter()
+        .chain(program.output_dtypes().iter())
+        .map(|d| d.size())
+        .max()
+        .unwrap_or(4);
+    (16 / widest.max(1)).max(1)
+}
+
+/// The element type as stored in device memory (bool is one byte, as on the host).
+fn storage_type(dtype: DType) -> &'static str {
+    c_type(dtype)
+}
+
+/// Straight-line code for one element: typed locals, then the stores.
+fn body(
+    program: &FusedProgram,
+    input: &dyn Fn(usize) -> String,
+    output: &dyn Fn(usize) -> String,
+    indent: &str,
+) -> String {
+    let mut s = String::new();
+    for i in 0..program.steps.len() {
+        let ty = compute_type(program.steps[i].dtype);
+        let _ = writeln!(s, "{indent}const {ty} t{i} = {};", step_expr(program, i, input));
+    }
+    for (k, &step) in program.outputs.iter().enumerate() {
+        let dtype = program.steps[step].dtype;
+        let _ = writeln!(s, "{indent}{} = {};", output(k), store(dtype, &format!("t{step}")));
+    }
+    s
+}
+
+/// The CUDA source of `program` as `variant` (preamble included).
+pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
+    let mut s = String::from(PREAMBLE);
+    let _ = writeln!(s, "\n/* {} */", program.name());
+    let n_in = program.inputs.len();
+    if let CudaVariant::Strided { ndim, .. } = variant {
+        let _ = writeln!(
+            s,
+            "struct KIndex {{ int64_t shape[{}]; int64_t strides[{}][{}]; }};",
+            ndim.max(&1),
+            n_in.max(1),
+            ndim.max(&1)
+        );
+    }
+    let mut params = vec!["const int64_t n".to_string()];
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        params.push(format!("const {} *__restrict__ in{k}", storage_type(dtype)));
+    }
+    for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+        params.push(format!("{} *__restrict__ out{k}", storage_type(dtype)));
+    }
+    if matches!(variant, CudaVariant::Strided { .. }) {
+        params.push("const KIndex ix".to_string());
+    }
+    let _ = writeln!(s, "extern \"C\" __global__ void {KERNEL_SYMBOL}({}) {{", params.join(", "));
+    match variant {
+        CudaVariant::Contiguous { kinds, vector } => contiguous(&mut s, program, kinds, *vector),
+        CudaVariant::Strided { ndim, wide } => strided(&mut s, program, *ndim, *wide),
+    }
+    s.push_str("}\n");
+    s
+}
+
+fn contiguous(s: &mut String, program: &FusedProgram, kinds: &[InputKind], vector: usize) {
+    let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        if scalar(k) {
+            let ty = compute_type(dtype);
+            let _ = writeln!(s, "    const {ty} s{k} = {};", load(dtype, &format!("in{k}[0]")));
+        }
+    }
+    let v = vector.max(1);
+    let _ = writeln!(s, "    const int64_t step = (int64_t)gridDim.x * blockDim.x * {v};");
+    let _ = writeln!(
+        s,
+        "    for (int64_t base = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * {v}; base < n; base += step) {{"
+    );
+    let plain_input = |k: usize| {
+        if scalar(k) {
+            format!("s{k}")
+        } else {
+            load(program.inputs[k], &format!("in{k}[i]"))
+        }
+    };
+    let plain_output = |k: usize| format!("out{k}[i]");
+    if v > 1 {
+        let _ = writeln!(s, "        if (base + {v} <= n) {{");
+        for (k, &dtype) in program.inputs.iter().enumerate() {
+            if !scalar(k) {
+                let ty = storage_type(dtype);
+                let _ = writeln!(
+                    s,
+                    "            const KVec<{ty}, {v}> v{k} = *(const KVec<{ty}, {v}> *)(in{k} + base);"
+                );
+            }
+        }
+        for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+            let _ = writeln!(s, "            KVec<{}, {v}> r{k};", storage_type(dtype));
+        }
+        let _ = writeln!(s, "#pragma unroll\n            for (int u = 0; u < {v}; ++u) {{");
+        let vec_input = |k: usize| {
+            if scalar(k) {
+                format!("s{k}")
+            } else {
+                load(program.inputs[k], &format!("v{k}.v[u]"))
+            }
+        };
+        s.push_str(&body(program, &vec_input, &|k| format!("r{k}.v[u]"), "                "));
+        s.push_str("            }\n");
+        for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+            let ty = storage_type(dtype);
+            let _ = writeln!(s, "            *(KVec<{ty}, {v}> *)(out{k} + base) = r{k};");
+        }
+        s.push_str("        } else {\n");
+        let _ = writeln!(s, "            for (int64_t i = base; i < n; ++i) {{");
+        s.push_str(&body(program, &plain_input, &plain_output, "                "));
+        s.push_str("            }\n        }\n");
+    } else {
+        s.push_str("        const int64_t i = base;\n");
+        s.push_str(&body(program, &plain_input, &plain_output, "        "));
+    }
+    s.push_str("    }\n");
+}
+
+fn strided(s: &mut String, program: &FusedProgram, ndim: usize, wide: bool) {
+    let idx = if wide { "int64_t" } else { "int32_t" };
+    let n_in = program.inputs.len();
+    let _ = writeln!(s, "    const {idx} total = ({idx})n;");
+    let _ = writeln!(s, "    const {idx} step = ({idx})gridDim.x * ({idx})blockDim.x;");
+    let _ = writeln!(
+        s,
+        "    for ({idx} i = ({idx})blockIdx.x * ({idx})blockDim.x + ({idx})threadIdx.x; i < total; i += step) {{"
+    );
+    let _ = writeln!(s, "        {idx} rest = i;");
+    for k in 0..n_in {
+        let _ = writeln!(s, "        {idx} o{k} = 0;");
+    }
+    let _ =
+        writeln!(s, "#pragma unroll\n        for (int d = {} - 1; d >= 0; --d) {{", ndim.max(1));
+    let _ = writeln!(s, "            const {idx} extent = ({idx})ix.shape[d];");
+    s.push_str("            const auto c = rest % extent;\n            rest /= extent;\n");
+    for k in 0..n_in {
+        let _ = writeln!(s, "            o{k} += c * ({idx})ix.strides[{k}][d];");
+    }
+    s.push_str("        }\n");
+    let input = |k: usize| load(program.inputs[k], &format!("in{k}[o{k}]"));
+    s.push_str(&body(program, &input, &|k| format!("out{k}[i]"), "        "));
+    s.push_str("    }\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_base::{BinaryOp, FusedOp, FusedStep, Scalar, UnaryOp};
+
+    fn silu_mul(dtype: DType) -> FusedProgram {
+        let st = |op| FusedStep { op, dtype };
+        FusedProgram {
+            inputs: vec![dtype, dtype],
+            steps: vec![
+                st(FusedOp::Input(0)),
+                st(FusedOp::Input(1)),
+                st(FusedOp::Unary(UnaryOp::Sigmoid, 0)),
+                st(FusedOp::Binary(BinaryOp::Multiply, 0, 2)),
+                st(FusedOp::Binary(BinaryOp::Multiply, 3, 1)),
+            ],
+            outputs: vec![4],
+        }
+    }
+
+    #[test]
+    fn contiguous_vector_kernel_snapshot() {
+        let p = silu_mul(DType::F32);
+        let v = CudaVariant::Contiguous {
+            kinds: vec![InputKind::Vector, InputKind::Scalar],
+            vector: vector_width(&p),
+        };
+        let src = cuda_kernel(&p, &v);
+        let kernel = &src[PREAMBLE.len()..];
+        let expected = r#"
+/* Compiled_sigmoid_multiply_multiply */
+extern "C" __global__ void kiln_kernel(const int64_t n, const float *__restrict__ in0, const float *__restrict__ in1, float *__restrict__ out0) {
+    const float s1 = in1[0];
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * 4;
+    for (int64_t base = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; base < n; base += step) {
+        if (base + 4 <= n) {
+            const KVec<float, 4> v0 = *(const KVec<float, 4> *)(in0 + base);
+            KVec<float, 4> r0;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float t0 = v0.v[u];
+                const float t1 = s1;
+                const float t2 = (float)(k_sigmoid((t0)));
+                const float t3 = (float)(((t0) * (t2)));
+                const float t4 = (float)(((t3) * (t1)));
+                r0.v[u] = t4;
+            }
+            *(KVec<float, 4> *)(out0 + base) = r0;
+        } else {
+            for (int64_t i = base; i < n; ++i) {
+                const float t0 = in0[i];
+                const float t1 = s1;
+                const float t2 = (float)(k_sigmoid((t0)));
+                const float t3 = (float)(((t0) * (t2)));
+                const float t4 = (float)(((t3) * (t1)));
+                out0[i] = t4;
+            }
+        }
+    }
+}
+"#;
+        assert_eq!(kernel, expected);
+    }
+
+    #[test]
+    fn strided_kernel_bakes_ndim_and_index_width() {
+        let p = silu_mul(DType::BF16);
+        let src = cuda_kernel(&p, &CudaVariant::Strided { ndim: 3, wide: false });
+        assert!(src.contains("struct KIndex { int64_t shape[3]; int64_t strides[2][3]; };"));
+        assert!(src.contains("const KIndex ix"));
+        assert!(src.contains("int32_t o1 = 0;"));
+        assert!(src.contains("const float t0 = k_bf16_to_f32(in0[o0]);"));
+        assert!(src.contains("out0[i] = k_f64_to_bf16((double)(t4));"));
+        let wide = cuda_kernel(&p, &CudaVariant::Strided { ndim: 3, wide: true });
+        assert!(wide.contains("int64_t o0 = 0;"));
+    }
+
+    #[test]
+    fn vector_width_follows_the_widest_element() {
+        assert_eq!(vector_width(&silu_mul(DType::F32)), 4);
+        assert_eq!(vector_width(&silu_mul(DType::F16)), 8);
+        let mut p = silu_mul(DType::F32);
+        p.steps.push(FusedStep { op: FusedOp::Literal(Scalar::Int(1)), dtype: DType::I64 });
+        p.outputs.push(5);
+        assert_eq!(vector_width(&p), 2);
+    }
+}

@@ -1,0 +1,176 @@
+//! Elementwise work on the GPU: every fused program from compile, and each eager elementwise
+//! primitive as a one-step program, so fused and single ops run the same generated code.
+
+use crate::alloc::{device_ptr, DEVICE};
+use crate::launch::{blocks_for, launch, Args, BLOCK};
+use crate::nvrtc::{function, Function};
+use kiln_base::{ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result};
+use kiln_codegen::c::InputKind;
+use kiln_codegen::cuda::{cuda_kernel, vector_width, CudaVariant, KERNEL_SYMBOL};
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The one-step program of an eager elementwise primitive, or None for other primitives.
+pub fn single_op_program(
+    prim: &Primitive,
+    inputs: &[DType],
+    output: DType,
+) -> Option<FusedProgram> {
+    let mut steps: Vec<FusedStep> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| FusedStep { op: FusedOp::Input(k), dtype: d })
+        .collect();
+    let op = match prim {
+        Primitive::Unary(u) => FusedOp::Unary(*u, 0),
+        Primitive::Binary(b) => FusedOp::Binary(*b, 0, 1),
+        Primitive::Where => FusedOp::Where(0, 1, 2),
+        Primitive::AsType(_) => FusedOp::AsType(0),
+        Primitive::Copy => {
+            return Some(FusedProgram { inputs: inputs.to_vec(), steps, outputs: vec![0] })
+        }
+        _ => return None,
+    };
+    steps.push(FusedStep { op, dtype: output });
+    let last = steps.len() - 1;
+    Some(FusedProgram { inputs: inputs.to_vec(), steps, outputs: vec![last] })
+}
+
+type Key = (Arc<FusedProgram>, CudaVariant);
+static KERNELS: OnceLock<Mutex<FxHashMap<Key, Function>>> = OnceLock::new();
+
+fn kernel(program: &Arc<FusedProgram>, variant: CudaVariant) -> Result<Function> {
+    let kernels = KERNELS.get_or_init(|| Mutex::new(FxHashMap::default()));
+    let key = (program.clone(), variant);
+    if let Some(f) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(*f);
+    }
+    let source = cuda_kernel(program, &key.1);
+    let f = function(&source, KERNEL_SYMBOL)?;
+    kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
+    Ok(f)
+}
+
+/// Dims of `shape` merged where every input's strides allow (fewer index divisions), with
+/// each input's strides over the merged dims.
+fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<Vec<i64>>) {
+    let mut dims: Vec<i64> = Vec::new();
+    let mut strides: Vec<Vec<i64>> = vec![Vec::new(); inputs.len()];
+    for (d, &extent) in shape.iter().enumerate() {
+        if extent == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && inputs.iter().enumerate().all(|(k, x)| {
+                let last = *strides[k].last().expect("same length as dims");
+                last == x.layout.strides[d] as i64 * extent as i64
+            });
+        if mergeable {
+            *dims.last_mut().expect("nonempty") *= extent as i64;
+            for (k, x) in inputs.iter().enumerate() {
+                *strides[k].last_mut().expect("nonempty") = x.layout.strides[d] as i64;
+            }
+        } else {
+            dims.push(extent as i64);
+            for (k, x) in inputs.iter().enumerate() {
+                strides[k].push(x.layout.strides[d] as i64);
+            }
+        }
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        for s in &mut strides {
+            s.push(0);
+        }
+    }
+    (dims, strides)
+}
+
+/// Runs `program` over inputs already on the GPU; every output has `shape`, row-major.
+pub fn run_program(
+    program: &Arc<FusedProgram>,
+    inputs: &[ArrayData],
+    shape: &[usize],
+) -> Result<Vec<ArrayData>> {
+    let n: usize = shape.iter().product();
+    let outputs: Vec<ArrayData> = program
+        .output_dtypes()
+        .into_iter()
+        .map(|dtype| {
+            Ok(ArrayData {
+                buffer: DEVICE.alloc(n * dtype.size())?,
+                layout: Layout::contiguous(shape),
+                dtype,
+            })
+        })
+        .collect::<Result<_>>()?;
+    if n == 0 {
+        return Ok(outputs);
+    }
+    let in_ptr = |x: &ArrayData| device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size());
+    let kinds: Option<Vec<InputKind>> = inputs
+        .iter()
+        .map(|x| {
+            if x.layout.shape.as_slice() == shape && x.layout.row_contiguous {
+                Some(InputKind::Vector)
+            } else if x
+                .layout
+                .strides
+                .iter()
+                .zip(x.layout.shape.iter())
+                .all(|(&s, &d)| s == 0 || d == 1)
+            {
+                Some(InputKind::Scalar)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let mut args = Args::new();
+    args.i64(n as i64);
+    for x in inputs {
+        args.ptr(in_ptr(x));
+    }
+    for y in &outputs {
+        args.ptr(device_ptr(&y.buffer, 0, y.dtype.size()));
+    }
+    let (f, per_thread) = match kinds {
+        Some(kinds) => {
+            let width = vector_width(program);
+            let aligned = inputs.iter().zip(&kinds).all(|(x, k)| {
+                *k == InputKind::Scalar || in_ptr(x) % (x.dtype.size() * width) as u64 == 0
+            });
+            let vector = if aligned { width } else { 1 };
+            (kernel(program, CudaVariant::Contiguous { kinds, vector })?, vector)
+        }
+        None => {
+            if let Some(x) = inputs.iter().find(|x| x.layout.shape.as_slice() != shape) {
+                kiln_base::bail!(
+                    Runtime,
+                    "elementwise",
+                    "A kernel input of shape {:?} does not match the output shape {shape:?}.",
+                    x.layout.shape
+                );
+            }
+            let (dims, strides) = collapse(shape, inputs);
+            let reach: i64 = strides
+                .iter()
+                .map(|s| s.iter().zip(&dims).map(|(st, d)| st.abs() * (d - 1)).sum::<i64>())
+                .max()
+                .unwrap_or(0);
+            let wide = n as i64 > (i32::MAX as i64 >> 1) || reach > (i32::MAX as i64 >> 1);
+            let mut table = dims.clone();
+            for s in &strides {
+                table.extend_from_slice(s);
+            }
+            if inputs.is_empty() {
+                table.extend(std::iter::repeat_n(0, dims.len()));
+            }
+            args.i64_struct(&table);
+            (kernel(program, CudaVariant::Strided { ndim: dims.len(), wide })?, 1)
+        }
+    };
+    let blocks = blocks_for(n as u64, BLOCK as u64 * per_thread as u64);
+    launch("elementwise", f, blocks, BLOCK, 0, &mut args)?;
+    Ok(outputs)
+}

@@ -1,0 +1,66 @@
+//! Kernel launches with arguments laid out by value: each argument's bytes are kept in one
+//! vector and cuLaunchKernel gets a pointer to each, as the driver API expects.
+
+use crate::nvrtc::Function;
+use crate::runtime::{driver_error, gpu};
+use cudarc::driver::result;
+use kiln_base::Result;
+
+/// Threads per block of the generated elementwise and reduction kernels.
+pub const BLOCK: u32 = 256;
+
+/// A kernel's arguments, in order.
+#[derive(Default)]
+pub struct Args {
+    /// Each argument as 8-byte words (structs of int64 fields, pointers, int64 scalars).
+    words: Vec<Vec<u64>>,
+}
+
+impl Args {
+    pub fn new() -> Args {
+        Args::default()
+    }
+    pub fn ptr(&mut self, device_ptr: u64) -> &mut Args {
+        self.words.push(vec![device_ptr]);
+        self
+    }
+    pub fn i64(&mut self, v: i64) -> &mut Args {
+        self.words.push(vec![v as u64]);
+        self
+    }
+    /// A struct whose fields are all int64 (shape and stride tables), passed by value.
+    pub fn i64_struct(&mut self, fields: &[i64]) -> &mut Args {
+        self.words.push(fields.iter().map(|&v| v as u64).collect());
+        self
+    }
+}
+
+/// Launches `f` on the GPU's stream with `blocks` x `threads` and `shared` bytes of shared
+/// memory.
+pub fn launch(
+    op: &'static str,
+    f: Function,
+    blocks: u32,
+    threads: u32,
+    shared: u32,
+    args: &mut Args,
+) -> Result<()> {
+    let gpu = gpu()?;
+    let mut params: Vec<*mut std::ffi::c_void> =
+        args.words.iter_mut().map(|w| w.as_mut_ptr() as *mut std::ffi::c_void).collect();
+    // SAFETY: `f` is a loaded kernel whose parameters match `args` (the generator and the
+    // caller agree on the signature); every pointer argument is a live device allocation
+    // kept alive by the caller's buffers until the stream reaches the kernel (buffers are
+    // only reused by later work on the same stream).
+    unsafe {
+        result::launch_kernel(f.0, (blocks, 1, 1), (threads, 1, 1), shared, gpu.stream, &mut params)
+    }
+    .map_err(|e| driver_error(op, e))
+}
+
+/// Blocks for `n` work items of `per_block` each, capped so grid-stride loops cover the rest
+/// while every multiprocessor stays busy.
+pub fn blocks_for(n: u64, per_block: u64) -> u32 {
+    let sms = gpu().map(|g| g.multiprocessors).unwrap_or(1) as u64;
+    n.div_ceil(per_block.max(1)).clamp(1, sms * 32) as u32
+}

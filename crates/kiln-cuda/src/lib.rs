@@ -1,0 +1,26 @@
+//! kiln-cuda: kiln's NVIDIA GPU backend on cudarc (libraries loaded at run time, so this
+//! crate builds and its CPU-side tests pass on machines without CUDA).
+//!
+//! - `runtime`: finding the GPU (probing the libraries first: cudarc panics on a missing
+//!   one), its context and the one ordered stream all work is issued on;
+//! - `alloc`: device memory behind a size-class cache, with counters and limits;
+//! - `transfer`: host <-> device copies of array data;
+//! - `nvrtc`: CUDA C -> CUBIN for the device's architecture, cached in memory and on disk;
+//! - `launch`: kernel argument packing and launches;
+//! - `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
+//!   every eager elementwise primitive;
+//! - `reduce`, `matmul` (cuBLAS): the other primitives with GPU kernels;
+//! - `backend`: the `Backend` implementation.
+
+pub mod alloc;
+pub mod backend;
+pub mod elementwise;
+pub mod launch;
+pub mod matmul;
+pub mod nvrtc;
+pub mod reduce;
+pub mod runtime;
+pub mod transfer;
+
+pub use backend::{supports, CudaBackend};
+pub use runtime::{is_available, synchronize, unavailable_reason};

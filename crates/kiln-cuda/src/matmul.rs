@@ -1,0 +1,187 @@
+//! Matmul through cuBLAS (`cublasGemmStridedBatchedEx`): float32, float16 and bfloat16,
+//! accumulated in float32 (TF32 off unless KILN_CUDA_TF32=1). Operands are read in place
+//! when each matrix is row- or column-major and the batch has one stride (broadcast batches
+//! have stride 0); other layouts are copied row-major first.
+
+use crate::alloc::{device_ptr, DEVICE};
+use crate::elementwise::{run_program, single_op_program};
+use crate::runtime::gpu;
+use cudarc::cublas::{result as blas, sys as bsys};
+use cudarc::driver::result as driver;
+use kiln_base::{bail, ArrayData, DType, Layout, Primitive, Result};
+use std::sync::{Arc, OnceLock};
+
+struct Handle(bsys::cublasHandle_t);
+// SAFETY: the handle is only used under cuBLAS's thread-safety rules: one handle bound to
+// the one stream; calls are serialised by the `HANDLE` mutex below.
+unsafe impl Send for Handle {}
+
+static HANDLE: OnceLock<std::result::Result<std::sync::Mutex<Handle>, String>> = OnceLock::new();
+
+fn handle() -> Result<std::sync::MutexGuard<'static, Handle>> {
+    let gpu = gpu()?;
+    let h = HANDLE.get_or_init(|| {
+        let h = blas::create_handle().map_err(|e| e.to_string())?;
+        // SAFETY: live handle and stream; the runtime stream type is the driver's.
+        unsafe { blas::set_stream(h, gpu.stream as bsys::cudaStream_t) }
+            .map_err(|e| e.to_string())?;
+        if std::env::var("KILN_CUDA_TF32").is_ok_and(|v| v == "1") {
+            // SAFETY: live handle.
+            unsafe { bsys::cublasSetMathMode(h, bsys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) };
+        }
+        Ok(std::sync::Mutex::new(Handle(h)))
+    });
+    match h {
+        Ok(m) => Ok(m.lock().unwrap_or_else(|e| e.into_inner())),
+        Err(e) => bail!(Runtime, "matmul", "cuBLAS could not start: {e}"),
+    }
+}
+
+/// How one operand is read: `transposed` = column-major in memory; `ld` its leading
+/// dimension; `batch_stride` between consecutive matrices.
+struct Operand {
+    ptr: u64,
+    transposed: bool,
+    ld: i64,
+    batch_stride: i64,
+    _keep: ArrayData,
+}
+
+/// The single stride stepping through every batch element in row-major batch order.
+fn batch_stride(shape: &[usize], strides: &[isize]) -> Option<i64> {
+    let mut stride: Option<i64> = None;
+    let mut span = 1i64;
+    for d in (0..shape.len()).rev() {
+        if shape[d] == 1 {
+            continue;
+        }
+        let s = strides[d] as i64;
+        match stride {
+            None => stride = Some(s),
+            Some(base) if s == base * span => {}
+            Some(_) => return None,
+        }
+        span *= shape[d] as i64;
+    }
+    Some(stride.unwrap_or(0))
+}
+
+fn operand(x: &ArrayData) -> Result<Operand> {
+    let nd = x.layout.ndim();
+    let (rows, cols) = (x.layout.shape[nd - 2], x.layout.shape[nd - 1]);
+    let (sr, sc) = (x.layout.strides[nd - 2] as i64, x.layout.strides[nd - 1] as i64);
+    let batch = batch_stride(&x.layout.shape[..nd - 2], &x.layout.strides[..nd - 2]);
+    let row_major = (sc == 1 || cols == 1) && (rows == 1 || sr >= cols as i64);
+    let col_major = (sr == 1 || rows == 1) && (cols == 1 || sc >= rows as i64);
+    let ptr = device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size());
+    match batch {
+        Some(b) if row_major => Ok(Operand {
+            ptr,
+            transposed: false,
+            ld: if rows == 1 { cols as i64 } else { sr }.max(cols as i64).max(1),
+            batch_stride: b,
+            _keep: x.clone(),
+        }),
+        Some(b) if col_major => Ok(Operand {
+            ptr,
+            transposed: true,
+            ld: if cols == 1 { rows as i64 } else { sc }.max(rows as i64).max(1),
+            batch_stride: b,
+            _keep: x.clone(),
+        }),
+        _ => {
+            let program =
+                Arc::new(single_op_program(&Primitive::Copy, &[x.dtype], x.dtype).expect("copy"));
+            let copy = run_program(&program, std::slice::from_ref(x), &x.layout.shape)?.remove(0);
+            operand(&copy)
+        }
+    }
+}
+
+fn data_type(op: &'static str, dtype: DType) -> Result<bsys::cudaDataType> {
+    Ok(match dtype {
+        DType::F32 => bsys::cudaDataType::CUDA_R_32F,
+        DType::F16 => bsys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => bsys::cudaDataType::CUDA_R_16BF,
+        d => bail!(Type, op, "The GPU does not support matmul on {d}."),
+    })
+}
+
+/// `a @ b` over matching batch dims; the result is row-major with `shape`.
+pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
+    let dtype = a.dtype;
+    let ty = data_type("matmul", dtype)?;
+    let nd = shape.len();
+    let (m, n, k) = (shape[nd - 2], shape[nd - 1], a.layout.shape[nd - 1]);
+    let batch: usize = shape[..nd - 2].iter().product();
+    let out = ArrayData {
+        buffer: DEVICE.alloc(shape.iter().product::<usize>() * dtype.size())?,
+        layout: Layout::contiguous(shape),
+        dtype,
+    };
+    if m * n * batch == 0 {
+        return Ok(out);
+    }
+    let gpu = gpu()?;
+    if k == 0 {
+        // SAFETY: the output block holds m*n*batch elements.
+        unsafe {
+            driver::memset_d8_async(
+                out.buffer.as_ptr() as u64,
+                0,
+                m * n * batch * dtype.size(),
+                gpu.stream,
+            )
+        }
+        .map_err(|e| crate::runtime::driver_error("matmul", e))?;
+        return Ok(out);
+    }
+    for &v in &[m, n, k, batch] {
+        if v > i32::MAX as usize {
+            bail!(Value, "matmul", "Dimensions above 2^31 are not supported on the GPU.");
+        }
+    }
+    let (oa, ob) = (operand(a)?, operand(b)?);
+    let op = |t: bool| {
+        if t {
+            bsys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            bsys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let h = handle()?;
+    // Row-major C = A B is column-major C^T = B^T A^T: B's buffer is the first operand.
+    // SAFETY: pointers are live device blocks kept alive by `oa`, `ob` and `out` until the
+    // stream runs the call (their buffers are only reused by later stream work); sizes and
+    // leading dimensions describe those blocks; alpha/beta are host floats (compute 32F).
+    unsafe {
+        blas::gemm_strided_batched_ex(
+            h.0,
+            op(ob.transposed),
+            op(oa.transposed),
+            n as i32,
+            m as i32,
+            k as i32,
+            &alpha as *const f32 as *const _,
+            ob.ptr as *const _,
+            ty,
+            ob.ld as i32,
+            ob.batch_stride,
+            oa.ptr as *const _,
+            ty,
+            oa.ld as i32,
+            oa.batch_stride,
+            &beta as *const f32 as *const _,
+            out.buffer.as_ptr() as *mut _,
+            ty,
+            n as i32,
+            (m * n) as i64,
+            batch as i32,
+            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| kiln_base::Error::Runtime { op: "matmul", msg: format!("cuBLAS failed: {e}") })?;
+    Ok(out)
+}

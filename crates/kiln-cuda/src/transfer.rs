@@ -1,0 +1,48 @@
+//! Moving array data between host and device memory. A view moves with its whole buffer and
+//! keeps its layout, so strided views need no host-side copy.
+
+use crate::alloc::{check_on_gpu, DEVICE};
+use crate::runtime::{driver_error, gpu};
+use cudarc::driver::result;
+use kiln_base::{ArrayData, Device, Result, HOST};
+
+/// A device copy of host data.
+pub fn upload(data: &ArrayData) -> Result<ArrayData> {
+    let gpu = gpu()?;
+    let bytes = data.buffer.host_slice::<u8>();
+    let buffer = DEVICE.alloc(bytes.len())?;
+    if !bytes.is_empty() {
+        // SAFETY: the destination holds at least bytes.len() bytes; from pageable memory the
+        // call returns once the source is staged, so the host buffer may go right after.
+        unsafe { result::memcpy_htod_async(buffer.as_ptr() as u64, bytes, gpu.stream) }
+            .map_err(|e| driver_error("to_gpu", e))?;
+    }
+    Ok(ArrayData { buffer, layout: data.layout.clone(), dtype: data.dtype })
+}
+
+/// A host copy of device data (waits for the work that produces it).
+pub fn download(data: &ArrayData) -> Result<ArrayData> {
+    check_on_gpu("to_host", &data.buffer)?;
+    let gpu = gpu()?;
+    let mut buffer = HOST.alloc_for_overwrite(data.buffer.nbytes())?;
+    let dst = buffer.host_slice_mut::<u8>().expect("a fresh buffer has one handle");
+    if !dst.is_empty() {
+        // SAFETY: the source block holds nbytes bytes; the stream orders the copy after the
+        // kernels writing it, and the call returns when the copy to pageable memory is done.
+        unsafe { result::memcpy_dtoh_async(dst, data.buffer.as_ptr() as u64, gpu.stream) }
+            .map_err(|e| driver_error("to_host", e))?;
+        // SAFETY: the stream is live.
+        unsafe { result::stream::synchronize(gpu.stream) }
+            .map_err(|e| driver_error("to_host", e))?;
+    }
+    Ok(ArrayData { buffer, layout: data.layout.clone(), dtype: data.dtype })
+}
+
+/// `data` on `device`, copied only when it lives elsewhere.
+pub fn to_device(data: &ArrayData, device: Device) -> Result<ArrayData> {
+    match (data.buffer.device() == device, device) {
+        (true, _) => Ok(data.clone()),
+        (false, Device { kind: kiln_base::DeviceKind::Gpu, .. }) => upload(data),
+        (false, _) => download(data),
+    }
+}

@@ -1,0 +1,238 @@
+"""GPU backend tests: results on mx.gpu against numpy and against the same ops on mx.cpu.
+
+Skipped (with the reason) where no GPU is available; run them on the GPU machine with
+`python -m pytest tests/python/test_gpu.py`."""
+
+import numpy as np
+import pytest
+
+import kiln.core as mx
+
+pytestmark = pytest.mark.skipif(
+    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
+)
+
+RNG = np.random.default_rng(7)
+FLOATS = [mx.float32, mx.float16, mx.bfloat16]
+TOL = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
+
+
+def rand(shape, dtype=mx.float32, lo=-3.0, hi=3.0):
+    x = RNG.uniform(lo, hi, size=shape).astype(np.float32)
+    return mx.array(x).astype(dtype)
+
+
+def both(fn, *args):
+    """fn evaluated on the GPU and on the CPU, as float64 numpy arrays."""
+    with mx.stream(mx.gpu):
+        g = fn(*args)
+    with mx.stream(mx.cpu):
+        c = fn(*args)
+    mx.eval(g, c)
+    return np.array(g.astype(mx.float32) if g.dtype in FLOATS else g), np.array(
+        c.astype(mx.float32) if c.dtype in FLOATS else c
+    )
+
+
+def close(g, c, dtype, scale=1.0):
+    tol = TOL.get(dtype, 0) * scale
+    np.testing.assert_allclose(g, c, rtol=tol, atol=tol, equal_nan=True)
+
+
+def test_default_device_is_gpu_and_info():
+    assert mx.default_device() == mx.gpu
+    info = mx.device_info(mx.gpu)
+    assert info["architecture"].startswith("sm_")
+    assert mx.device_count(mx.gpu) == 1
+
+
+UNARY = ["exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "abs", "negative",
+         "floor", "ceil", "round", "rsqrt", "log1p", "expm1", "square", "sign", "arctan"]
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_unary_matches_cpu(name, dtype):
+    lo = 0.1 if name in ("log", "sqrt", "rsqrt", "log1p") else -3.0
+    x = rand((37, 129), dtype, lo=lo)
+    g, c = both(getattr(mx, name), x)
+    close(g, c, dtype, scale=4)
+
+
+BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
+          "floor_divide", "remainder", "logaddexp", "arctan2"]
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_binary_broadcast_matches_cpu(name, dtype):
+    a = rand((5, 1, 33), dtype, lo=0.5)
+    b = rand((4, 33), dtype, lo=0.5)
+    g, c = both(getattr(mx, name), a, b)
+    close(g, c, dtype, scale=4)
+
+
+@pytest.mark.parametrize("dtype", [mx.int8, mx.uint8, mx.int32, mx.int64, mx.uint32, mx.int16])
+@pytest.mark.parametrize("name", ["add", "multiply", "floor_divide", "remainder", "maximum",
+                                  "left_shift", "right_shift", "bitwise_xor", "less", "equal"])
+def test_integer_ops_exact(dtype, name):
+    a = mx.array(RNG.integers(-100, 100, size=(3, 50))).astype(dtype)
+    b = mx.array(RNG.integers(-5, 6, size=(50,))).astype(dtype)
+    g, c = both(getattr(mx, name), a, b)
+    np.testing.assert_array_equal(g, c)
+
+
+def test_integer_division_by_zero_and_bool_ops():
+    a = mx.array([7, -7, 3, 0], dtype=mx.int32)
+    z = mx.zeros((4,), dtype=mx.int32)
+    g, c = both(lambda: (a // z) + (a % z))
+    np.testing.assert_array_equal(g, c)
+    p = mx.array([True, False, True])
+    q = mx.array([True, True, False])
+    g, c = both(lambda: mx.logical_and(p, q) | mx.logical_not(q))
+    np.testing.assert_array_equal(g, c)
+
+
+def test_nan_inf_and_casts():
+    x = mx.array([np.nan, np.inf, -np.inf, 3.7, -2.5, 1e20, -0.0], dtype=mx.float32)
+    for fn in (lambda v: mx.maximum(v, 0.0), lambda v: v.astype(mx.int32),
+               lambda v: v.astype(mx.float16), lambda v: v.astype(mx.bfloat16),
+               lambda v: v.astype(mx.uint8), lambda v: mx.isnan(v), mx.exp):
+        g, c = both(fn, x)
+        np.testing.assert_array_equal(g, c)
+
+
+def test_strided_views_and_where():
+    x = rand((8, 6, 10))
+    y = rand((10, 6))
+    g, c = both(lambda: x[::-2, :, 1::3] * y.T[None, :, 1::3] + x.transpose(0, 2, 1)[1::2, 1::3, :].swapaxes(1, 2))
+    close(g, c, mx.float32)
+    g, c = both(lambda: mx.where(x > 0, x, y.T[None]))
+    close(g, c, mx.float32)
+
+
+def test_empty_and_scalar():
+    e = mx.zeros((0, 5))
+    g, c = both(lambda: mx.exp(e) + 1)
+    assert g.shape == (0, 5)
+    g, c = both(lambda: mx.array(2.0) * mx.array(3.0))
+    assert float(g) == 6.0
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint8])
+@pytest.mark.parametrize("axes", [None, 0, 1, 2, (0, 2), (1, 2)])
+@pytest.mark.parametrize("name", ["sum", "max", "min", "prod", "mean"])
+def test_reductions_match_cpu(dtype, axes, name):
+    if name == "prod":
+        x = rand((6, 7, 9), mx.float32, lo=0.8, hi=1.2).astype(dtype) if dtype in FLOATS else \
+            mx.array(RNG.integers(0, 3, size=(6, 7, 9))).astype(dtype)
+    else:
+        x = rand((6, 7, 9), dtype) if dtype in FLOATS else \
+            mx.array(RNG.integers(0, 50, size=(6, 7, 9))).astype(dtype)
+    g, c = both(lambda v: getattr(mx, name)(v, axis=axes), x)
+    if dtype in FLOATS:
+        close(g, c, dtype, scale=8)
+    else:
+        np.testing.assert_allclose(g, c, rtol=1e-6)
+
+
+def test_large_full_reduction_and_nan():
+    x = rand((3_000_001,))
+    g, c = both(lambda v: mx.sum(v), x)
+    np.testing.assert_allclose(g, c, rtol=1e-4)
+    n = mx.array([1.0, np.nan, 3.0])
+    g, _ = both(lambda v: mx.max(v), n)
+    assert np.isnan(g)
+    b = mx.array(RNG.integers(0, 2, size=(1000, 3)).astype(bool))
+    for fn in (mx.all, mx.any):
+        g, c = both(lambda v: fn(v, axis=0), b)
+        np.testing.assert_array_equal(g, c)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shapes", [((64, 32), (32, 48)), ((3, 17, 5), (3, 5, 9)),
+                                    ((2, 1, 8, 4), (1, 3, 4, 6)), ((1, 7), (7, 1))])
+def test_matmul_matches_numpy(dtype, shapes):
+    a = rand(shapes[0], dtype, -1, 1)
+    b = rand(shapes[1], dtype, -1, 1)
+    g, c = both(lambda: a @ b)
+    ref = np.array(a.astype(mx.float32)) @ np.array(b.astype(mx.float32))
+    tol = {mx.float32: 1e-4, mx.float16: 1e-2, mx.bfloat16: 5e-2}[dtype]
+    np.testing.assert_allclose(g, ref, rtol=tol, atol=tol)
+
+
+def test_matmul_transposed_and_sliced_operands():
+    a = rand((40, 30))
+    b = rand((50, 30))
+    g, _ = both(lambda: a @ b.T)
+    np.testing.assert_allclose(g, np.array(a) @ np.array(b).T, rtol=1e-4, atol=1e-4)
+    g, _ = both(lambda: a[::2, 1:] @ b[3:32, ::-1])
+    np.testing.assert_allclose(g, np.array(a)[::2, 1:] @ np.array(b)[3:32, ::-1], rtol=1e-4, atol=1e-4)
+    k0 = mx.zeros((4, 0))
+    g, _ = both(lambda: k0 @ mx.zeros((0, 3)))
+    np.testing.assert_array_equal(g, np.zeros((4, 3)))
+
+
+def test_ops_without_gpu_kernels_still_run():
+    x = rand((9, 13))
+    for fn in (lambda v: mx.sort(v, axis=1), lambda v: mx.cumsum(v, axis=0),
+               lambda v: mx.argmax(v, axis=1), lambda v: mx.softmax(v, axis=-1),
+               lambda v: v[mx.array([3, 1, 4])], lambda v: mx.concatenate([v, v], axis=0)):
+        g, c = both(fn, x)
+        np.testing.assert_allclose(g, c, rtol=1e-6, atol=1e-6)
+
+
+def test_random_same_numbers_as_cpu():
+    key = mx.random.key(3)
+    g, c = both(lambda: mx.random.uniform(shape=(100,), key=key))
+    np.testing.assert_array_equal(g, c)
+
+
+def test_float64_is_a_clear_error_on_the_gpu():
+    x = mx.array([1.0, 2.0], dtype=mx.float64)
+    with pytest.raises(ValueError, match="float64"):
+        with mx.stream(mx.gpu):
+            y = mx.exp(x)
+        mx.eval(y)
+    with mx.stream(mx.cpu):
+        assert float(mx.exp(x)[0]) == pytest.approx(np.e)
+
+
+def test_compile_fuses_on_the_gpu():
+    def gelu(x):
+        return 0.5 * x * (1 + mx.erf(x / np.sqrt(2.0)))
+
+    f = mx.compile(gelu)
+    for dtype in FLOATS:
+        x = rand((1000, 33), dtype)
+        close(np.array(f(x).astype(mx.float32)), np.array(gelu(x).astype(mx.float32)), dtype, 4)
+    x = rand((5, 7))
+    close(np.array(f(x.T)), np.array(gelu(x.T)), mx.float32)
+
+
+def test_memory_counters_and_limit():
+    mx.clear_cache()
+    before = mx.get_active_memory()
+    x = mx.zeros((1 << 20,)) + 1  # zeros alone is a broadcast view of one value
+    mx.eval(x)
+    assert mx.get_active_memory() >= before + 4 * (1 << 20)
+    del x
+    assert mx.get_cache_memory() >= 4 * (1 << 20)
+    mx.clear_cache()
+    assert mx.get_cache_memory() == 0
+    old = mx.set_memory_limit(1 << 20)
+    try:
+        with pytest.raises(RuntimeError, match="memory"):
+            mx.eval(mx.ones((1 << 22,)) + 1)
+    finally:
+        mx.set_memory_limit(old)
+
+
+def test_conversions_and_async_eval():
+    x = rand((100,))
+    y = mx.exp(x)
+    mx.async_eval(y)
+    mx.synchronize()
+    np.testing.assert_allclose(np.array(y), np.exp(np.array(x)), rtol=1e-6)
+    assert float(mx.sum(y).item()) == pytest.approx(float(np.exp(np.array(x)).sum()), rel=1e-5)
+    assert "array" in repr(y)
