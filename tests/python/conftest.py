@@ -137,3 +137,15 @@ def view_variants(name, shape, rng, **kw):
 def rng(request):
     # A fixed seed per test (str hashes vary between runs; crc32 does not).
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+@pytest.fixture(autouse=True)
+def _float64_on_the_cpu(request):
+    """On a machine with a GPU the suite runs there (the GPU is the default device). float64
+    has no GPU kernels (as in MLX: a clear error), so tests of float64 values run on the
+    CPU stream."""
+    if mx.default_device() == mx.gpu and "float64" in request.node.name:
+        with mx.stream(mx.cpu):
+            yield
+    else:
+        yield

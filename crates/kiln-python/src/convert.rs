@@ -416,7 +416,7 @@ fn from_numpy(arr: &Bound<'_, PyUntypedArray>, dtype: Option<DType>) -> PyResult
         let view = typed.try_readonly()?;
         let bytes: &[u8] = bytemuck::cast_slice(view.as_slice()?);
         let array = Array::from_bytes(bytes, &shape, DType::C64).or_raise()?;
-        return ops::astype(&array, dtype.unwrap_or(DType::C64)).or_raise();
+        return host_astype(&array, dtype.unwrap_or(DType::C64));
     }
     if !arr.is_c_contiguous() || descr.is_native_byteorder() == Some(false) {
         let native = descr.call_method1("newbyteorder", ("=",))?;
@@ -446,7 +446,19 @@ fn from_numpy(arr: &Bound<'_, PyUntypedArray>, dtype: Option<DType>) -> PyResult
         DType::BF16 | DType::C64 => unreachable!("no bfloat16 in numpy; complex handled above"),
     };
     let target = dtype.unwrap_or(if natural == DType::F64 { DType::F32 } else { natural });
-    ops::astype(&array, target).or_raise()
+    host_astype(&array, target)
+}
+
+/// Host data converted to `dtype` on the host, now: the source may be float64, which the
+/// GPU does not have, and the converted values are what the new array holds.
+fn host_astype(array: &Array, dtype: DType) -> PyResult<Array> {
+    if array.dtype() == dtype {
+        return Ok(array.clone());
+    }
+    let _cpu = kiln_core::device::StreamScope::enter(kiln_core::device::host_stream()).or_raise()?;
+    let converted = ops::astype(array, dtype).or_raise()?;
+    kiln_core::eval(std::slice::from_ref(&converted)).or_raise()?;
+    Ok(converted)
 }
 
 // ---------------------------------------------------------------------------------------
