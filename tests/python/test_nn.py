@@ -329,6 +329,28 @@ def test_rope(dims, traditional, offset):
     close(r(mx.array(x), offset=mx.array(offset)), _rope_ref(x, dims, traditional, 500, 0.5, offset), 1e-4)
 
 
+def test_rope_frequencies_and_batched_offsets():
+    from kiln.nn.layers import _fast
+
+    x = rand(2, 3, 5, 8)
+    ref = _rope_ref(x, 8, False, 100.0, 1.0, 2)
+    freqs = mx.power(mx.array(100.0), mx.arange(0, 8, 2) / 8)
+    got = _fast.rope(mx.array(x), 8, traditional=False, base=None, scale=1.0, offset=2, freqs=freqs)
+    close(got, ref, 1e-4)
+    got = _fast.rope(mx.array(x), 8, traditional=True, base=100.0, scale=1.0, offset=mx.array([2, 4]))
+    close(got[0], _rope_ref(x[:1], 8, True, 100.0, 1.0, 2)[0], 1e-4)
+    close(got[1], _rope_ref(x[1:], 8, True, 100.0, 1.0, 4)[0], 1e-4)
+    # bfloat16 in, bfloat16 out; the gradient is the transposed rotation.
+    assert _fast.rope(mx.array(x).astype(mx.bfloat16), 8, traditional=False, base=10.0, scale=1.0,
+                      offset=0).dtype == mx.bfloat16
+    g = mx.grad(lambda z: (_fast.rope(z, 6, traditional=False, base=10.0, scale=1.0, offset=1)
+                           * mx.array(x)).sum())(mx.array(x))
+    close(g, _rope_ref(x, 6, False, 10.0, -1.0, 1), 1e-4)  # rotation by -theta
+    for bad in (3, 0, 10):
+        with pytest.raises(ValueError):
+            _fast.rope(mx.array(x), bad, traditional=False, base=10.0, scale=1.0, offset=0)
+
+
 def _attn_ref(q, k, v, scale, mask=None):
     s = q @ np.swapaxes(k, -1, -2) * scale
     if mask is not None:

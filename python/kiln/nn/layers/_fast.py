@@ -9,8 +9,11 @@ key/value heads.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Union
+
+import numpy as np
 
 import kiln.core as mx
 
@@ -47,6 +50,21 @@ def layer_norm(x: mx.array, weight: Optional[mx.array], bias: Optional[mx.array]
     return y
 
 
+@functools.lru_cache(maxsize=64)
+def _rope_tables(D: int, dims: int, traditional: bool) -> tuple:
+    """``(R, pick)`` for :func:`rope`: ``x @ R`` is ``x`` with each rotated pair turned by
+    90 degrees (``(a, b) -> (-b, a)``), zero past ``dims``; ``pick`` maps each feature to its
+    pair's frequency index (-1 past ``dims``)."""
+    half = dims // 2
+    R = np.zeros((D, D), np.float32)
+    pick = np.full(D, -1)
+    for i in range(half):
+        a, b = (2 * i, 2 * i + 1) if traditional else (i, i + half)
+        R[b, a], R[a, b] = -1.0, 1.0
+        pick[a] = pick[b] = i
+    return R, pick
+
+
 def rope(x: mx.array, dims: int, *, traditional: bool, base: Optional[float], scale: float,
          offset: Union[int, mx.array], freqs: Optional[mx.array] = None) -> mx.array:
     """Rotary position embedding of ``x`` (``(..., L, D)``) at positions
@@ -54,29 +72,30 @@ def rope(x: mx.array, dims: int, *, traditional: bool, base: Optional[float], sc
     f = _fast("rope")
     if f is not None:
         return f(x, dims, traditional=traditional, base=base, scale=scale, offset=offset, freqs=freqs)
-    if dims % 2 or dims > x.shape[-1]:
-        raise ValueError(f"[rope] dims must be even and at most the last axis size, got {dims}.")
-    L = x.shape[-2]
-    half = dims // 2
+    D, L = x.shape[-1], x.shape[-2]
+    if dims % 2 or dims > D or dims <= 0:
+        raise ValueError(f"[rope] dims must be even, positive and at most {D}, got {dims}.")
+    # x * cos + rot90(x) * sin with per-feature tables: one small matmul and elementwise ops
+    # (no slices or concatenations, whose gradients cost far more here).
+    R, pick = _rope_tables(D, dims, bool(traditional))
     if freqs is None:
-        inv = mx.power(mx.array(base, mx.float32), -mx.arange(0, dims, 2, dtype=mx.float32) / dims)
+        inv = np.power(float(base), -np.arange(0, dims, 2, dtype=np.float64) / dims)
+        inv = mx.array(np.where(pick >= 0, inv[np.maximum(pick, 0)], 0.0).astype(np.float32))
     else:
-        inv = 1.0 / freqs.astype(mx.float32)
-    pos = (mx.arange(L, dtype=mx.float32) + mx.array(offset).astype(mx.float32)) * scale
-    theta = pos[:, None] * inv[None, :]
-    cos, sin = mx.cos(theta), mx.sin(theta)
-    xr = x[..., :dims].astype(mx.float32)
-    if traditional:
-        pairs = xr.reshape(*xr.shape[:-1], half, 2)
-        a, b = pairs[..., 0], pairs[..., 1]
-        rot = mx.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(xr.shape)
+        inv = mx.where(mx.array(pick >= 0), 1.0 / freqs.astype(mx.float32)[mx.array(np.maximum(pick, 0))], 0.0)
+    off = mx.array(offset).astype(mx.float32)
+    if off.ndim == 0:
+        theta = ((mx.arange(L, dtype=mx.float32) + off) * scale)[:, None] * inv
     else:
-        a, b = xr[..., :half], xr[..., half:]
-        rot = mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-    rot = rot.astype(x.dtype)
-    if dims == x.shape[-1]:
-        return rot
-    return mx.concatenate([rot, x[..., dims:]], axis=-1)
+        # One offset per batch element: (B, L, D) tables broadcast over the middle axes.
+        if off.ndim != 1 or x.ndim < 3 or off.shape[0] != x.shape[0]:
+            raise ValueError(f"[rope] offset must be a scalar or one offset per batch element, "
+                             f"got shape {tuple(off.shape)}.")
+        pos = (mx.arange(L, dtype=mx.float32)[None, :] + off[:, None]) * scale
+        theta = (pos[..., None] * inv).reshape(off.shape[0], *([1] * (x.ndim - 3)), L, D)
+    xf = x.astype(mx.float32)
+    out = xf * mx.cos(theta) + mx.matmul(xf, mx.array(R)) * mx.sin(theta)
+    return out.astype(x.dtype)
 
 
 def scaled_dot_product_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
