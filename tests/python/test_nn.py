@@ -262,6 +262,10 @@ def test_conv1d_conv2d(stride, pad, dil, groups):
     ref = _conv_ref(x, np.array(c2.weight), (stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
     close(c2(mx.array(x)), ref, 1e-4)
     assert c2.weight.shape == (2, 3, 2, 4 // groups)
+    c3 = nn.Conv3d(2 * groups, 2, 2, stride=stride, padding=pad, dilation=dil, groups=groups)
+    x = rand(1, 5, 4, 5, 2 * groups)
+    ref = _conv_ref(x, np.array(c3.weight), (stride,) * 3, (pad,) * 3, (dil,) * 3, groups)
+    close(c3(mx.array(x)), ref, 1e-4)
 
 
 def _pool_ref(x, k, s, p, op):
@@ -286,6 +290,13 @@ def test_pooling(k, s, p):
     x2 = rand(1, 7, 8, 2)
     close(nn.MaxPool2d(k, s, p)(mx.array(x2)), _pool_ref(x2, (k, k), (s_, s_), (p, p), "max"))
     close(nn.AvgPool2d(k, s, p)(mx.array(x2)), _pool_ref(x2, (k, k), (s_, s_), (p, p), "avg"), 1e-5)
+
+
+def test_conv_errors():
+    with pytest.raises(ValueError):
+        nn.Conv1d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError):
+        nn.Conv2d(4, 4, (3, 3, 3))
 
 
 def test_pooling_errors_and_gradient():
