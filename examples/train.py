@@ -179,16 +179,19 @@ def progress(i: int, n: int, loss: float, tok_s: float, width: int = 30) -> None
         print(f"[{bar}] {i}/{n} loss {loss:.3f} {tok_s:,.0f} tok/s", flush=True)
 
 
-def time_steps(fn, state, data_iter, n: int) -> float:
-    """Median milliseconds of ``n`` steps (each evaluated with the state)."""
-    times = []
+def time_steps(fns, state, data_iter, n: int) -> list:
+    """Median milliseconds per step of each function in ``fns``, taking turns (so load
+    from other processes falls on all of them alike); every step is evaluated with the
+    state."""
+    times = [[] for _ in fns]
     for _ in range(n):
-        x, y = next(data_iter)
-        mx.eval(x, y)
-        t = time.perf_counter()
-        mx.eval(fn(x, y), state)
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+        for fn, ts in zip(fns, times):
+            x, y = next(data_iter)
+            mx.eval(x, y)
+            t = time.perf_counter()
+            mx.eval(fn(x, y), state)
+            ts.append(time.perf_counter() - t)
+    return [1e3 * statistics.median(ts) for ts in times]
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,7 +249,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--timing-steps", type=int, default=10, help="steps per side of the timing line")
+    p.add_argument("--timing-steps", type=int, default=15, help="steps per side of the timing line")
     p.add_argument("--generate", type=int, default=200, help="characters to generate")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -279,7 +282,7 @@ def main(argv=None) -> None:
     it = batches(data, args.batch, args.context, mx.random.key(args.seed + 1))
     tokens = args.batch * args.context
     t0 = time.perf_counter()
-    first_loss = None
+    first_loss, steady = None, 0.0
     for i in range(1, args.steps + 1):
         x, y = next(it)
         t = time.perf_counter()
@@ -289,15 +292,18 @@ def main(argv=None) -> None:
         if i == 1:
             first_loss = loss.item()
             print(f"first compiled step (trace + compile): {dt:.2f} s")
-        progress(i, args.steps, loss.item(), tokens / dt)
+            rate = tokens / dt
+        else:
+            steady += dt
+            rate = tokens * (i - 1) / steady  # average since the first step
+        progress(i, args.steps, loss.item(), rate)
     train_s = time.perf_counter() - t0
     if args.steps:
         print(f"trained {args.steps} steps in {train_s:.1f} s: loss {first_loss:.3f} -> {loss.item():.3f}")
 
     # Both steps share the model, so the timing continues the training.
     mx.eval(step(*next(it)), state)  # warm the uncompiled path once
-    c_ms = time_steps(cstep, state, it, args.timing_steps)
-    u_ms = time_steps(step, state, it, args.timing_steps)
+    c_ms, u_ms = time_steps([cstep, step], state, it, args.timing_steps)
     print(f"compiled step {c_ms:.1f} ms, uncompiled {u_ms:.1f} ms, speedup {u_ms / c_ms:.2f}x")
 
     if args.generate > 0:
