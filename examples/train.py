@@ -76,14 +76,18 @@ class Attention(nn.Module):
     def __init__(self, dims: int, heads: int):
         super().__init__()
         self.heads = heads
-        self.qkv = nn.Linear(dims, 3 * dims, bias=False)
+        # Separate projections: slicing one fused qkv output would cost three slice
+        # updates of its full size in the backward pass.
+        self.q = nn.Linear(dims, dims, bias=False)
+        self.k = nn.Linear(dims, dims, bias=False)
+        self.v = nn.Linear(dims, dims, bias=False)
         self.out = nn.Linear(dims, dims, bias=False)
         self.rope = nn.RoPE(dims // heads)
 
     def __call__(self, x, cache=None, pos=None):
         B, T, D = x.shape
         h = self.heads
-        q, k, v = self.qkv(x).reshape(B, T, 3, h, D // h).transpose(2, 0, 3, 1, 4)
+        q, k, v = (p(x).reshape(B, T, h, D // h).transpose(0, 2, 1, 3) for p in (self.q, self.k, self.v))
         scale = 1 / math.sqrt(D // h)
         if cache is None:
             q, k = self.rope(q), self.rope(k)

@@ -129,4 +129,4 @@ def test_value_and_grad_inside_compile_keeps_model_arrays(train):
     mx.eval(cstep(x, y), state)
     for _, v in tree_flatten(model.parameters()):
         np.array(v)  # evaluates; a placeholder would raise
-    assert isinstance(model.blocks[0].attn.qkv, nn.Linear)
+    assert isinstance(model.blocks[0].attn.q, nn.Linear)
