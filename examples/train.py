@@ -306,7 +306,8 @@ def main(argv=None) -> None:
         print(f"trained {args.steps} steps in {train_s:.1f} s: loss {first_loss:.3f} -> {loss.item():.3f}")
 
     # Both steps share the model, so the timing continues the training.
-    mx.eval(step(*next(it)), state)  # warm the uncompiled path once
+    for fn in (cstep, step):  # warm both paths (the compiled one traces here with --steps 0)
+        mx.eval(fn(*next(it)), state)
     c_ms, u_ms = time_steps([cstep, step], state, it, args.timing_steps)
     print(f"compiled step {c_ms:.1f} ms, uncompiled {u_ms:.1f} ms, speedup {u_ms / c_ms:.2f}x")
 
