@@ -139,6 +139,25 @@ def test_update_model_and_state_layout():
     assert opt.learning_rate.item() == pytest.approx(0.1)
 
 
+def test_multi_optimizer():
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    w0 = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
+    opt = optim.MultiOptimizer([optim.SGD(0.5), optim.SGD(0.1)], [lambda path, a: path.endswith("bias")])
+    opt.init(model.trainable_parameters())
+    grads = tree_map(mx.ones_like, model.trainable_parameters())
+    opt.update(model, grads)
+    for k, v in tree_flatten(model.parameters()):
+        lr = 0.5 if k.endswith("bias") else 0.1
+        np.testing.assert_allclose(np.array(v), w0[k] - lr, rtol=1e-6, err_msg=k)
+    assert len(opt.state["states"]) == 2 and opt.learning_rate.item() == pytest.approx(0.5)
+    opt.learning_rate = 0.2
+    assert opt.optimizers[1].learning_rate.item() == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        optim.MultiOptimizer([optim.SGD(0.1), optim.SGD(0.1)], [])
+    with pytest.raises(ValueError):
+        opt.state = {"states": []}
+
+
 def test_optimizer_argument_errors():
     with pytest.raises(ValueError):
         optim.SGD(0.1, nesterov=True)

@@ -130,3 +130,16 @@ def test_value_and_grad_inside_compile_keeps_model_arrays(train):
     for _, v in tree_flatten(model.parameters()):
         np.array(v)  # evaluates; a placeholder would raise
     assert isinstance(model.blocks[0].attn.q, nn.Linear)
+
+
+def test_bench_harness_train_step_row():
+    spec = importlib.util.spec_from_file_location(
+        "kiln_bench_harness", EXAMPLE.parents[1] / "bench" / "harness.py")
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    harness.TRAIN_SIZES["tiny"] = {"V": 32, "D": 16, "L": 1, "H": 2, "T": 8, "B": 2, "dtype": "float32"}
+    harness.TRAIN_SIZE = "tiny"
+    harness.TRAIN_STEPS, harness.TRAIN_WARM = 2, 1
+    for compiled in (False, True):
+        r = harness.train_step_bench("kiln", compiled)
+        assert r["tokens"] == 16 and r["sec"] > 0 and r["first"] > 0

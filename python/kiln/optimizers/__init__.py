@@ -2,7 +2,8 @@
 ``import kiln.optimizers as optim``."""
 
 from kiln.optimizers.optimizers import (  # noqa: F401
-    SGD, AdaDelta, Adagrad, Adam, Adamax, AdamW, Lion, Optimizer, RMSprop, clip_grad_norm,
+    SGD, AdaDelta, Adagrad, Adam, Adamax, AdamW, Lion, MultiOptimizer, Optimizer, RMSprop,
+    clip_grad_norm,
 )
 from kiln.optimizers.schedulers import (  # noqa: F401
     cosine_decay, exponential_decay, join_schedules, linear_schedule, step_decay,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, List, Optional, Tuple, Union
 
 import kiln.core as mx
-from kiln.utils import tree_map, tree_reduce
+from kiln.utils import tree_flatten, tree_map, tree_reduce, tree_unflatten
 
 Schedule = Union[float, Callable[[mx.array], mx.array]]
 
@@ -106,6 +106,81 @@ class Optimizer:
         else:
             value = mx.array(value)
         self.state[name] = value
+
+
+def _merge(a, b):
+    """Two trees of the same layout where each leaf is set in one of them (the other holds
+    an empty dict there) merged into one."""
+    if isinstance(a, dict) and not a:
+        return b
+    if isinstance(b, dict) and not b:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _merge(a.get(k, {}), b.get(k, {})) for k in {**a, **b}}
+    if isinstance(a, list) and isinstance(b, list):
+        n = max(len(a), len(b))
+        a, b = a + [{}] * (n - len(a)), b + [{}] * (n - len(b))
+        return [_merge(x, y) for x, y in zip(a, b)]
+    raise ValueError("[MultiOptimizer] Cannot merge trees with different structures.")
+
+
+class MultiOptimizer(Optimizer):
+    """Several optimizers, each for the parameters its filter accepts:
+    ``filters[i](path, array)`` selects optimizer ``i``'s parameters, the last optimizer takes
+    the rest (so there is one filter fewer than optimizers)."""
+
+    def __init__(self, optimizers: List[Optimizer], filters: list = []):
+        super().__init__()
+        self._state = {}
+        if len(filters) != len(optimizers) - 1:
+            raise ValueError(f"Given {len(filters)} filters but {len(optimizers) - 1} needed.")
+        self.optimizers = optimizers
+        self.filters = list(filters) + [lambda *args, **kwargs: True]
+
+    def _split(self, gradients: dict) -> list:
+        if len(self.optimizers) == 1:
+            return [gradients]
+        parts: list = [[] for _ in self.optimizers]
+        for k, g in tree_flatten(gradients):
+            for i, fn in enumerate(self.filters):
+                if fn(k, g):
+                    parts[i].append((k, g))
+                    break
+        return [tree_unflatten(p) if p else {} for p in parts]
+
+    def init(self, parameters: dict) -> None:
+        """Initialises each optimizer on its share of ``parameters``."""
+        for o, p in zip(self.optimizers, self._split(parameters)):
+            o.init(p)
+
+    def apply_gradients(self, gradients: dict, parameters: dict) -> dict:
+        """Each optimizer updates its share; the results are merged."""
+        tree: dict = {}
+        for o, g in zip(self.optimizers, self._split(gradients)):
+            tree = _merge(tree, o.apply_gradients(g, parameters))
+        return tree
+
+    @property
+    def state(self) -> dict:
+        """``{"states": [each optimizer's state]}``."""
+        return {"states": [o.state for o in self.optimizers]}
+
+    @state.setter
+    def state(self, state: dict) -> None:
+        if "states" not in state or len(state["states"]) != len(self.optimizers):
+            raise ValueError("Invalid state provided")
+        for o, st in zip(self.optimizers, state["states"]):
+            o.state = st
+
+    @property
+    def learning_rate(self) -> mx.array:
+        """The first optimizer's learning rate (setting it sets every optimizer's)."""
+        return self.optimizers[0].learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate: Union[float, mx.array]) -> None:
+        for o in self.optimizers:
+            o.learning_rate = learning_rate
 
 
 class SGD(Optimizer):
