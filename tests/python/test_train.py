@@ -3,6 +3,7 @@ uncompiled one, the loss falls, generation with and without compile agrees."""
 
 import importlib.util
 import pathlib
+import sys
 
 import kiln.core as mx
 import kiln.nn as nn
@@ -136,6 +137,7 @@ def test_bench_harness_train_step_row():
     spec = importlib.util.spec_from_file_location(
         "kiln_bench_harness", EXAMPLE.parents[1] / "bench" / "harness.py")
     harness = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = harness  # its dataclasses look the module up
     spec.loader.exec_module(harness)
     harness.TRAIN_SIZES["tiny"] = {"V": 32, "D": 16, "L": 1, "H": 2, "T": 8, "B": 2, "dtype": "float32"}
     harness.TRAIN_SIZE = "tiny"
