@@ -84,6 +84,16 @@ def test_update_apply_update_modules():
     with pytest.raises(ValueError):
         m.update({"l9": {"weight": mx.zeros((1,))}})
     m.update({"l9": {"weight": mx.zeros((1,))}}, strict=False)
+    with pytest.raises(ValueError):
+        m.update({"l1": {"weight": {"x": mx.zeros(1)}}})  # a dict where an array is
+    with pytest.raises(ValueError):
+        m.update({"l1": mx.zeros(1)})  # an array where a module is
+    with pytest.raises(ValueError):
+        m.update({"layers": [{}, {}, {}, {}]})  # more list items than the module has
+    m.update({"layers": [{}, {}, {"weight": mx.zeros((2, 4))}]})  # gaps set nothing
+    assert np.all(np.array(m.layers[2].weight) == 0) and "weight" in m.layers[0]
+    m.update({"extra": {"scale": {}}}, strict=False)
+    assert isinstance(m.extra["scale"], mx.array)
     m.apply(lambda a: a.astype(mx.float16))
     assert all(v.dtype == mx.float16 for _, v in tree_flatten(m.parameters()))
     m.set_dtype(mx.float32)

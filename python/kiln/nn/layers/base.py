@@ -145,37 +145,34 @@ class Module(dict):
         :meth:`parameters`, or part of it). With ``strict`` every key must exist and every
         value be an array where the module has one."""
 
+        def set_or_descend(dst, k, new, where):
+            # The module's current value decides: an array is replaced, a container is
+            # walked into.
+            if isinstance(dst[k], mx.array):
+                if isinstance(new, dict) and not new:
+                    return  # a gap left by tree_unflatten: nothing to set here
+                if strict and not isinstance(new, mx.array):
+                    raise ValueError(f"Received invalid type: {type(new).__name__} for {where}.")
+                dst[k] = new
+            else:
+                apply(dst[k], new, where + ".")
+
         def apply(dst, src, path):
             if isinstance(src, dict):
                 for k, new in src.items():
-                    where = f"{path}{k}"
-                    if k in dst:
-                        cur = dst[k]
-                        if isinstance(new, mx.array):
-                            if strict and not isinstance(cur, mx.array):
-                                raise ValueError(f"Received invalid type: {type(new).__name__} for {where}.")
-                            dst[k] = new
-                        else:
-                            apply(cur, new, where + ".")
+                    if isinstance(dst, dict) and k in dst:
+                        set_or_descend(dst, k, new, f"{path}{k}")
                     elif strict:
-                        raise ValueError(f'Module does not have parameter named "{where}".')
+                        raise ValueError(f'Module does not have parameter named "{path}{k}".')
             elif isinstance(src, list):
-                if strict and not isinstance(dst, list):
-                    raise ValueError(f"Received invalid type: list for {path[:-1]}.")
+                if not isinstance(dst, list) or len(src) > len(dst):
+                    if strict:
+                        raise ValueError(f"Received invalid type: list for {path[:-1] or 'the module'}.")
+                    return
                 for i, new in enumerate(src):
-                    where = f"{path}{i}"
-                    if i >= len(dst):
-                        if strict:
-                            raise ValueError(f'Module does not have parameter named "{where}".')
-                        continue
-                    if isinstance(new, mx.array):
-                        if strict and not isinstance(dst[i], mx.array):
-                            raise ValueError(f"Received invalid type: array for {where}.")
-                        dst[i] = new
-                    else:
-                        apply(dst[i], new, where + ".")
+                    set_or_descend(dst, i, new, f"{path}{i}")
             elif strict:
-                raise ValueError(f"Received invalid type: {type(src).__name__} for {path[:-1]}.")
+                raise ValueError(f"Received invalid type: {type(src).__name__} for {path[:-1] or 'the module'}.")
 
         apply(self, parameters, "")
         return self
