@@ -92,7 +92,7 @@ def test_update_apply_update_modules():
         m.update({"layers": [{}, {}, {}, {}]})  # more list items than the module has
     m.update({"layers": [{}, {}, {"weight": mx.zeros((2, 4))}]})  # gaps set nothing
     assert np.all(np.array(m.layers[2].weight) == 0) and "weight" in m.layers[0]
-    m.update({"extra": {"scale": {}}}, strict=False)
+    m.update({"extra": {"scale": {}}}, strict=False)  # MLX would store the empty dict
     assert isinstance(m.extra["scale"], mx.array)
     m.apply(lambda a: a.astype(mx.float16))
     assert all(v.dtype == mx.float16 for _, v in tree_flatten(m.parameters()))
