@@ -8,9 +8,9 @@ process, one table of times and ratios.
 Workloads (shared/bench/PEERS.md): gelu_erf, gelu_tanh, silu_mul, relu_chain, adam on 2^n
 float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax over
 (4096, 4096), and train_step (one step of a GPT-style LM in kiln.nn / mlx.nn, sized by
-`--train-size small|anchor`). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when installed), the
-`floor` (a memcpy of the same bytes split over all cores with numpy in threads, the
-bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
+`--train-size small|anchor`). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when
+installed), the `floor` (a memcpy of the same bytes split over all cores with numpy in
+threads, the bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
 Rust example: `cargo build --release --example sgemm_faer -p kiln-cpu`).
 
 Extending it: a workload is one entry in WORKLOADS (its inputs, what it moves or computes,
@@ -548,9 +548,11 @@ def print_table(table: dict, n: int, workloads: list[str]):
         add = kiln["add"]["bytes"] / kiln["add"]["sec"]
         print(f"\nkiln add moves {add / 1e9:.1f} GB/s: {add / bw:.0%} of the copy floor "
               f"({bw / 1e9:.1f} GB/s, memcpy over {os.cpu_count()} threads)")
-    firsts = [f"{s} {table[s]['train_step']['first']:.2f} s" for s in systems if "train_step" in table[s]]
+    firsts = [f"{s} {table[s]['train_step']['first']:.2f} s"
+              for s in systems if "train_step" in table[s]]
     if firsts:
-        print(f"train_step ({TRAIN_SIZE}: {TRAIN_SIZES[TRAIN_SIZE]}) first call: " + ", ".join(firsts))
+        print(f"train_step ({TRAIN_SIZE}: {TRAIN_SIZES[TRAIN_SIZE]}) first call: "
+              + ", ".join(firsts))
     faer = table.get("faer", {})
     for w in [w for w in workloads if w in faer and w in kiln]:
         print(f"kiln {w}: {faer[w]['sec'] / kiln[w]['sec']:.0%} of faer's own speed")

@@ -31,13 +31,38 @@ from kiln.nn.layers._fast import scaled_dot_product_attention as sdpa
 # ---------------------------------------------------------------------------------------
 # Data: sentences from a small grammar, as characters.
 
-SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the red fox", "a small bird",
-            "the teacher", "our neighbour", "the baker", "a tired horse"]
+SUBJECTS = [
+    "the cat",
+    "a dog",
+    "the old man",
+    "my sister",
+    "the red fox",
+    "a small bird",
+    "the teacher",
+    "our neighbour",
+    "the baker",
+    "a tired horse",
+]
 VERBS = ["sees", "likes", "follows", "paints", "finds", "watches", "helps", "calls"]
-OBJECTS = ["the moon", "a green apple", "the river", "an empty box", "the tall tree",
-           "a blue door", "the garden", "a quiet song"]
-ENDINGS = ["every morning", "at night", "in the rain", "near the house", "with great care",
-           "once again", "before dinner"]
+OBJECTS = [
+    "the moon",
+    "a green apple",
+    "the river",
+    "an empty box",
+    "the tall tree",
+    "a blue door",
+    "the garden",
+    "a quiet song",
+]
+ENDINGS = [
+    "every morning",
+    "at night",
+    "in the rain",
+    "near the house",
+    "with great care",
+    "once again",
+    "before dinner",
+]
 
 
 def make_text(n_sentences: int, seed: int = 0) -> str:
@@ -72,6 +97,7 @@ class Tokenizer:
 # ---------------------------------------------------------------------------------------
 # Model: pre-norm blocks with RMSNorm, rotary attention and a SiLU-gated MLP.
 
+
 class Attention(nn.Module):
     def __init__(self, dims: int, heads: int):
         super().__init__()
@@ -87,7 +113,9 @@ class Attention(nn.Module):
     def __call__(self, x, cache=None, pos=None):
         B, T, D = x.shape
         h = self.heads
-        q, k, v = (p(x).reshape(B, T, h, D // h).transpose(0, 2, 1, 3) for p in (self.q, self.k, self.v))
+        q, k, v = (
+            p(x).reshape(B, T, h, D // h).transpose(0, 2, 1, 3) for p in (self.q, self.k, self.v)
+        )
         scale = 1 / math.sqrt(D // h)
         if cache is None:
             q, k = self.rope(q), self.rope(k)
@@ -100,8 +128,7 @@ class Attention(nn.Module):
             slots = mx.arange(kc.shape[2])
             here = (slots == pos).reshape(1, 1, -1, 1)
             kc, vc = mx.where(here, k, kc), mx.where(here, v, vc)
-            a = sdpa(
-                q, kc, vc, scale=scale, mask=(slots <= pos).reshape(1, 1, 1, -1))
+            a = sdpa(q, kc, vc, scale=scale, mask=(slots <= pos).reshape(1, 1, 1, -1))
             cache = (kc, vc)
         return self.out(a.transpose(0, 2, 1, 3).reshape(B, T, D)), cache
 
@@ -148,6 +175,7 @@ def loss_fn(model, x, y):
 
 # ---------------------------------------------------------------------------------------
 # Training.
+
 
 def make_step(model, optimizer):
     """The uncompiled training step and its compiled twin (sharing model and optimizer)."""
@@ -201,6 +229,7 @@ def time_steps(fns, state, data_iter, n: int) -> list:
 # ---------------------------------------------------------------------------------------
 # Generation with a fixed-size KV cache.
 
+
 def make_decoder(model, max_len: int, batch: int = 1):
     """``decode(token, pos, key, caches) -> (next token, caches)``: one step, sampling with
     temperature 0.8 from ``key``."""
@@ -227,7 +256,7 @@ def generate(decode, empty, prompt: list, n_new: int, key: mx.array, max_len: in
     caches, pos, feed = empty(), 0, list(prompt[-max_len:])
     while len(out) < n_new:
         if pos == max_len:
-            caches, pos, feed = empty(), 0, history[-(max_len // 2):]
+            caches, pos, feed = empty(), 0, history[-(max_len // 2) :]
         key, sub = mx.random.split(key)
         nxt, caches = decode(mx.array([feed.pop(0)]), mx.array(pos), sub, caches)
         mx.eval(nxt, caches)
@@ -241,6 +270,7 @@ def generate(decode, empty, prompt: list, n_new: int, key: mx.array, max_len: in
 
 
 # ---------------------------------------------------------------------------------------
+
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -260,8 +290,10 @@ def main(argv=None) -> None:
 
     if args.device == "gpu":
         if not mx.is_available(mx.gpu):
-            sys.exit("--device gpu: this kiln build has no GPU backend (or no GPU is visible); "
-                     "use --device cpu.")
+            sys.exit(
+                "--device gpu: this kiln build has no GPU backend (or no GPU is visible); "
+                "use --device cpu."
+            )
         mx.set_default_device(mx.gpu)
     else:
         mx.set_default_device(mx.cpu)
@@ -273,14 +305,21 @@ def main(argv=None) -> None:
     model = GPT(tok.vocab, args.dims, args.layers, args.heads, args.dropout)
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     schedule = optim.join_schedules(
-        [optim.linear_schedule(1e-2 * args.lr, args.lr, 20), optim.cosine_decay(args.lr, max(args.steps, 1), 0.1 * args.lr)],
-        [20])
+        [
+            optim.linear_schedule(1e-2 * args.lr, args.lr, 20),
+            optim.cosine_decay(args.lr, max(args.steps, 1), 0.1 * args.lr),
+        ],
+        [20],
+    )
     optimizer = optim.AdamW(learning_rate=schedule, weight_decay=0.01)
     optimizer.init(model.trainable_parameters())
     step, cstep, state = make_step(model, optimizer)
     mx.eval(state)
-    print(f"GPT: {args.layers} layers, {args.dims} dims, {args.heads} heads, {n_params:,} parameters, "
-          f"vocab {tok.vocab}, context {args.context}, batch {args.batch}, device {args.device}")
+    print(
+        f"GPT: {args.layers} layers, {args.dims} dims, {args.heads} heads, "
+        f"{n_params:,} parameters, "
+        f"vocab {tok.vocab}, context {args.context}, batch {args.batch}, device {args.device}"
+    )
     print(f"text: {len(text):,} generated characters, e.g. {text[:60]!r}")
 
     it = batches(data, args.batch, args.context, mx.random.key(args.seed + 1))
@@ -303,7 +342,10 @@ def main(argv=None) -> None:
         progress(i, args.steps, loss.item(), rate)
     train_s = time.perf_counter() - t0
     if args.steps:
-        print(f"trained {args.steps} steps in {train_s:.1f} s: loss {first_loss:.3f} -> {loss.item():.3f}")
+        print(
+            f"trained {args.steps} steps in {train_s:.1f} s: "
+            f"loss {first_loss:.3f} -> {loss.item():.3f}"
+        )
 
     # Both steps share the model, so the timing continues the training.
     for fn in (cstep, step):  # warm both paths (the compiled one traces here with --steps 0)
@@ -322,8 +364,10 @@ def main(argv=None) -> None:
         t = time.perf_counter()
         ids = generate(cdecode, empty, prompt, args.generate, key, max_len)
         dt = time.perf_counter() - t
-        print(f"generated (compiled decode, KV cache of {max_len}): "
-              f"{args.generate / dt:,.0f} tokens/s")
+        print(
+            f"generated (compiled decode, KV cache of {max_len}): "
+            f"{args.generate / dt:,.0f} tokens/s"
+        )
         print(repr(tok.decode(prompt) + tok.decode(ids)))
 
 

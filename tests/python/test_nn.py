@@ -43,8 +43,14 @@ class MLP(nn.Module):
 def test_parameters_tree_and_attributes():
     m = MLP()
     keys = [k for k, _ in tree_flatten(m.parameters())]
-    assert keys == ["l1.weight", "l1.bias", "layers.0.weight", "layers.0.bias",
-                    "layers.2.weight", "extra.scale"]
+    assert keys == [
+        "l1.weight",
+        "l1.bias",
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.2.weight",
+        "extra.scale",
+    ]
     assert m.name == "mlp" and "name" not in m
     assert isinstance(m.l1, nn.Linear) and m["l1"] is m.l1
     with pytest.raises(AttributeError):
@@ -209,11 +215,15 @@ def test_norms():
     xg = rand(2, 4, 4, 6)
     gn = nn.GroupNorm(3, 6)
     gr = xg.reshape(2, -1, 3)  # channel c in group c % 3
-    ref = ((gr - gr.mean(1, keepdims=True)) / np.sqrt(gr.var(1, keepdims=True) + 1e-5)).reshape(xg.shape)
+    ref = ((gr - gr.mean(1, keepdims=True)) / np.sqrt(gr.var(1, keepdims=True) + 1e-5)).reshape(
+        xg.shape
+    )
     close(gn(mx.array(xg)), ref, 1e-4)
     gp = nn.GroupNorm(3, 6, pytorch_compatible=True)
     g2 = xg.reshape(2, -1, 3, 2)  # contiguous groups
-    ref = ((g2 - g2.mean((1, 3), keepdims=True)) / np.sqrt(g2.var((1, 3), keepdims=True) + 1e-5)).reshape(xg.shape)
+    ref = (
+        (g2 - g2.mean((1, 3), keepdims=True)) / np.sqrt(g2.var((1, 3), keepdims=True) + 1e-5)
+    ).reshape(xg.shape)
     close(gp(mx.array(xg)), ref, 1e-4)
 
     inorm = nn.InstanceNorm(6)
@@ -254,7 +264,7 @@ def _conv_ref(x, w, stride, pad, dil, groups):
             pos = tuple(o_idx[i] * stride[i] + k_idx[i] * dil[i] for i in range(nd))
             patch = x[(slice(None), *pos)]  # (N, C)
             for g in range(groups):
-                pg = patch[:, g * Ig:(g + 1) * Ig]
+                pg = patch[:, g * Ig : (g + 1) * Ig]
                 wg = w[(slice(g * og, (g + 1) * og), *k_idx)]  # (og, Ig)
                 y[(slice(None), *o_idx, slice(g * og, (g + 1) * og))] += pg @ wg.T
     return y
@@ -347,7 +357,11 @@ def test_rope(dims, traditional, offset):
     r = nn.RoPE(dims, traditional=traditional, base=500, scale=0.5)
     close(r(mx.array(x), offset=offset), _rope_ref(x, dims, traditional, 500, 0.5, offset), 1e-4)
     # An array offset gives the same result (used by cached decoding).
-    close(r(mx.array(x), offset=mx.array(offset)), _rope_ref(x, dims, traditional, 500, 0.5, offset), 1e-4)
+    close(
+        r(mx.array(x), offset=mx.array(offset)),
+        _rope_ref(x, dims, traditional, 500, 0.5, offset),
+        1e-4,
+    )
 
 
 def test_rope_frequencies_and_batched_offsets():
@@ -358,14 +372,23 @@ def test_rope_frequencies_and_batched_offsets():
     freqs = mx.power(mx.array(100.0), mx.arange(0, 8, 2) / 8)
     got = _fast.rope(mx.array(x), 8, traditional=False, base=None, scale=1.0, offset=2, freqs=freqs)
     close(got, ref, 1e-4)
-    got = _fast.rope(mx.array(x), 8, traditional=True, base=100.0, scale=1.0, offset=mx.array([2, 4]))
+    got = _fast.rope(
+        mx.array(x), 8, traditional=True, base=100.0, scale=1.0, offset=mx.array([2, 4])
+    )
     close(got[0], _rope_ref(x[:1], 8, True, 100.0, 1.0, 2)[0], 1e-4)
     close(got[1], _rope_ref(x[1:], 8, True, 100.0, 1.0, 4)[0], 1e-4)
     # bfloat16 in, bfloat16 out; the gradient is the transposed rotation.
-    assert _fast.rope(mx.array(x).astype(mx.bfloat16), 8, traditional=False, base=10.0, scale=1.0,
-                      offset=0).dtype == mx.bfloat16
-    g = mx.grad(lambda z: (_fast.rope(z, 6, traditional=False, base=10.0, scale=1.0, offset=1)
-                           * mx.array(x)).sum())(mx.array(x))
+    assert (
+        _fast.rope(
+            mx.array(x).astype(mx.bfloat16), 8, traditional=False, base=10.0, scale=1.0, offset=0
+        ).dtype
+        == mx.bfloat16
+    )
+    g = mx.grad(
+        lambda z: (
+            _fast.rope(z, 6, traditional=False, base=10.0, scale=1.0, offset=1) * mx.array(x)
+        ).sum()
+    )(mx.array(x))
     close(g, _rope_ref(x, 6, False, 10.0, -1.0, 1), 1e-4)  # rotation by -theta
     for bad in (3, 0, 10):
         with pytest.raises(ValueError):
@@ -387,14 +410,27 @@ def test_scaled_dot_product_attention_composition():
 
     q, k, v = rand(2, 4, 3, 8), rand(2, 2, 5, 8), rand(2, 2, 5, 8)
     kr, vr = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)  # grouped heads
-    close(_fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.3),
-          _attn_ref(q, kr, vr, 0.3), 1e-4)
+    close(
+        _fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.3),
+        _attn_ref(q, kr, vr, 0.3),
+        1e-4,
+    )
     causal = np.arange(2, 5)[:, None] >= np.arange(5)[None]  # queries at the end
-    close(_fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.3, mask="causal"),
-          _attn_ref(q, kr, vr, 0.3, causal), 1e-4)
+    close(
+        _fast.scaled_dot_product_attention(
+            mx.array(q), mx.array(k), mx.array(v), scale=0.3, mask="causal"
+        ),
+        _attn_ref(q, kr, vr, 0.3, causal),
+        1e-4,
+    )
     add = rand(3, 5)
-    close(_fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.3, mask=mx.array(add)),
-          _attn_ref(q, kr, vr, 0.3, add), 1e-4)
+    close(
+        _fast.scaled_dot_product_attention(
+            mx.array(q), mx.array(k), mx.array(v), scale=0.3, mask=mx.array(add)
+        ),
+        _attn_ref(q, kr, vr, 0.3, add),
+        1e-4,
+    )
 
 
 def test_multihead_attention_and_transformer():
@@ -457,7 +493,9 @@ def _np_act():
         "celu": lambda x: np.maximum(x, 0) + np.exp(np.minimum(x, 0)) - 1,
         "selu": lambda x: 1.0507 * np.where(x > 0, x, 1.67326 * (np.exp(x) - 1)),
         "gelu": lambda x: x * (1 + verf(x / np.sqrt(2))) / 2,
-        "gelu_approx": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+        "gelu_approx": lambda x: (
+            0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+        ),
         "gelu_fast_approx": lambda x: x * sig(1.702 * x),
         "silu": lambda x: x * sig(x),
         "sigmoid": sig,
@@ -471,19 +509,44 @@ def _np_act():
         "mish": lambda x: x * np.tanh(sp(x)),
         "log_sigmoid": lambda x: -sp(-x),
         "step": lambda x: (x > 0).astype(np.float32),
-        "softmax": lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True),
-        "softmin": lambda x: np.exp(-x - (-x).max(-1, keepdims=True)) / np.exp(-x - (-x).max(-1, keepdims=True)).sum(-1, keepdims=True),
+        "softmax": lambda x: (
+            np.exp(x - x.max(-1, keepdims=True))
+            / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)
+        ),
+        "softmin": lambda x: (
+            np.exp(-x - (-x).max(-1, keepdims=True))
+            / np.exp(-x - (-x).max(-1, keepdims=True)).sum(-1, keepdims=True)
+        ),
         "log_softmax": lambda x: x - np.log(np.exp(x).sum(-1, keepdims=True)),
         "glu": lambda x: x[..., :3] * sig(x[..., 3:]),
     }
 
 
-CLASSES = {"relu": "ReLU", "relu6": "ReLU6", "relu2": "ReLU2", "leaky_relu": "LeakyReLU", "elu": "ELU",
-           "celu": "CELU", "selu": "SELU", "silu": "SiLU", "sigmoid": "Sigmoid", "tanh": "Tanh",
-           "softplus": "Softplus", "softsign": "Softsign", "softshrink": "Softshrink",
-           "hard_shrink": "HardShrink", "hard_tanh": "HardTanh", "hardswish": "Hardswish",
-           "mish": "Mish", "log_sigmoid": "LogSigmoid", "step": "Step", "softmax": "Softmax",
-           "softmin": "Softmin", "log_softmax": "LogSoftmax", "glu": "GLU"}
+CLASSES = {
+    "relu": "ReLU",
+    "relu6": "ReLU6",
+    "relu2": "ReLU2",
+    "leaky_relu": "LeakyReLU",
+    "elu": "ELU",
+    "celu": "CELU",
+    "selu": "SELU",
+    "silu": "SiLU",
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "softplus": "Softplus",
+    "softsign": "Softsign",
+    "softshrink": "Softshrink",
+    "hard_shrink": "HardShrink",
+    "hard_tanh": "HardTanh",
+    "hardswish": "Hardswish",
+    "mish": "Mish",
+    "log_sigmoid": "LogSigmoid",
+    "step": "Step",
+    "softmax": "Softmax",
+    "softmin": "Softmin",
+    "log_softmax": "LogSoftmax",
+    "glu": "GLU",
+}
 
 
 @pytest.mark.parametrize("name", sorted(_np_act()))
@@ -557,27 +620,54 @@ def test_cross_entropy_values_and_gradient():
 
 
 LOSSES = {
-    "binary_cross_entropy": (lambda p, t: nn.losses.binary_cross_entropy(p, t),
-                             lambda p, t: np.mean(np.logaddexp(0, p) - p * t)),
+    "binary_cross_entropy": (
+        lambda p, t: nn.losses.binary_cross_entropy(p, t),
+        lambda p, t: np.mean(np.logaddexp(0, p) - p * t),
+    ),
     "binary_cross_entropy_probs": (
         lambda p, t: nn.losses.binary_cross_entropy(mx.sigmoid(p), t, with_logits=False),
-        lambda p, t: np.mean(-(t * np.log(1 / (1 + np.exp(-p))) + (1 - t) * np.log(1 - 1 / (1 + np.exp(-p)))))),
+        lambda p, t: np.mean(
+            -(t * np.log(1 / (1 + np.exp(-p))) + (1 - t) * np.log(1 - 1 / (1 + np.exp(-p))))
+        ),
+    ),
     "mse_loss": (lambda p, t: nn.losses.mse_loss(p, t), lambda p, t: np.mean((p - t) ** 2)),
     "l1_loss": (lambda p, t: nn.losses.l1_loss(p, t), lambda p, t: np.mean(np.abs(p - t))),
-    "smooth_l1_loss": (lambda p, t: nn.losses.smooth_l1_loss(p, t, beta=0.5),
-                       lambda p, t: np.mean(np.where(np.abs(p - t) < 0.5, 0.5 * (p - t) ** 2 / 0.5, np.abs(p - t) - 0.25))),
-    "huber_loss": (lambda p, t: nn.losses.huber_loss(p, t, delta=0.7, reduction="sum"),
-                   lambda p, t: np.sum(np.where(np.abs(p - t) <= 0.7, 0.5 * (p - t) ** 2, 0.7 * (np.abs(p - t) - 0.35)))),
-    "nll_loss": (lambda p, t: nn.losses.nll_loss(nn.log_softmax(p), mx.argmax(t, axis=-1), reduction="mean"),
-                 lambda p, t: np.mean(-(p - np.log(np.exp(p).sum(-1, keepdims=True)))[np.arange(p.shape[0]), t.argmax(-1)])),
-    "kl_div_loss": (lambda p, t: nn.losses.kl_div_loss(nn.log_softmax(p), nn.log_softmax(t), reduction="sum"),
-                    lambda p, t: np.sum(np.exp(t - np.log(np.exp(t).sum(-1, keepdims=True)))
-                                        * ((t - np.log(np.exp(t).sum(-1, keepdims=True)))
-                                           - (p - np.log(np.exp(p).sum(-1, keepdims=True)))))),
-    "log_cosh_loss": (lambda p, t: nn.losses.log_cosh_loss(p, t, reduction="mean"),
-                      lambda p, t: np.mean(np.log(np.cosh(p - t)))),
-    "hinge_loss": (lambda p, t: nn.losses.hinge_loss(p, t, reduction="mean"),
-                   lambda p, t: np.mean(np.maximum(1 - p * t, 0))),
+    "smooth_l1_loss": (
+        lambda p, t: nn.losses.smooth_l1_loss(p, t, beta=0.5),
+        lambda p, t: np.mean(
+            np.where(np.abs(p - t) < 0.5, 0.5 * (p - t) ** 2 / 0.5, np.abs(p - t) - 0.25)
+        ),
+    ),
+    "huber_loss": (
+        lambda p, t: nn.losses.huber_loss(p, t, delta=0.7, reduction="sum"),
+        lambda p, t: np.sum(
+            np.where(np.abs(p - t) <= 0.7, 0.5 * (p - t) ** 2, 0.7 * (np.abs(p - t) - 0.35))
+        ),
+    ),
+    "nll_loss": (
+        lambda p, t: nn.losses.nll_loss(nn.log_softmax(p), mx.argmax(t, axis=-1), reduction="mean"),
+        lambda p, t: np.mean(
+            -(p - np.log(np.exp(p).sum(-1, keepdims=True)))[np.arange(p.shape[0]), t.argmax(-1)]
+        ),
+    ),
+    "kl_div_loss": (
+        lambda p, t: nn.losses.kl_div_loss(nn.log_softmax(p), nn.log_softmax(t), reduction="sum"),
+        lambda p, t: np.sum(
+            np.exp(t - np.log(np.exp(t).sum(-1, keepdims=True)))
+            * (
+                (t - np.log(np.exp(t).sum(-1, keepdims=True)))
+                - (p - np.log(np.exp(p).sum(-1, keepdims=True)))
+            )
+        ),
+    ),
+    "log_cosh_loss": (
+        lambda p, t: nn.losses.log_cosh_loss(p, t, reduction="mean"),
+        lambda p, t: np.mean(np.log(np.cosh(p - t))),
+    ),
+    "hinge_loss": (
+        lambda p, t: nn.losses.hinge_loss(p, t, reduction="mean"),
+        lambda p, t: np.mean(np.maximum(1 - p * t, 0)),
+    ),
 }
 
 
@@ -596,15 +686,24 @@ def test_loss_value_and_gradient(name):
 
 def test_loss_shape_errors_and_reductions():
     a, b = mx.zeros((2, 3)), mx.zeros((3, 2))
-    for f in (nn.losses.mse_loss, nn.losses.l1_loss, nn.losses.binary_cross_entropy, nn.losses.smooth_l1_loss):
+    for f in (
+        nn.losses.mse_loss,
+        nn.losses.l1_loss,
+        nn.losses.binary_cross_entropy,
+        nn.losses.smooth_l1_loss,
+    ):
         with pytest.raises(ValueError):
             f(a, b)
     assert nn.losses.mse_loss(a, a, reduction="none").shape == (2, 3)
     assert nn.losses.huber_loss(a, a).shape == (2, 3)  # MLX's default: no reduction
     with pytest.raises(ValueError):
         nn.losses.margin_ranking_loss(mx.zeros(3), mx.zeros(3), mx.zeros(2))
-    close(nn.losses.margin_ranking_loss(mx.array([1.0, -1.0]), mx.array([0.0, 0.0]), mx.array([1.0, 1.0]), margin=0.5),
-          [0.0, 1.5])
+    close(
+        nn.losses.margin_ranking_loss(
+            mx.array([1.0, -1.0]), mx.array([0.0, 0.0]), mx.array([1.0, 1.0]), margin=0.5
+        ),
+        [0.0, 1.5],
+    )
     x1, x2 = rand(3, 4), rand(3, 4)
     ref = (x1 * x2).sum(1) / (np.linalg.norm(x1, axis=1) * np.linalg.norm(x2, axis=1))
     close(nn.losses.cosine_similarity_loss(mx.array(x1), mx.array(x2)), ref, 1e-5)
@@ -612,7 +711,9 @@ def test_loss_shape_errors_and_reductions():
     ref = np.mean(0.5 * (np.log(v) + (x2 - x1) ** 2 / v))
     close(nn.losses.gaussian_nll_loss(mx.array(x1), mx.array(x2), mx.array(v)), ref, 1e-5)
     an, po, ne = rand(2, 4), rand(2, 4), rand(2, 4)
-    ref = np.maximum(np.sqrt(((an - po) ** 2).sum(-1) + 1e-6) - np.sqrt(((an - ne) ** 2).sum(-1) + 1e-6) + 1, 0)
+    ref = np.maximum(
+        np.sqrt(((an - po) ** 2).sum(-1) + 1e-6) - np.sqrt(((an - ne) ** 2).sum(-1) + 1e-6) + 1, 0
+    )
     close(nn.losses.triplet_loss(mx.array(an), mx.array(po), mx.array(ne)), ref, 1e-5)
 
 
@@ -624,7 +725,7 @@ def test_value_and_grad_of_a_model():
     loss, grads = fn(mx.array(x), mx.array(y))
     w, b = np.array(lin.weight), np.array(lin.bias)
     r = x @ w.T + b - y
-    close(loss, (r ** 2).sum(), 1e-4)
+    close(loss, (r**2).sum(), 1e-4)
     close(grads["weight"], 2 * r.T @ x, 1e-4)
     close(grads["bias"], 2 * r.sum(0), 1e-4)
     assert np.array_equal(np.array(lin.weight), before)  # the model keeps its arrays
@@ -670,8 +771,12 @@ def test_init():
     assert np.all((w == 0).sum(1) == 2)
     q = np.array(nn.init.orthogonal()(mx.zeros((4, 6))))
     close(q @ q.T, np.eye(4), 1e-5)
-    for bad in (lambda: nn.init.identity()(mx.zeros((2, 3))), lambda: nn.init.he_normal()(mx.zeros(3)),
-                lambda: nn.init.he_normal()(a, mode="x"), lambda: nn.init.sparse(0.5)(mx.zeros(3))):
+    for bad in (
+        lambda: nn.init.identity()(mx.zeros((2, 3))),
+        lambda: nn.init.he_normal()(mx.zeros(3)),
+        lambda: nn.init.he_normal()(a, mode="x"),
+        lambda: nn.init.sparse(0.5)(mx.zeros(3)),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -700,7 +805,10 @@ MLX_LAYERS = {
     "AvgPool1d": (lambda n: n.AvgPool1d(3, 2, 1), (2, 9, 6)),
     "RoPE": (lambda n: n.RoPE(4, traditional=True), (2, 2, 5, 6)),
     "MultiHeadAttention": (lambda n: n.MultiHeadAttention(6, 2, bias=True), (2, 5, 6)),
-    "TransformerEncoderLayer": (lambda n: n.TransformerEncoderLayer(6, 2, 12, norm_first=False), (2, 5, 6)),
+    "TransformerEncoderLayer": (
+        lambda n: n.TransformerEncoderLayer(6, 2, 12, norm_first=False),
+        (2, 5, 6),
+    ),
     "GELU": (lambda n: n.GELU(), (3, 6)),
     "Mish": (lambda n: n.Mish(), (3, 6)),
 }
@@ -729,8 +837,9 @@ def test_layer_matches_mlx(name):
     else:
         a, b = ours(mx.array(x)), theirs(mlx.array(x))
     np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
-    assert sorted(k for k, _ in tree_flatten(ours.parameters())) == \
-        sorted(k for k, _ in tree_flatten(theirs.parameters()))
+    assert sorted(k for k, _ in tree_flatten(ours.parameters())) == sorted(
+        k for k, _ in tree_flatten(theirs.parameters())
+    )
 
 
 def test_losses_match_mlx():

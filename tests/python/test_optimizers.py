@@ -15,13 +15,20 @@ STEPS = 3
 
 
 def _params():
-    return {"a": RNG.standard_normal(3).astype(np.float32),
-            "b": [RNG.standard_normal((2, 2)).astype(np.float32)]}
+    return {
+        "a": RNG.standard_normal(3).astype(np.float32),
+        "b": [RNG.standard_normal((2, 2)).astype(np.float32)],
+    }
 
 
 def _grads(n):
-    return [{"a": RNG.standard_normal(3).astype(np.float32),
-             "b": [RNG.standard_normal((2, 2)).astype(np.float32)]} for _ in range(n)]
+    return [
+        {
+            "a": RNG.standard_normal(3).astype(np.float32),
+            "b": [RNG.standard_normal((2, 2)).astype(np.float32)],
+        }
+        for _ in range(n)
+    ]
 
 
 # numpy references: (init(p) -> state, step(p, g, state, t) -> p), t counts from 1.
@@ -32,6 +39,7 @@ def sgd_ref(lr, momentum=0.0, wd=0.0, damp=0.0, nesterov=False):
             return p - lr * g
         s["v"] = momentum * s["v"] + (1 - damp) * g
         return p - lr * (g + momentum * s["v"] if nesterov else s["v"])
+
     return (lambda p: {"v": np.zeros_like(p)}), step
 
 
@@ -43,6 +51,7 @@ def adam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, bias_correction=False):
         if bias_correction:
             return p - lr / (1 - b1**t) * s["m"] / (np.sqrt(s["v"]) / np.sqrt(1 - b2**t) + eps)
         return p - lr * s["m"] / (np.sqrt(s["v"]) + eps)
+
     return (lambda p: {"m": np.zeros_like(p), "v": np.zeros_like(p)}), step
 
 
@@ -50,6 +59,7 @@ def rmsprop_ref(lr, alpha=0.99, eps=1e-8):
     def step(p, g, s, t):
         s["v"] = alpha * s["v"] + (1 - alpha) * g * g
         return p - lr * g / (np.sqrt(s["v"]) + eps)
+
     return (lambda p: {"v": np.zeros_like(p)}), step
 
 
@@ -57,6 +67,7 @@ def adagrad_ref(lr, eps=1e-8):
     def step(p, g, s, t):
         s["v"] = s["v"] + g * g
         return p - lr * g / (np.sqrt(s["v"]) + eps)
+
     return (lambda p: {"v": np.zeros_like(p)}), step
 
 
@@ -66,6 +77,7 @@ def adadelta_ref(lr, rho=0.9, eps=1e-6):
         d = np.sqrt(s["u"] + eps) / np.sqrt(s["v"] + eps) * g
         s["u"] = rho * s["u"] + (1 - rho) * d * d
         return p - lr * d
+
     return (lambda p: {"v": np.zeros_like(p), "u": np.zeros_like(p)}), step
 
 
@@ -74,6 +86,7 @@ def adamax_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
         s["m"] = b1 * s["m"] + (1 - b1) * g
         s["v"] = np.maximum(b2 * s["v"], np.abs(g))
         return p - lr * s["m"] / (s["v"] + eps)
+
     return (lambda p: {"m": np.zeros_like(p), "v": np.zeros_like(p)}), step
 
 
@@ -83,17 +96,25 @@ def lion_ref(lr, b1=0.9, b2=0.99, wd=0.0):
         s["m"] = b2 * s["m"] + (1 - b2) * g
         p = p * (1 - lr * wd)
         return p - lr * np.sign(c)
+
     return (lambda p: {"m": np.zeros_like(p)}), step
 
 
 CASES = {
     "sgd": (lambda: optim.SGD(0.1), sgd_ref(0.1)),
-    "sgd_momentum": (lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01, dampening=0.1),
-                     sgd_ref(0.1, 0.9, 0.01, 0.1)),
-    "sgd_nesterov": (lambda: optim.SGD(0.05, momentum=0.8, nesterov=True), sgd_ref(0.05, 0.8, nesterov=True)),
+    "sgd_momentum": (
+        lambda: optim.SGD(0.1, momentum=0.9, weight_decay=0.01, dampening=0.1),
+        sgd_ref(0.1, 0.9, 0.01, 0.1),
+    ),
+    "sgd_nesterov": (
+        lambda: optim.SGD(0.05, momentum=0.8, nesterov=True),
+        sgd_ref(0.05, 0.8, nesterov=True),
+    ),
     "adam": (lambda: optim.Adam(0.01), adam_ref(0.01)),
-    "adam_bias_correction": (lambda: optim.Adam(0.01, betas=[0.8, 0.9], bias_correction=True),
-                             adam_ref(0.01, 0.8, 0.9, bias_correction=True)),
+    "adam_bias_correction": (
+        lambda: optim.Adam(0.01, betas=[0.8, 0.9], bias_correction=True),
+        adam_ref(0.01, 0.8, 0.9, bias_correction=True),
+    ),
     "adamw": (lambda: optim.AdamW(0.01, weight_decay=0.1), adam_ref(0.01, wd=0.1)),
     "rmsprop": (lambda: optim.RMSprop(0.01, alpha=0.9), rmsprop_ref(0.01, 0.9)),
     "adagrad": (lambda: optim.Adagrad(0.1), adagrad_ref(0.1)),
@@ -109,13 +130,19 @@ def test_optimizer_matches_hand_computed_updates(name):
     p0, grads = _params(), _grads(STEPS)
     opt = make()
     params = tree_map(mx.array, p0)
-    ref = {k: [v.astype(np.float64) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in p0.items()}
+    ref = {
+        k: [v.astype(np.float64) for v in (vs if isinstance(vs, list) else [vs])]
+        for k, vs in p0.items()
+    }
     ref_state = {k: [init_ref(v) for v in vs] for k, vs in ref.items()}
     for t, g in enumerate(grads, 1):
         params = opt.apply_gradients(tree_map(mx.array, g), params)
         for k in ref:
             gs = g[k] if isinstance(g[k], list) else [g[k]]
-            ref[k] = [step_ref(p, gg.astype(np.float64), s, t) for p, gg, s in zip(ref[k], gs, ref_state[k])]
+            ref[k] = [
+                step_ref(p, gg.astype(np.float64), s, t)
+                for p, gg, s in zip(ref[k], gs, ref_state[k])
+            ]
     np.testing.assert_allclose(np.array(params["a"]), ref["a"][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.array(params["b"][0]), ref["b"][0], rtol=1e-5, atol=1e-6)
     assert opt.step.item() == STEPS and opt.state["step"].dtype == mx.uint64
@@ -142,7 +169,9 @@ def test_update_model_and_state_layout():
 def test_multi_optimizer():
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
     w0 = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
-    opt = optim.MultiOptimizer([optim.SGD(0.5), optim.SGD(0.1)], [lambda path, a: path.endswith("bias")])
+    opt = optim.MultiOptimizer(
+        [optim.SGD(0.5), optim.SGD(0.1)], [lambda path, a: path.endswith("bias")]
+    )
     opt.init(model.trainable_parameters())
     grads = tree_map(mx.ones_like, model.trainable_parameters())
     opt.update(model, grads)
@@ -176,17 +205,27 @@ def test_optimizer_argument_errors():
 def test_schedules():
     steps = mx.arange(0, 12)
     s = np.arange(0, 12)
-    np.testing.assert_allclose(np.array(optim.exponential_decay(0.1, 0.9)(steps)), 0.1 * 0.9**s, rtol=1e-5)
-    np.testing.assert_allclose(np.array(optim.step_decay(0.1, 0.5, 4)(steps)), 0.1 * 0.5 ** (s // 4), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.array(optim.exponential_decay(0.1, 0.9)(steps)), 0.1 * 0.9**s, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.array(optim.step_decay(0.1, 0.5, 4)(steps)), 0.1 * 0.5 ** (s // 4), rtol=1e-5
+    )
     cd = 0.01 + 0.5 * (1 + np.cos(np.pi * np.minimum(s, 8) / 8)) * (0.1 - 0.01)
     np.testing.assert_allclose(np.array(optim.cosine_decay(0.1, 8, 0.01)(steps)), cd, rtol=1e-5)
     lin = np.minimum(s, 5) * (1.0 - 0.0) / 5
     np.testing.assert_allclose(np.array(optim.linear_schedule(0.0, 1.0, 5)(steps)), lin, rtol=1e-6)
-    joined = optim.join_schedules([optim.linear_schedule(0, 1, 4), optim.exponential_decay(1.0, 0.5)], [4])
+    joined = optim.join_schedules(
+        [optim.linear_schedule(0, 1, 4), optim.exponential_decay(1.0, 0.5)], [4]
+    )
     ref = np.where(s < 4, s / 4, 0.5 ** (s - 4))
     np.testing.assert_allclose(np.array(joined(steps)), ref, rtol=1e-6)
-    for bad in (lambda: optim.cosine_decay(1, 0), lambda: optim.linear_schedule(0, 1, 0),
-                lambda: optim.join_schedules([], []), lambda: optim.join_schedules([lambda t: t], [1])):
+    for bad in (
+        lambda: optim.cosine_decay(1, 0),
+        lambda: optim.linear_schedule(0, 1, 0),
+        lambda: optim.join_schedules([], []),
+        lambda: optim.join_schedules([lambda t: t], [1]),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -223,11 +262,15 @@ def test_bias_correction_uses_float_step():
     assert math.isfinite(p["w"].item())
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "AdaDelta", "Lion", "Adamax"])
+@pytest.mark.parametrize(
+    "name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "AdaDelta", "Lion", "Adamax"]
+)
 def test_optimizer_matches_mlx(name):
     mlx = pytest.importorskip("mlx.core")
     moptim = pytest.importorskip("mlx.optimizers")
-    kw = {"SGD": {"momentum": 0.9, "nesterov": True}, "Adam": {"bias_correction": True}}.get(name, {})
+    kw = {"SGD": {"momentum": 0.9, "nesterov": True}, "Adam": {"bias_correction": True}}.get(
+        name, {}
+    )
     sched = optim.cosine_decay(0.05, 4)
     msched = moptim.cosine_decay(0.05, 4)
     ours, theirs = getattr(optim, name)(sched, **kw), getattr(moptim, name)(msched, **kw)

@@ -109,8 +109,26 @@ def test_kv_cache_matches_full_forward(train):
 
 
 def test_example_main_runs(train, capsys):
-    train.main(["--steps", "3", "--dims", "16", "--layers", "1", "--heads", "2", "--context", "8",
-                "--batch", "2", "--timing-steps", "1", "--generate", "4"])
+    train.main(
+        [
+            "--steps",
+            "3",
+            "--dims",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--context",
+            "8",
+            "--batch",
+            "2",
+            "--timing-steps",
+            "1",
+            "--generate",
+            "4",
+        ]
+    )
     out = capsys.readouterr().out
     assert "compiled step" in out and "speedup" in out and "tokens/s" in out
 
@@ -135,11 +153,20 @@ def test_value_and_grad_inside_compile_keeps_model_arrays(train):
 
 def test_bench_harness_train_step_row():
     spec = importlib.util.spec_from_file_location(
-        "kiln_bench_harness", EXAMPLE.parents[1] / "bench" / "harness.py")
+        "kiln_bench_harness", EXAMPLE.parents[1] / "bench" / "harness.py"
+    )
     harness = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = harness  # its dataclasses look the module up
     spec.loader.exec_module(harness)
-    harness.TRAIN_SIZES["tiny"] = {"V": 32, "D": 16, "L": 1, "H": 2, "T": 8, "B": 2, "dtype": "float32"}
+    harness.TRAIN_SIZES["tiny"] = {
+        "V": 32,
+        "D": 16,
+        "L": 1,
+        "H": 2,
+        "T": 8,
+        "B": 2,
+        "dtype": "float32",
+    }
     harness.TRAIN_SIZE = "tiny"
     harness.TRAIN_STEPS, harness.TRAIN_WARM = 2, 1
     for compiled in (False, True):

@@ -19,7 +19,9 @@ def constant(value: float, dtype: mx.Dtype = mx.float32) -> Callable[[mx.array],
     return initializer
 
 
-def normal(mean: float = 0.0, std: float = 1.0, dtype: mx.Dtype = mx.float32) -> Callable[[mx.array], mx.array]:
+def normal(
+    mean: float = 0.0, std: float = 1.0, dtype: mx.Dtype = mx.float32
+) -> Callable[[mx.array], mx.array]:
     """Draws from ``N(mean, std**2)``."""
 
     def initializer(a: mx.array) -> mx.array:
@@ -28,7 +30,9 @@ def normal(mean: float = 0.0, std: float = 1.0, dtype: mx.Dtype = mx.float32) ->
     return initializer
 
 
-def uniform(low: float = 0.0, high: float = 1.0, dtype: mx.Dtype = mx.float32) -> Callable[[mx.array], mx.array]:
+def uniform(
+    low: float = 0.0, high: float = 1.0, dtype: mx.Dtype = mx.float32
+) -> Callable[[mx.array], mx.array]:
     """Draws from ``U(low, high)``."""
 
     def initializer(a: mx.array) -> mx.array:
@@ -42,7 +46,9 @@ def identity(dtype: mx.Dtype = mx.float32) -> Callable[[mx.array], mx.array]:
 
     def initializer(a: mx.array) -> mx.array:
         if a.ndim != 2 or a.shape[0] != a.shape[1]:
-            raise ValueError(f"The input array must be a square matrix but got shape {tuple(a.shape)}.")
+            raise ValueError(
+                f"The input array must be a square matrix but got shape {tuple(a.shape)}."
+            )
         return mx.eye(a.shape[0], dtype=dtype)
 
     return initializer
@@ -52,8 +58,10 @@ def _fans(x: mx.array) -> tuple:
     """(fan_in, fan_out) of a ``(out, ..., in)`` weight: the kernel's middle axes count
     towards both."""
     if x.ndim < 2:
-        raise ValueError("Glorot / He initialization requires at least 2 dimensional input"
-                         f" but input with {x.ndim} dimensions.")
+        raise ValueError(
+            "Glorot / He initialization requires at least 2 dimensional input"
+            f" but input with {x.ndim} dimensions."
+        )
     receptive = math.prod(x.shape[1:-1]) if x.ndim > 2 else 1
     return x.shape[-1] * receptive, x.shape[0] * receptive
 
@@ -92,7 +100,9 @@ def _fan(a: mx.array, mode: str) -> int:
 def he_normal(dtype: mx.Dtype = mx.float32) -> Callable[[mx.array, str, float], mx.array]:
     """Draws from ``N(0, gain**2 / fan)`` with ``fan`` the fan-in or fan-out (``mode``)."""
 
-    def initializer(a: mx.array, mode: Literal["fan_in", "fan_out"] = "fan_in", gain: float = 1.0) -> mx.array:
+    def initializer(
+        a: mx.array, mode: Literal["fan_in", "fan_out"] = "fan_in", gain: float = 1.0
+    ) -> mx.array:
         std = gain / math.sqrt(_fan(a, mode))
         return mx.random.normal(shape=a.shape, dtype=dtype) * std
 
@@ -102,15 +112,18 @@ def he_normal(dtype: mx.Dtype = mx.float32) -> Callable[[mx.array, str, float], 
 def he_uniform(dtype: mx.Dtype = mx.float32) -> Callable[[mx.array, str, float], mx.array]:
     """Draws from ``U(-l, l)``, ``l = gain * sqrt(3 / fan)``."""
 
-    def initializer(a: mx.array, mode: Literal["fan_in", "fan_out"] = "fan_in", gain: float = 1.0) -> mx.array:
+    def initializer(
+        a: mx.array, mode: Literal["fan_in", "fan_out"] = "fan_in", gain: float = 1.0
+    ) -> mx.array:
         limit = gain * math.sqrt(3.0 / _fan(a, mode))
         return mx.random.uniform(-limit, limit, a.shape, dtype=dtype)
 
     return initializer
 
 
-def sparse(sparsity: float, mean: float = 0.0, std: float = 1.0,
-           dtype: mx.Dtype = mx.float32) -> Callable[[mx.array], mx.array]:
+def sparse(
+    sparsity: float, mean: float = 0.0, std: float = 1.0, dtype: mx.Dtype = mx.float32
+) -> Callable[[mx.array], mx.array]:
     """A 2-D normal ``N(mean, std**2)`` array with ``ceil(sparsity * columns)`` random
     zeros in every row."""
 
@@ -120,7 +133,9 @@ def sparse(sparsity: float, mean: float = 0.0, std: float = 1.0,
         zeros = math.ceil(sparsity * a.shape[1])
         order = mx.argsort(mx.random.uniform(shape=a.shape), axis=1)
         w = mx.random.normal(shape=a.shape, scale=std, loc=mean, dtype=dtype)
-        drop = mx.put_along_axis(mx.zeros(a.shape, mx.bool_), order[:, :zeros], mx.array(True), axis=1)
+        drop = mx.put_along_axis(
+            mx.zeros(a.shape, mx.bool_), order[:, :zeros], mx.array(True), axis=1
+        )
         return mx.where(drop, mx.zeros_like(w), w)
 
     return initializer
@@ -132,7 +147,9 @@ def orthogonal(gain: float = 1.0, dtype: mx.Dtype = mx.float32) -> Callable[[mx.
 
     def initializer(a: mx.array) -> mx.array:
         if a.ndim != 2:
-            raise ValueError(f"Orthogonal initialization requires a 2D array but got a {a.ndim}D array.")
+            raise ValueError(
+                f"Orthogonal initialization requires a 2D array but got a {a.ndim}D array."
+            )
         rows, cols = a.shape
         n = max(rows, cols)
         q, r = mx.linalg.qr(mx.random.normal(shape=(n, n)), stream=mx.cpu)

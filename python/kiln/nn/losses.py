@@ -23,11 +23,19 @@ def _reduce(loss: mx.array, reduction: str = "none") -> mx.array:
 
 def _same_shape(name: str, a: mx.array, b: mx.array) -> None:
     if tuple(a.shape) != tuple(b.shape):
-        raise ValueError(f"[{name}] Inputs shape {tuple(a.shape)} does not match targets shape {tuple(b.shape)}.")
+        raise ValueError(
+            f"[{name}] Inputs shape {tuple(a.shape)} does not match targets shape {tuple(b.shape)}."
+        )
 
 
-def cross_entropy(logits: mx.array, targets: mx.array, weights: Optional[mx.array] = None, axis: int = -1,
-                  label_smoothing: float = 0.0, reduction: str = "none") -> mx.array:
+def cross_entropy(
+    logits: mx.array,
+    targets: mx.array,
+    weights: Optional[mx.array] = None,
+    axis: int = -1,
+    label_smoothing: float = 0.0,
+    reduction: str = "none",
+) -> mx.array:
     """``logsumexp(logits) - logits[target]`` along ``axis``; ``targets`` are class ids
     (one axis fewer than ``logits``) or probabilities (the same shape). With
     ``label_smoothing`` the target mixes in the uniform distribution."""
@@ -38,7 +46,10 @@ def cross_entropy(logits: mx.array, targets: mx.array, weights: Optional[mx.arra
     if not as_probs:
         expect.pop(axis)
     if tuple(targets.shape) != tuple(expect):
-        raise ValueError(f"Targets shape {tuple(targets.shape)} does not match logits shape {tuple(logits.shape)}.")
+        raise ValueError(
+            f"Targets shape {tuple(targets.shape)} does not match logits shape "
+            f"{tuple(logits.shape)}."
+        )
     if as_probs:
         score = mx.sum(logits * targets, axis=axis)
     else:
@@ -50,14 +61,21 @@ def cross_entropy(logits: mx.array, targets: mx.array, weights: Optional[mx.arra
         loss = lse - score
     if weights is not None:
         if tuple(weights.shape) != tuple(loss.shape):
-            raise ValueError(f"Weights with shape {tuple(weights.shape)} is not the same as output loss "
-                             f"with shape {tuple(loss.shape)}.")
+            raise ValueError(
+                f"Weights with shape {tuple(weights.shape)} is not the same as output loss "
+                f"with shape {tuple(loss.shape)}."
+            )
         loss = loss * weights
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy(inputs: mx.array, targets: mx.array, weights: Optional[mx.array] = None,
-                         with_logits: bool = True, reduction: str = "mean") -> mx.array:
+def binary_cross_entropy(
+    inputs: mx.array,
+    targets: mx.array,
+    weights: Optional[mx.array] = None,
+    with_logits: bool = True,
+    reduction: str = "mean",
+) -> mx.array:
     """``-(t log p + (1 - t) log(1 - p))`` with ``p = sigmoid(inputs)`` (``with_logits``)
     or ``p = inputs`` (logs clipped at -100)."""
     _same_shape("binary_cross_entropy", inputs, targets)
@@ -69,8 +87,10 @@ def binary_cross_entropy(inputs: mx.array, targets: mx.array, weights: Optional[
         loss = -(targets * log_p + (1 - targets) * log_q)
     if weights is not None:
         if tuple(weights.shape) != tuple(loss.shape):
-            raise ValueError(f"Weights with shape {tuple(weights.shape)} is not the same as output loss "
-                             f"with shape {tuple(loss.shape)}.")
+            raise ValueError(
+                f"Weights with shape {tuple(weights.shape)} is not the same as output loss "
+                f"with shape {tuple(loss.shape)}."
+            )
         loss = loss * weights
     return _reduce(loss, reduction)
 
@@ -87,14 +107,22 @@ def mse_loss(predictions: mx.array, targets: mx.array, reduction: str = "mean") 
     return _reduce(mx.square(predictions - targets), reduction)
 
 
-def nll_loss(inputs: mx.array, targets: mx.array, axis: int = -1, reduction: str = "none") -> mx.array:
+def nll_loss(
+    inputs: mx.array, targets: mx.array, axis: int = -1, reduction: str = "none"
+) -> mx.array:
     """``-inputs[target]`` along ``axis`` (``inputs`` are log probabilities)."""
     picked = mx.take_along_axis(inputs, mx.expand_dims(targets, axis), axis)
     return _reduce(-mx.squeeze(picked, axis), reduction)
 
 
-def gaussian_nll_loss(inputs: mx.array, targets: mx.array, vars: mx.array, full: bool = False,
-                      eps: float = 1e-6, reduction: str = "mean") -> mx.array:
+def gaussian_nll_loss(
+    inputs: mx.array,
+    targets: mx.array,
+    vars: mx.array,
+    full: bool = False,
+    eps: float = 1e-6,
+    reduction: str = "mean",
+) -> mx.array:
     """``0.5 (log v + (targets - inputs)^2 / v)`` with ``v = max(vars, eps)`` (plus
     ``0.5 log 2 pi`` with ``full``)."""
     _same_shape("gaussian_nll_loss", inputs, targets)
@@ -106,20 +134,32 @@ def gaussian_nll_loss(inputs: mx.array, targets: mx.array, vars: mx.array, full:
     return _reduce(loss, reduction)
 
 
-def kl_div_loss(inputs: mx.array, targets: mx.array, axis: int = -1, reduction: str = "none") -> mx.array:
+def kl_div_loss(
+    inputs: mx.array, targets: mx.array, axis: int = -1, reduction: str = "none"
+) -> mx.array:
     """``sum(exp(targets) (targets - inputs), axis)`` for log probabilities."""
     return _reduce(mx.sum(mx.exp(targets) * (targets - inputs), axis=axis), reduction)
 
 
-def smooth_l1_loss(predictions: mx.array, targets: mx.array, beta: float = 1.0, reduction: str = "mean") -> mx.array:
+def smooth_l1_loss(
+    predictions: mx.array, targets: mx.array, beta: float = 1.0, reduction: str = "mean"
+) -> mx.array:
     """``0.5 d^2 / beta`` where ``d = |predictions - targets| < beta``, else ``d - beta/2``."""
     _same_shape("smooth_l1_loss", predictions, targets)
     d = mx.abs(predictions - targets)
     return _reduce(mx.where(d < beta, 0.5 * mx.square(d) / beta, d - 0.5 * beta), reduction)
 
 
-def triplet_loss(anchors: mx.array, positives: mx.array, negatives: mx.array, axis: int = -1, p: int = 2,
-                 margin: float = 1.0, eps: float = 1e-6, reduction: str = "none") -> mx.array:
+def triplet_loss(
+    anchors: mx.array,
+    positives: mx.array,
+    negatives: mx.array,
+    axis: int = -1,
+    p: int = 2,
+    margin: float = 1.0,
+    eps: float = 1e-6,
+    reduction: str = "none",
+) -> mx.array:
     """``max(||a - p||_p - ||a - n||_p + margin, 0)`` (``eps`` inside the root)."""
     pos = mx.power(mx.sum(mx.power(mx.abs(anchors - positives), p), axis=axis) + eps, 1.0 / p)
     neg = mx.power(mx.sum(mx.power(mx.abs(anchors - negatives), p), axis=axis) + eps, 1.0 / p)
@@ -131,8 +171,11 @@ def hinge_loss(inputs: mx.array, targets: mx.array, reduction: str = "none") -> 
     return _reduce(mx.maximum(1 - inputs * targets, 0), reduction)
 
 
-def huber_loss(inputs: mx.array, targets: mx.array, delta: float = 1.0, reduction: str = "none") -> mx.array:
-    """``0.5 e^2`` for ``|e| <= delta``, else ``delta (|e| - delta/2)``, ``e = inputs - targets``."""
+def huber_loss(
+    inputs: mx.array, targets: mx.array, delta: float = 1.0, reduction: str = "none"
+) -> mx.array:
+    """``0.5 e^2`` for ``|e| <= delta``, else ``delta (|e| - delta/2)``, with
+    ``e = inputs - targets``."""
     e = mx.abs(inputs - targets)
     q = mx.minimum(e, delta)
     return _reduce(0.5 * mx.square(q) + delta * (e - q), reduction)
@@ -144,19 +187,27 @@ def log_cosh_loss(inputs: mx.array, targets: mx.array, reduction: str = "none") 
     return _reduce(mx.logaddexp(e, -e) - math.log(2), reduction)
 
 
-def cosine_similarity_loss(x1: mx.array, x2: mx.array, axis: int = 1, eps: float = 1e-8,
-                           reduction: str = "none") -> mx.array:
+def cosine_similarity_loss(
+    x1: mx.array, x2: mx.array, axis: int = 1, eps: float = 1e-8, reduction: str = "none"
+) -> mx.array:
     """``x1 . x2 / max(||x1|| ||x2||, eps)`` along ``axis``."""
     n1 = mx.sqrt(mx.sum(mx.square(x1), axis=axis))
     n2 = mx.sqrt(mx.sum(mx.square(x2), axis=axis))
     return _reduce(mx.sum(x1 * x2, axis=axis) / mx.maximum(n1 * n2, eps), reduction)
 
 
-def margin_ranking_loss(inputs1: mx.array, inputs2: mx.array, targets: mx.array, margin: float = 0.0,
-                        reduction: str = "none") -> mx.array:
+def margin_ranking_loss(
+    inputs1: mx.array,
+    inputs2: mx.array,
+    targets: mx.array,
+    margin: float = 0.0,
+    reduction: str = "none",
+) -> mx.array:
     """``max(0, -targets (inputs1 - inputs2) + margin)``."""
     if not (tuple(inputs1.shape) == tuple(inputs2.shape) == tuple(targets.shape)):
-        raise ValueError(f"The shapes of the arguments do not match. The provided shapes are "
-                         f"inputs1.shape={tuple(inputs1.shape)}, inputs2.shape={tuple(inputs2.shape)}, "
-                         f"and targets.shape={tuple(targets.shape)}.")
+        raise ValueError(
+            f"The shapes of the arguments do not match. The provided shapes are "
+            f"inputs1.shape={tuple(inputs1.shape)}, inputs2.shape={tuple(inputs2.shape)}, "
+            f"and targets.shape={tuple(targets.shape)}."
+        )
     return _reduce(mx.maximum(0, -targets * (inputs1 - inputs2) + margin), reduction)

@@ -188,8 +188,14 @@ class SGD(Optimizer):
     and weight decay (L2 added to the gradient):
     ``v = mu v + (1 - tau) g; w = w - lr (g + mu v if nesterov else v)``."""
 
-    def __init__(self, learning_rate: Schedule, momentum: float = 0.0, weight_decay: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False):
+    def __init__(
+        self,
+        learning_rate: Schedule,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        dampening: float = 0.0,
+        nesterov: bool = False,
+    ):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening.")
         super().__init__()
@@ -298,8 +304,13 @@ class Adam(Optimizer):
     """``m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w = w - lr m / (sqrt(v) + eps)``
     (with ``bias_correction``, ``m`` and ``v`` are divided by ``1 - b^t``)."""
 
-    def __init__(self, learning_rate: Schedule, betas: List[float] = [0.9, 0.999], eps: float = 1e-8,
-                 bias_correction: bool = False):
+    def __init__(
+        self,
+        learning_rate: Schedule,
+        betas: List[float] = [0.9, 0.999],
+        eps: float = 1e-8,
+        bias_correction: bool = False,
+    ):
         super().__init__()
         for i, b in enumerate(betas):
             if not 0.0 <= b < 1.0:
@@ -336,9 +347,17 @@ class AdamW(Adam):
     """Adam with decoupled weight decay: the parameter shrinks by ``1 - lr * weight_decay``
     before the Adam step."""
 
-    def __init__(self, learning_rate: Schedule, betas: List[float] = [0.9, 0.999], eps: float = 1e-8,
-                 weight_decay: float = 0.01, bias_correction: bool = False):
-        super().__init__(learning_rate=learning_rate, betas=betas, eps=eps, bias_correction=bias_correction)
+    def __init__(
+        self,
+        learning_rate: Schedule,
+        betas: List[float] = [0.9, 0.999],
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        bias_correction: bool = False,
+    ):
+        super().__init__(
+            learning_rate=learning_rate, betas=betas, eps=eps, bias_correction=bias_correction
+        )
         self.weight_decay = weight_decay
 
     def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
@@ -350,7 +369,9 @@ class AdamW(Adam):
 class Adamax(Adam):
     """Adam with the infinity norm: ``v = max(b2 v, |g|); w = w - lr m / (v + eps)``."""
 
-    def __init__(self, learning_rate: Schedule, betas: List[float] = [0.9, 0.999], eps: float = 1e-8):
+    def __init__(
+        self, learning_rate: Schedule, betas: List[float] = [0.9, 0.999], eps: float = 1e-8
+    ):
         super().__init__(learning_rate, betas, eps)
         if not 0.0 <= eps:
             raise ValueError(f"Epsilon value should be >=0, {eps} was provided instead")
@@ -369,7 +390,9 @@ class Adamax(Adam):
 class Lion(Optimizer):
     """``c = b1 m + (1 - b1) g; m = b2 m + (1 - b2) g; w = w (1 - lr wd) - lr sign(c)``."""
 
-    def __init__(self, learning_rate: Schedule, betas: List[float] = [0.9, 0.99], weight_decay: float = 0.0):
+    def __init__(
+        self, learning_rate: Schedule, betas: List[float] = [0.9, 0.99], weight_decay: float = 0.0
+    ):
         super().__init__()
         self._maybe_schedule("learning_rate", learning_rate)
         self.betas = betas

@@ -57,7 +57,9 @@ def join_schedules(schedules: List[Callable], boundaries: List[int]) -> Callable
     if len(schedules) == 0:
         raise ValueError("Must provide at least 1 schedule to join.")
     if len(schedules) != len(boundaries) + 1:
-        raise ValueError(f"Received {len(boundaries)} boundaries but expected {len(schedules) - 1}.")
+        raise ValueError(
+            f"Received {len(boundaries)} boundaries but expected {len(schedules) - 1}."
+        )
 
     def schedule(step):
         out = schedules[0](step)

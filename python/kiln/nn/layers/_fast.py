@@ -33,7 +33,9 @@ def rms_norm(x: mx.array, weight: Optional[mx.array], eps: float) -> mx.array:
     return y if weight is None else y * weight
 
 
-def layer_norm(x: mx.array, weight: Optional[mx.array], bias: Optional[mx.array], eps: float) -> mx.array:
+def layer_norm(
+    x: mx.array, weight: Optional[mx.array], bias: Optional[mx.array], eps: float
+) -> mx.array:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis."""
     f = _fast("layer_norm")
     if f is not None:
@@ -65,13 +67,23 @@ def _rope_tables(D: int, dims: int, traditional: bool) -> tuple:
     return R, pick
 
 
-def rope(x: mx.array, dims: int, *, traditional: bool, base: Optional[float], scale: float,
-         offset: Union[int, mx.array], freqs: Optional[mx.array] = None) -> mx.array:
+def rope(
+    x: mx.array,
+    dims: int,
+    *,
+    traditional: bool,
+    base: Optional[float],
+    scale: float,
+    offset: Union[int, mx.array],
+    freqs: Optional[mx.array] = None,
+) -> mx.array:
     """Rotary position embedding of ``x`` (``(..., L, D)``) at positions
     ``(offset + arange(L)) * scale``."""
     f = _fast("rope")
     if f is not None:
-        return f(x, dims, traditional=traditional, base=base, scale=scale, offset=offset, freqs=freqs)
+        return f(
+            x, dims, traditional=traditional, base=base, scale=scale, offset=offset, freqs=freqs
+        )
     D, L = x.shape[-1], x.shape[-2]
     if dims % 2 or dims > D or dims <= 0:
         raise ValueError(f"[rope] dims must be even, positive and at most {D}, got {dims}.")
@@ -82,15 +94,19 @@ def rope(x: mx.array, dims: int, *, traditional: bool, base: Optional[float], sc
         inv = np.power(float(base), -np.arange(0, dims, 2, dtype=np.float64) / dims)
         inv = mx.array(np.where(pick >= 0, inv[np.maximum(pick, 0)], 0.0).astype(np.float32))
     else:
-        inv = mx.where(mx.array(pick >= 0), 1.0 / freqs.astype(mx.float32)[mx.array(np.maximum(pick, 0))], 0.0)
+        inv = mx.where(
+            mx.array(pick >= 0), 1.0 / freqs.astype(mx.float32)[mx.array(np.maximum(pick, 0))], 0.0
+        )
     off = mx.array(offset).astype(mx.float32)
     if off.ndim == 0:
         theta = ((mx.arange(L, dtype=mx.float32) + off) * scale)[:, None] * inv
     else:
         # One offset per batch element: (B, L, D) tables broadcast over the middle axes.
         if off.ndim != 1 or x.ndim < 3 or off.shape[0] != x.shape[0]:
-            raise ValueError(f"[rope] offset must be a scalar or one offset per batch element, "
-                             f"got shape {tuple(off.shape)}.")
+            raise ValueError(
+                f"[rope] offset must be a scalar or one offset per batch element, "
+                f"got shape {tuple(off.shape)}."
+            )
         pos = (mx.arange(L, dtype=mx.float32)[None, :] + off[:, None]) * scale
         theta = (pos[..., None] * inv).reshape(off.shape[0], *([1] * (x.ndim - 3)), L, D)
     xf = x.astype(mx.float32)
@@ -98,8 +114,9 @@ def rope(x: mx.array, dims: int, *, traditional: bool, base: Optional[float], sc
     return out.astype(x.dtype)
 
 
-def scaled_dot_product_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
-                                 mask: Union[None, str, mx.array] = None) -> mx.array:
+def scaled_dot_product_attention(
+    q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: Union[None, str, mx.array] = None
+) -> mx.array:
     """``softmax(q k^T * scale + mask) v`` for ``(B, H, L, D)`` queries and
     ``(B, H_kv, S, D)`` keys and values (``H`` a multiple of ``H_kv``)."""
     f = _fast("scaled_dot_product_attention")
@@ -108,8 +125,10 @@ def scaled_dot_product_attention(q: mx.array, k: mx.array, v: mx.array, *, scale
     H, L = q.shape[1], q.shape[2]
     Hkv, S = k.shape[1], k.shape[2]
     if H % Hkv:
-        raise ValueError(f"[scaled_dot_product_attention] {H} query heads are not a multiple "
-                         f"of {Hkv} key/value heads.")
+        raise ValueError(
+            f"[scaled_dot_product_attention] {H} query heads are not a multiple "
+            f"of {Hkv} key/value heads."
+        )
     if H != Hkv:
         k = mx.repeat(k, H // Hkv, axis=1)
         v = mx.repeat(v, H // Hkv, axis=1)

@@ -169,9 +169,17 @@ def _layer(name: str, fn, doc: str, **params: Any) -> type:
     def _extra_repr(self):
         return ", ".join(f"{k}={getattr(self, '_' + k)}" for k in names)
 
-    return type(name, (Module,), {"__init__": __init__, "__call__": __call__,
-                                  "_extra_repr": _extra_repr, "__doc__": doc,
-                                  "__module__": __name__})
+    return type(
+        name,
+        (Module,),
+        {
+            "__init__": __init__,
+            "__call__": __call__,
+            "_extra_repr": _extra_repr,
+            "__doc__": doc,
+            "__module__": __name__,
+        },
+    )
 
 
 Sigmoid = _layer("Sigmoid", sigmoid, "Applies :func:`sigmoid`.")

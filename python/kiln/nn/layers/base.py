@@ -130,7 +130,9 @@ class Module(dict):
 
     def children(self) -> dict:
         """The direct sub-modules (inside lists and dicts too)."""
-        return self.filter_and_map(self.valid_child_filter, is_leaf_fn=lambda m, k, v: isinstance(v, Module))
+        return self.filter_and_map(
+            self.valid_child_filter, is_leaf_fn=lambda m, k, v: isinstance(v, Module)
+        )
 
     def leaf_modules(self) -> dict:
         """The sub-modules that have no sub-modules of their own."""
@@ -167,17 +169,23 @@ class Module(dict):
             elif isinstance(src, list):
                 if not isinstance(dst, list) or len(src) > len(dst):
                     if strict:
-                        raise ValueError(f"Received invalid type: list for {path[:-1] or 'the module'}.")
+                        raise ValueError(
+                            f"Received invalid type: list for {path[:-1] or 'the module'}."
+                        )
                     return
                 for i, new in enumerate(src):
                     set_or_descend(dst, i, new, f"{path}{i}")
             elif strict:
-                raise ValueError(f"Received invalid type: {type(src).__name__} for {path[:-1] or 'the module'}.")
+                raise ValueError(
+                    f"Received invalid type: {type(src).__name__} for {path[:-1] or 'the module'}."
+                )
 
         apply(self, parameters, "")
         return self
 
-    def apply(self, map_fn: Callable[[mx.array], mx.array], filter_fn: Optional[Callable] = None) -> "Module":
+    def apply(
+        self, map_fn: Callable[[mx.array], mx.array], filter_fn: Optional[Callable] = None
+    ) -> "Module":
         """Maps every parameter (selected by ``filter_fn``, default all) through ``map_fn``
         in place, e.g. ``model.apply(lambda x: x.astype(mx.float16))``."""
         filter_fn = filter_fn or Module.valid_parameter_filter
@@ -214,7 +222,9 @@ class Module(dict):
             prefix, mod = stack.pop()
             apply_fn(prefix, mod)
             prefix = prefix + "." if prefix else ""
-            stack.extend(tree_flatten(mod.children(), prefix=prefix, is_leaf=lambda x: isinstance(x, Module)))
+            stack.extend(
+                tree_flatten(mod.children(), prefix=prefix, is_leaf=lambda x: isinstance(x, Module))
+            )
         return self
 
     def modules(self) -> List["Module"]:
@@ -237,16 +247,26 @@ class Module(dict):
                     raise KeyError(f"Module doesn't contain member {k}.")
         return keys
 
-    def freeze(self, *, recurse: bool = True, keys: Optional[Union[str, List[str]]] = None,
-               strict: bool = False) -> "Module":
+    def freeze(
+        self,
+        *,
+        recurse: bool = True,
+        keys: Optional[Union[str, List[str]]] = None,
+        strict: bool = False,
+    ) -> "Module":
         """Marks parameters as not trainable: all of them (or ``keys``, names local to each
         module), in sub-modules too with ``recurse``."""
 
         def freeze_one(_, m):
             local = keys
             if local is None:
-                local = tree_flatten(m.filter_and_map(
-                    lambda mod, k, v: not isinstance(v, Module) and mod.valid_parameter_filter(mod, k, v)))
+                local = tree_flatten(
+                    m.filter_and_map(
+                        lambda mod, k, v: (
+                            not isinstance(v, Module) and mod.valid_parameter_filter(mod, k, v)
+                        )
+                    )
+                )
                 # Dotted paths: the filters see "name.0" for items of lists and dicts.
                 local = [k for k, _ in local]
             m._no_grad.update(m._check_keys(local, strict))
@@ -257,8 +277,13 @@ class Module(dict):
             freeze_one("", self)
         return self
 
-    def unfreeze(self, *, recurse: bool = True, keys: Optional[Union[str, List[str]]] = None,
-                 strict: bool = False) -> "Module":
+    def unfreeze(
+        self,
+        *,
+        recurse: bool = True,
+        keys: Optional[Union[str, List[str]]] = None,
+        strict: bool = False,
+    ) -> "Module":
         """Undoes :meth:`freeze`: all names (or ``keys``) become trainable again."""
 
         def unfreeze_one(_, m):
@@ -286,15 +311,21 @@ class Module(dict):
         """Sets evaluation mode (dropout off, batch norm uses its running statistics)."""
         return self.train(False)
 
-    def set_dtype(self, dtype: mx.Dtype, predicate: Optional[Callable[[mx.Dtype], bool]] = None) -> None:
+    def set_dtype(
+        self, dtype: mx.Dtype, predicate: Optional[Callable[[mx.Dtype], bool]] = None
+    ) -> None:
         """Casts the parameters whose dtype satisfies ``predicate`` (default: floating
         point) to ``dtype``."""
         if predicate is None:
+
             def predicate(d):
                 return mx.issubdtype(d, mx.floating)
+
         self.apply(lambda x: x.astype(dtype) if predicate(x.dtype) else x)
 
-    def load_weights(self, file_or_weights: Union[str, List[Tuple[str, mx.array]]], strict: bool = True) -> "Module":
+    def load_weights(
+        self, file_or_weights: Union[str, List[Tuple[str, mx.array]]], strict: bool = True
+    ) -> "Module":
         """Loads parameters from a ``.npz``/``.safetensors`` file or a list of
         ``(path, array)`` pairs. With ``strict`` the names and shapes must match the
         module's exactly."""
@@ -315,10 +346,14 @@ class Module(dict):
             for k, v in cur.items():
                 w = new[k]
                 if not isinstance(w, mx.array):
-                    raise ValueError(f"Expected mx.array but received {type(w).__name__} for parameter {k}")
+                    raise ValueError(
+                        f"Expected mx.array but received {type(w).__name__} for parameter {k}"
+                    )
                 if tuple(v.shape) != tuple(w.shape):
-                    raise ValueError(f"Expected shape {tuple(v.shape)} but received shape "
-                                     f"{tuple(w.shape)} for parameter {k}")
+                    raise ValueError(
+                        f"Expected shape {tuple(v.shape)} but received shape "
+                        f"{tuple(w.shape)} for parameter {k}"
+                    )
         if weights:
             self.update(tree_unflatten(weights), strict=False)
         return self
@@ -340,18 +375,29 @@ def _unwrap(model, key, value, filter_fn, map_fn, is_leaf_fn):
     if is_leaf_fn(model, key, value):
         return map_fn(value)
     if isinstance(value, Module):
-        return {k: _unwrap(value, k, v, filter_fn, map_fn, is_leaf_fn)
-                for k, v in value.items() if filter_fn(value, k, v)}
+        return {
+            k: _unwrap(value, k, v, filter_fn, map_fn, is_leaf_fn)
+            for k, v in value.items()
+            if filter_fn(value, k, v)
+        }
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             sub = f"{key}.{k}"
-            out[k] = _unwrap(model, sub, v, filter_fn, map_fn, is_leaf_fn) if filter_fn(model, sub, v) else {}
+            out[k] = (
+                _unwrap(model, sub, v, filter_fn, map_fn, is_leaf_fn)
+                if filter_fn(model, sub, v)
+                else {}
+            )
         return out
     if isinstance(value, list):
         out = []
         for i, v in enumerate(value):
             sub = f"{key}.{i}"
-            out.append(_unwrap(model, sub, v, filter_fn, map_fn, is_leaf_fn) if filter_fn(model, sub, v) else {})
+            out.append(
+                _unwrap(model, sub, v, filter_fn, map_fn, is_leaf_fn)
+                if filter_fn(model, sub, v)
+                else {}
+            )
         return out
     raise RuntimeError("Unexpected leaf found while traversing the module")

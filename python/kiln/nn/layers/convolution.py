@@ -21,17 +21,29 @@ def _ntuple(v: IntOrTuple, n: int, name: str) -> tuple:
 class _ConvNd(Module):
     _n = 0
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
-                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
-                 groups: int = 1, bias: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
         super().__init__()
         n = self._n
         if in_channels % groups:
-            raise ValueError(f"The number of input channels ({in_channels}) must be divisible "
-                             f"by the number of groups ({groups})")
+            raise ValueError(
+                f"The number of input channels ({in_channels}) must be divisible "
+                f"by the number of groups ({groups})"
+            )
         kernel = _ntuple(kernel_size, n, "kernel_size")
         scale = math.sqrt(1.0 / (in_channels * math.prod(kernel)))
-        self.weight = mx.random.uniform(-scale, scale, (out_channels, *kernel, in_channels // groups))
+        self.weight = mx.random.uniform(
+            -scale, scale, (out_channels, *kernel, in_channels // groups)
+        )
         if bias:
             self.bias = mx.zeros((out_channels,))
         self.stride = _ntuple(stride, n, "stride")
@@ -41,13 +53,21 @@ class _ConvNd(Module):
 
     def _extra_repr(self) -> str:
         w = self.weight.shape
-        return (f"{w[-1] * self.groups}, {w[0]}, kernel_size={tuple(w[1:-1])}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
-                f"bias={'bias' in self}")
+        return (
+            f"{w[-1] * self.groups}, {w[0]}, kernel_size={tuple(w[1:-1])}, stride={self.stride}, "
+            f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
+            f"bias={'bias' in self}"
+        )
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = mx.conv_general(x, self.weight, stride=list(self.stride), padding=list(self.padding),
-                            kernel_dilation=list(self.dilation), groups=self.groups)
+        y = mx.conv_general(
+            x,
+            self.weight,
+            stride=list(self.stride),
+            padding=list(self.padding),
+            kernel_dilation=list(self.dilation),
+            groups=self.groups,
+        )
         if "bias" in self:
             y = y + self.bias
         return y

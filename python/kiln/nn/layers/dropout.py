@@ -37,7 +37,9 @@ class Dropout2d(Dropout):
 
     def _mask_shape(self, x: mx.array) -> tuple:
         if x.ndim not in (3, 4):
-            raise ValueError(f"Received input with {x.ndim} dimensions. Expected 3 or 4 dimensions.")
+            raise ValueError(
+                f"Received input with {x.ndim} dimensions. Expected 3 or 4 dimensions."
+            )
         s = list(x.shape)
         s[-2] = s[-3] = 1
         return tuple(s)
@@ -49,7 +51,9 @@ class Dropout3d(Dropout):
 
     def _mask_shape(self, x: mx.array) -> tuple:
         if x.ndim not in (4, 5):
-            raise ValueError(f"Received input with {x.ndim} dimensions. Expected 4 or 5 dimensions.")
+            raise ValueError(
+                f"Received input with {x.ndim} dimensions. Expected 4 or 5 dimensions."
+            )
         s = list(x.shape)
         s[-2] = s[-3] = s[-4] = 1
         return tuple(s)

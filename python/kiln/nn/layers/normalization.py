@@ -47,11 +47,20 @@ class GroupNorm(Module):
     """Normalises groups of channels over the batch element's other axes. Channel ``c``
     belongs to group ``c % num_groups``, unless ``pytorch_compatible`` (contiguous groups)."""
 
-    def __init__(self, num_groups: int, dims: int, eps: float = 1e-5, affine: bool = True,
-                 pytorch_compatible: bool = False):
+    def __init__(
+        self,
+        num_groups: int,
+        dims: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        pytorch_compatible: bool = False,
+    ):
         super().__init__()
         if dims % num_groups:
-            raise ValueError(f"The number of channels {dims} must be divisible by the number of groups {num_groups}.")
+            raise ValueError(
+                f"The number of channels {dims} must be divisible by the number of "
+                f"groups {num_groups}."
+            )
         if affine:
             self.bias = mx.zeros((dims,))
             self.weight = mx.ones((dims,))
@@ -61,8 +70,10 @@ class GroupNorm(Module):
         self.pytorch_compatible = pytorch_compatible
 
     def _extra_repr(self) -> str:
-        return (f"{self.num_groups}, {self.dims}, eps={self.eps}, affine={'weight' in self}, "
-                f"pytorch_compatible={self.pytorch_compatible}")
+        return (
+            f"{self.num_groups}, {self.dims}, eps={self.eps}, affine={'weight' in self}, "
+            f"pytorch_compatible={self.pytorch_compatible}"
+        )
 
     def __call__(self, x: mx.array) -> mx.array:
         g = self.num_groups
@@ -114,8 +125,14 @@ class BatchNorm(Module):
     (``track_running_stats``). The running statistics are never trainable.
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = True, track_running_stats: bool = True):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+    ):
         super().__init__()
         self.num_features = num_features
         self.eps = eps
@@ -137,12 +154,16 @@ class BatchNorm(Module):
         return self
 
     def _extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={'weight' in self}, track_running_stats={self.track_running_stats}")
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={'weight' in self}, track_running_stats={self.track_running_stats}"
+        )
 
     def __call__(self, x: mx.array) -> mx.array:
         if x.ndim < 2 or x.ndim > 4:
-            raise ValueError(f"Expected input tensor to have 2, 3 or 4 dimensions, but got {x.ndim}")
+            raise ValueError(
+                f"Expected input tensor to have 2, 3 or 4 dimensions, but got {x.ndim}"
+            )
         axes = tuple(range(x.ndim - 1))
         if self.training or not self.track_running_stats:
             mean = mx.mean(x, axis=axes)

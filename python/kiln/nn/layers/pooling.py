@@ -27,8 +27,9 @@ class _Pool(Module):
     _n = 0
     _max = True
 
-    def __init__(self, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
-                 padding: IntOrTuple = 0):
+    def __init__(
+        self, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None, padding: IntOrTuple = 0
+    ):
         super().__init__()
         n = self._n
         name = type(self).__name__
@@ -46,7 +47,9 @@ class _Pool(Module):
     def __call__(self, x: mx.array) -> mx.array:
         n = self._n
         if x.ndim != n + 2:
-            raise ValueError(f"[{type(self).__name__}] expected a {n + 2}-D channels-last input, got {x.ndim}-D.")
+            raise ValueError(
+                f"[{type(self).__name__}] expected a {n + 2}-D channels-last input, got {x.ndim}-D."
+            )
         if any(self._padding):
             fill = -math.inf if self._max else 0
             if self._max and not mx.issubdtype(x.dtype, mx.floating):

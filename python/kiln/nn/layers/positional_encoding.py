@@ -15,7 +15,9 @@ class RoPE(Module):
     inputs; ``traditional`` rotates consecutive pairs instead of the two halves, positions
     are ``(offset + i) * scale``, frequencies ``base ** (-2j / dims)``."""
 
-    def __init__(self, dims: int, traditional: bool = False, base: float = 10000, scale: float = 1.0):
+    def __init__(
+        self, dims: int, traditional: bool = False, base: float = 10000, scale: float = 1.0
+    ):
         super().__init__()
         self.dims = dims
         self.traditional = traditional
@@ -26,19 +28,34 @@ class RoPE(Module):
         return f"{self.dims}, traditional={self.traditional}"
 
     def __call__(self, x: mx.array, offset: Union[int, mx.array] = 0) -> mx.array:
-        return _fast.rope(x, self.dims, traditional=self.traditional, base=self.base,
-                          scale=self.scale, offset=offset)
+        return _fast.rope(
+            x,
+            self.dims,
+            traditional=self.traditional,
+            base=self.base,
+            scale=self.scale,
+            offset=offset,
+        )
 
 
 class SinusoidalPositionalEncoding(Module):
     """Sine and cosine features of positions at ``dims // 2`` frequencies spaced
     geometrically from ``max_freq`` down to ``min_freq``."""
 
-    def __init__(self, dims: int, min_freq: float = 0.0001, max_freq: float = 1,
-                 scale: Optional[float] = None, cos_first: bool = False, full_turns: bool = False):
+    def __init__(
+        self,
+        dims: int,
+        min_freq: float = 0.0001,
+        max_freq: float = 1,
+        scale: Optional[float] = None,
+        cos_first: bool = False,
+        full_turns: bool = False,
+    ):
         super().__init__()
         if dims <= 0 or dims % 2:
-            raise ValueError(f"[SinusoidalPositionalEncoding] dims must be positive and even but got {dims}.")
+            raise ValueError(
+                f"[SinusoidalPositionalEncoding] dims must be positive and even but got {dims}."
+            )
         half = dims // 2
         frac = mx.array([1.0]) if half == 1 else 1 - mx.arange(0, half) / (half - 1)
         lo, hi = math.log(min_freq), math.log(max_freq)

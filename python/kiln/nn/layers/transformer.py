@@ -18,14 +18,23 @@ class MultiHeadAttention(Module):
     """Multi-head scaled dot-product attention with query, key, value and output
     projections. ``mask`` is added to the scores (additive or boolean, or "causal")."""
 
-    def __init__(self, dims: int, num_heads: int, query_input_dims: Optional[int] = None,
-                 key_input_dims: Optional[int] = None, value_input_dims: Optional[int] = None,
-                 value_dims: Optional[int] = None, value_output_dims: Optional[int] = None,
-                 bias: bool = False):
+    def __init__(
+        self,
+        dims: int,
+        num_heads: int,
+        query_input_dims: Optional[int] = None,
+        key_input_dims: Optional[int] = None,
+        value_input_dims: Optional[int] = None,
+        value_dims: Optional[int] = None,
+        value_output_dims: Optional[int] = None,
+        bias: bool = False,
+    ):
         super().__init__()
         if dims % num_heads:
-            raise ValueError("The input feature dimensions should be divisible by the "
-                             f"number of heads ({dims} % {num_heads}) != 0")
+            raise ValueError(
+                "The input feature dimensions should be divisible by the "
+                f"number of heads ({dims} % {num_heads}) != 0"
+            )
         query_input_dims = query_input_dims or dims
         key_input_dims = key_input_dims or dims
         value_input_dims = value_input_dims or key_input_dims
@@ -37,7 +46,9 @@ class MultiHeadAttention(Module):
         self.value_proj = Linear(value_input_dims, value_dims, bias=bias)
         self.out_proj = Linear(value_dims, value_output_dims, bias=bias)
 
-    def __call__(self, queries: mx.array, keys: mx.array, values: mx.array, mask: Any = None) -> mx.array:
+    def __call__(
+        self, queries: mx.array, keys: mx.array, values: mx.array, mask: Any = None
+    ) -> mx.array:
         q, k, v = self.query_proj(queries), self.key_proj(keys), self.value_proj(values)
         h = self.num_heads
         B, L, _ = q.shape
@@ -45,7 +56,9 @@ class MultiHeadAttention(Module):
         q = q.reshape(B, L, h, -1).transpose(0, 2, 1, 3)
         k = k.reshape(B, S, h, -1).transpose(0, 2, 1, 3)
         v = v.reshape(B, S, h, -1).transpose(0, 2, 1, 3)
-        out = _fast.scaled_dot_product_attention(q, k, v, scale=math.sqrt(1 / q.shape[-1]), mask=mask)
+        out = _fast.scaled_dot_product_attention(
+            q, k, v, scale=math.sqrt(1 / q.shape[-1]), mask=mask
+        )
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
     @staticmethod
@@ -59,8 +72,15 @@ class TransformerEncoderLayer(Module):
     """Self-attention and an MLP (``mlp_dims``, default ``4 * dims``), each with a residual
     connection and LayerNorm before (``norm_first``) or after."""
 
-    def __init__(self, dims: int, num_heads: int, mlp_dims: Optional[int] = None, dropout: float = 0.0,
-                 activation: Callable[[Any], Any] = relu, norm_first: bool = True):
+    def __init__(
+        self,
+        dims: int,
+        num_heads: int,
+        mlp_dims: Optional[int] = None,
+        dropout: float = 0.0,
+        activation: Callable[[Any], Any] = relu,
+        norm_first: bool = True,
+    ):
         super().__init__()
         mlp_dims = mlp_dims or dims * 4
         self.attention = MultiHeadAttention(dims, num_heads)
@@ -88,8 +108,15 @@ class TransformerDecoderLayer(Module):
     """Self-attention, cross-attention over ``memory`` and an MLP, each with a residual
     connection and LayerNorm before (``norm_first``) or after."""
 
-    def __init__(self, dims: int, num_heads: int, mlp_dims: Optional[int] = None, dropout: float = 0.0,
-                 activation: Callable[[Any], Any] = relu, norm_first: bool = True):
+    def __init__(
+        self,
+        dims: int,
+        num_heads: int,
+        mlp_dims: Optional[int] = None,
+        dropout: float = 0.0,
+        activation: Callable[[Any], Any] = relu,
+        norm_first: bool = True,
+    ):
         super().__init__()
         mlp_dims = mlp_dims or dims * 4
         self.self_attention = MultiHeadAttention(dims, num_heads)
@@ -131,12 +158,22 @@ class TransformerEncoder(Module):
     """``num_layers`` :class:`TransformerEncoderLayer` followed by a LayerNorm
     (``checkpoint`` recomputes each layer's activations in the backward pass)."""
 
-    def __init__(self, num_layers: int, dims: int, num_heads: int, mlp_dims: Optional[int] = None,
-                 dropout: float = 0.0, activation: Callable[[Any], Any] = relu, norm_first: bool = True,
-                 checkpoint: bool = False):
+    def __init__(
+        self,
+        num_layers: int,
+        dims: int,
+        num_heads: int,
+        mlp_dims: Optional[int] = None,
+        dropout: float = 0.0,
+        activation: Callable[[Any], Any] = relu,
+        norm_first: bool = True,
+        checkpoint: bool = False,
+    ):
         super().__init__()
-        self.layers = [TransformerEncoderLayer(dims, num_heads, mlp_dims, dropout, activation, norm_first)
-                       for _ in range(num_layers)]
+        self.layers = [
+            TransformerEncoderLayer(dims, num_heads, mlp_dims, dropout, activation, norm_first)
+            for _ in range(num_layers)
+        ]
         self.ln = LayerNorm(dims)
         self.checkpoint = checkpoint
 
@@ -149,12 +186,22 @@ class TransformerEncoder(Module):
 class TransformerDecoder(Module):
     """``num_layers`` :class:`TransformerDecoderLayer` followed by a LayerNorm."""
 
-    def __init__(self, num_layers: int, dims: int, num_heads: int, mlp_dims: Optional[int] = None,
-                 dropout: float = 0.0, activation: Callable[[Any], Any] = relu, norm_first: bool = True,
-                 checkpoint: bool = False):
+    def __init__(
+        self,
+        num_layers: int,
+        dims: int,
+        num_heads: int,
+        mlp_dims: Optional[int] = None,
+        dropout: float = 0.0,
+        activation: Callable[[Any], Any] = relu,
+        norm_first: bool = True,
+        checkpoint: bool = False,
+    ):
         super().__init__()
-        self.layers = [TransformerDecoderLayer(dims, num_heads, mlp_dims, dropout, activation, norm_first)
-                       for _ in range(num_layers)]
+        self.layers = [
+            TransformerDecoderLayer(dims, num_heads, mlp_dims, dropout, activation, norm_first)
+            for _ in range(num_layers)
+        ]
         self.ln = LayerNorm(dims)
         self.checkpoint = checkpoint
 
@@ -168,15 +215,43 @@ class Transformer(Module):
     """An encoder-decoder Transformer: ``decoder(tgt, encoder(src, src_mask), tgt_mask,
     memory_mask)``."""
 
-    def __init__(self, dims: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
-                 num_decoder_layers: int = 6, mlp_dims: Optional[int] = None, dropout: float = 0.0,
-                 activation: Callable[[Any], Any] = relu, custom_encoder: Optional[Any] = None,
-                 custom_decoder: Optional[Any] = None, norm_first: bool = True, checkpoint: bool = False):
+    def __init__(
+        self,
+        dims: int = 512,
+        num_heads: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        mlp_dims: Optional[int] = None,
+        dropout: float = 0.0,
+        activation: Callable[[Any], Any] = relu,
+        custom_encoder: Optional[Any] = None,
+        custom_decoder: Optional[Any] = None,
+        norm_first: bool = True,
+        checkpoint: bool = False,
+    ):
         super().__init__()
         self.encoder = custom_encoder or TransformerEncoder(
-            num_encoder_layers, dims, num_heads, mlp_dims, dropout, activation, norm_first, checkpoint)
+            num_encoder_layers,
+            dims,
+            num_heads,
+            mlp_dims,
+            dropout,
+            activation,
+            norm_first,
+            checkpoint,
+        )
         self.decoder = custom_decoder or TransformerDecoder(
-            num_decoder_layers, dims, num_heads, mlp_dims, dropout, activation, norm_first, checkpoint)
+            num_decoder_layers,
+            dims,
+            num_heads,
+            mlp_dims,
+            dropout,
+            activation,
+            norm_first,
+            checkpoint,
+        )
 
-    def __call__(self, src: mx.array, tgt: mx.array, src_mask: Any, tgt_mask: Any, memory_mask: Any) -> mx.array:
+    def __call__(
+        self, src: mx.array, tgt: mx.array, src_mask: Any, tgt_mask: Any, memory_mask: Any
+    ) -> mx.array:
         return self.decoder(tgt, self.encoder(src, src_mask), tgt_mask, memory_mask)
