@@ -802,6 +802,15 @@ MLX_LAYERS = {
     "Conv1d": (lambda n: n.Conv1d(6, 4, 3, stride=2, padding=1), (2, 9, 6)),
     "Conv2d": (lambda n: n.Conv2d(6, 4, 3, padding=1, groups=2), (1, 5, 5, 6)),
     "MaxPool2d": (lambda n: n.MaxPool2d(3, 2, 1), (1, 7, 7, 6)),
+    "ConvTranspose1d": (
+        lambda n: n.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1),
+        (2, 5, 6),
+    ),
+    "ConvTranspose2d": (
+        lambda n: n.ConvTranspose2d(6, 3, (2, 3), stride=2, dilation=1),
+        (1, 4, 3, 6),
+    ),
+    "ConvTranspose3d": (lambda n: n.ConvTranspose3d(6, 2, 2, stride=1, padding=1), (1, 3, 4, 3, 6)),
     "AvgPool1d": (lambda n: n.AvgPool1d(3, 2, 1), (2, 9, 6)),
     "RoPE": (lambda n: n.RoPE(4, traditional=True), (2, 2, 5, 6)),
     "MultiHeadAttention": (lambda n: n.MultiHeadAttention(6, 2, bias=True), (2, 5, 6)),

@@ -57,6 +57,11 @@ from kiln.nn.layers.activations import (  # noqa: F401
 from kiln.nn.layers.base import Module  # noqa: F401
 from kiln.nn.layers.containers import Sequential  # noqa: F401
 from kiln.nn.layers.convolution import Conv1d, Conv2d, Conv3d  # noqa: F401
+from kiln.nn.layers.convolution_transpose import (  # noqa: F401
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+)
 from kiln.nn.layers.dropout import Dropout, Dropout2d, Dropout3d  # noqa: F401
 from kiln.nn.layers.embedding import Embedding  # noqa: F401
 from kiln.nn.layers.linear import Bilinear, Identity, Linear  # noqa: F401
