@@ -818,6 +818,11 @@ MLX_LAYERS = {
         lambda n: n.TransformerEncoderLayer(6, 2, 12, norm_first=False),
         (2, 5, 6),
     ),
+    "RNN": (lambda n: n.RNN(6, 5), (2, 4, 6)),
+    "RNN_relu_unbatched": (lambda n: n.RNN(6, 5, bias=False, nonlinearity=n.relu), (4, 6)),
+    "GRU": (lambda n: n.GRU(6, 5), (2, 4, 6)),
+    "GRU_nobias": (lambda n: n.GRU(6, 5, bias=False), (4, 6)),
+    "LSTM": (lambda n: n.LSTM(6, 5), (2, 4, 6)),
     "GELU": (lambda n: n.GELU(), (3, 6)),
     "Mish": (lambda n: n.Mish(), (3, 6)),
 }
@@ -843,6 +848,13 @@ def test_layer_matches_mlx(name):
         a, b = ours(mx.array(x), None), theirs(mlx.array(x), None)
     elif name == "RoPE":
         a, b = ours(mx.array(x), offset=2), theirs(mlx.array(x), offset=2)
+    elif name in ("RNN", "GRU", "LSTM"):
+        # With an initial state, and (LSTM) the cell states too.
+        h = rand(2, 5)
+        a, b = ours(mx.array(x), mx.array(h)), theirs(mlx.array(x), mlx.array(h))
+        if name == "LSTM":
+            np.testing.assert_allclose(np.array(a[1]), np.array(b[1]), rtol=1e-4, atol=1e-5)
+            a, b = a[0], b[0]
     else:
         a, b = ours(mx.array(x)), theirs(mlx.array(x))
     np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
@@ -870,3 +882,25 @@ def test_losses_match_mlx():
         a = getattr(nn.losses, name)(*[mx.array(v) for v in args], **kw)
         b = getattr(mnn.losses, name)(*[mlx.array(v) for v in args], **kw)
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_recurrent_parameters_and_gradient():
+    rnn = nn.RNN(3, 4, bias=False)
+    assert sorted(k for k, _ in tree_flatten(rnn.parameters())) == ["Whh", "Wxh"]
+    lstm = nn.LSTM(3, 4)
+    assert sorted(k for k, _ in tree_flatten(lstm.parameters())) == ["Wh", "Wx", "bias"]
+    x = mx.array(rand(2, 5, 3))
+    loss, g = nn.value_and_grad(lstm, lambda a: lstm(a)[0][:, -1].sum())(x)
+    assert g["Wx"].shape == (16, 3) and np.isfinite(np.array(g["Wh"])).all()
+    # Finite differences on one weight of the GRU.
+    gru = nn.GRU(3, 2)
+    w0 = np.array(gru.Wh).astype(np.float64)
+
+    def f(w):
+        gru.Wh = mx.array(w.astype(np.float32))
+        return float(gru(x)[:, -1].sum().item())
+
+    _, g = nn.value_and_grad(gru, lambda a: gru(a)[:, -1].sum())(x)
+    fd = _fd_grad(f, w0, 1e-2)
+    gru.Wh = mx.array(w0.astype(np.float32))
+    np.testing.assert_allclose(np.array(g["Wh"]), fd, rtol=2e-2, atol=2e-3)
