@@ -904,3 +904,23 @@ def test_recurrent_parameters_and_gradient():
     fd = _fd_grad(f, w0, 1e-2)
     gru.Wh = mx.array(w0.astype(np.float32))
     np.testing.assert_allclose(np.array(g["Wh"]), fd, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("module", ["kiln.nn", "kiln.nn.losses", "kiln.nn.init", "kiln.optimizers"])
+def test_every_public_callable_has_a_docstring(module):
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(module)
+    missing = []
+    for name in dir(mod):
+        obj = getattr(mod, name)
+        if name.startswith("_") or inspect.ismodule(obj) or not callable(obj):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            for attr, v in vars(obj).items():
+                if not attr.startswith("_") and callable(v) and not (v.__doc__ or "").strip():
+                    missing.append(f"{name}.{attr}")
+    assert missing == []
