@@ -63,7 +63,9 @@ def test_parameters_tree_and_attributes():
     names = [k for k, _ in m.named_modules()]
     assert sorted(names) == sorted(["", "l1", "layers.0", "layers.1", "layers.2"])
     assert len(m.modules()) == 5
-    assert "Linear(input_dims=3, output_dims=4, bias=True)" in repr(m)
+    text = repr(m)
+    assert "(l1): Linear(input_dims=3, output_dims=4, bias=True)" in text
+    assert "(layers.1): ReLU()" in text and "extra" not in text
 
 
 def test_freeze_unfreeze_trainable():

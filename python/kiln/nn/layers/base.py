@@ -44,17 +44,8 @@ class Module(dict):
         return ""
 
     def __repr__(self) -> str:
-        children = self.children()
-        lines = []
-        for k, v in children.items():
-            if isinstance(v, (list, tuple)):
-                for i, m in enumerate(v):
-                    lines.append(f"({k}.{i}): {m!r}")
-            elif isinstance(v, dict) and not isinstance(v, Module):
-                for kk, m in v.items():
-                    lines.append(f"({k}.{kk}): {m!r}")
-            else:
-                lines.append(f"({k}): {v!r}")
+        subs = tree_flatten(self.children(), is_leaf=lambda v: isinstance(v, Module))
+        lines = [f"({k}): {v!r}" for k, v in subs if isinstance(v, Module)]
         head = f"{type(self).__name__}({self._extra_repr()}"
         if not lines:
             return head + ")"

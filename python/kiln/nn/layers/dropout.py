@@ -16,10 +16,11 @@ class Dropout(Module):
         super().__init__()
         if p < 0 or p >= 1:
             raise ValueError(f"The dropout probability {p} is not in [0, 1)")
+        self._p = p
         self._p_1 = 1 - p
 
     def _extra_repr(self) -> str:
-        return f"p={1 - self._p_1}"
+        return f"p={self._p}"
 
     def _mask_shape(self, x: mx.array) -> tuple:
         return tuple(x.shape)
