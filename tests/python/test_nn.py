@@ -468,6 +468,19 @@ def test_multihead_attention_and_transformer():
     close(layer(xa, mask), np.array(ref), 1e-5)
 
 
+def test_alibi_matches_mlx():
+    mlx = pytest.importorskip("mlx.core")
+    mnn = pytest.importorskip("mlx.nn")
+    for heads in (4, 6):
+        s = rand(2, heads, 3, 5)
+        m = rand(3, 5)
+        a = nn.ALiBi()(mx.array(s), offset=2, mask=mx.array(m))
+        b = mnn.ALiBi()(mlx.array(s), offset=2, mask=mlx.array(m))
+        close(a, np.array(b), 1e-6)
+    ref = np.array(mnn.ALiBi.create_alibi_slope(6))
+    close(nn.ALiBi.create_alibi_slope(6), ref, 1e-7)
+
+
 def test_sinusoidal_encoding():
     pe = nn.SinusoidalPositionalEncoding(8)
     x = np.arange(4, dtype=np.float32)

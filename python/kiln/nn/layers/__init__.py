@@ -73,7 +73,11 @@ from kiln.nn.layers.normalization import (  # noqa: F401
     RMSNorm,
 )
 from kiln.nn.layers.pooling import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d  # noqa: F401
-from kiln.nn.layers.positional_encoding import RoPE, SinusoidalPositionalEncoding  # noqa: F401
+from kiln.nn.layers.positional_encoding import (  # noqa: F401
+    ALiBi,
+    RoPE,
+    SinusoidalPositionalEncoding,
+)
 from kiln.nn.layers.recurrent import GRU, LSTM, RNN  # noqa: F401
 from kiln.nn.layers.transformer import (  # noqa: F401
     MultiHeadAttention,

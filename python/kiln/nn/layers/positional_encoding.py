@@ -70,3 +70,52 @@ class SinusoidalPositionalEncoding(Module):
         parts = [mx.cos(y), mx.sin(y)] if self.cos_first else [mx.sin(y), mx.cos(y)]
         y = mx.concatenate(parts, axis=-1)
         return y * self.scale if self.scale != 1 else y
+
+
+def _alibi_slopes(n: int) -> list:
+    """The geometric head slopes of the ALiBi paper: ``2^(-8 i / n)`` for a power of two
+    ``n``, else those of the next lower power of two plus every other one of the next
+    higher."""
+    if math.log2(n).is_integer():
+        first = 2 ** (-8 / n)
+        return [first ** (i + 1) for i in range(n)]
+    low = 2 ** math.floor(math.log2(n))
+    return _alibi_slopes(low) + _alibi_slopes(2 * low)[0::2][: n - low]
+
+
+class ALiBi(Module):
+    """Attention with linear biases: adds ``-slope_h * |i - j|`` to the scores of head
+    ``h`` between query ``i`` and key ``j`` (no parameters)."""
+
+    @staticmethod
+    def create_alibi_matrix(
+        q_sequence_length: int,
+        k_sequence_length: int,
+        num_heads: int,
+        offset: int = 0,
+        dtype: mx.Dtype = mx.float32,
+    ) -> mx.array:
+        """The ``(1, num_heads, q_sequence_length - offset, k_sequence_length)`` bias."""
+        q = mx.arange(offset, q_sequence_length)
+        k = mx.arange(0, k_sequence_length)
+        distance = -mx.abs(q[:, None] - k[None, :])[None, None]
+        return (distance * ALiBi.create_alibi_slope(num_heads, dtype)).astype(dtype)
+
+    @staticmethod
+    def create_alibi_slope(num_heads: int, dtype: mx.Dtype = mx.float32) -> mx.array:
+        """The per-head slopes, shaped ``(num_heads, 1, 1)``."""
+        return mx.array(_alibi_slopes(num_heads), dtype=dtype).reshape(num_heads, 1, 1)
+
+    def __call__(
+        self, attention_scores: mx.array, offset: int = 0, mask: Optional[mx.array] = None
+    ) -> mx.array:
+        bias = ALiBi.create_alibi_matrix(
+            attention_scores.shape[-2] + offset,
+            attention_scores.shape[-1],
+            attention_scores.shape[1],
+            offset,
+            attention_scores.dtype,
+        )
+        if mask is not None:
+            bias = bias + mask
+        return attention_scores + bias
