@@ -172,3 +172,22 @@ def test_bench_harness_train_step_row():
     for compiled in (False, True):
         r = harness.train_step_bench("kiln", compiled)
         assert r["tokens"] == 16 and r["sec"] > 0 and r["first"] > 0
+
+
+def test_bfloat16_training_keeps_dtypes_and_learns(train):
+    mx.random.seed(2)
+    model = train.GPT(vocab=11, dims=16, layers=1, heads=2)
+    model.set_dtype(mx.bfloat16)
+    opt = optim.AdamW(learning_rate=1e-2)
+    opt.init(model.trainable_parameters())
+    step, cstep, state = train.make_step(model, opt)
+    x, y = _data(1)[0]
+    losses = []
+    for _ in range(6):
+        loss = cstep(x, y)
+        mx.eval(loss, state)
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert {v.dtype for _, v in tree_flatten(model.parameters())} == {mx.bfloat16}
+    moments = [v for k, v in tree_flatten(opt.state) if k.endswith((".m", ".v"))]
+    assert moments and {v.dtype for v in moments} == {mx.bfloat16}
