@@ -7,9 +7,10 @@ process, one table of times and ratios.
 
 Workloads (shared/bench/PEERS.md): gelu_erf, gelu_tanh, silu_mul, relu_chain, adam on 2^n
 float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax over
-(4096, 4096). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when installed), the
-`floor` (a memcpy of the same bytes split over all cores with numpy in threads, the
-bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
+(4096, 4096), and train_step (one step of a GPT-style LM in kiln.nn / mlx.nn, sized by
+`--train-size small|anchor`). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when
+installed), the `floor` (a memcpy of the same bytes split over all cores with numpy in
+threads, the bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
 Rust example: `cargo build --release --example sgemm_faer -p kiln-cpu`).
 
 Extending it: a workload is one entry in WORKLOADS (its inputs, what it moves or computes,
@@ -84,6 +85,7 @@ WORKLOADS: dict[str, Workload] = {
     "sgemm_1024": Workload("sgemm", 2, 1, size=1024, fn=lambda o: lambda a, b: a @ b),
     "sgemm_4096": Workload("sgemm", 2, 1, size=4096, fn=lambda o: lambda a, b: a @ b),
     "softmax": Workload("softmax", 1, 1, fn=lambda o: lambda x: softmax_composed(o, x)),
+    "train_step": Workload("train"),  # runner.train_step(), see the train_step block below
 }
 
 SOFTMAX_SHAPE = (4096, 4096)
@@ -160,6 +162,19 @@ class Runner:
                 results[name] = {"sec": sec, "bytes": 2 * x.size * 4}
         return results
 
+    def run_all(self, workloads: list[str], n: int, reps: int) -> dict:
+        """``run`` plus the workloads that are whole programs (train_step)."""
+        results = self.run([w for w in workloads if WORKLOADS[w].kind != "train"], n, reps)
+        if "train_step" in workloads:
+            r = self.train_step()
+            if r is not None:
+                results["train_step"] = r
+        return results
+
+    def train_step(self):
+        """One training step of TRAIN_SIZE's LM (None: not offered by this system)."""
+        return None
+
 
 class NumpyRunner(Runner):
     name = "numpy"
@@ -177,6 +192,7 @@ class KilnRunner(Runner):
 
     name = "kiln"
     package = "kiln.core"
+    compiled = False  # train_step: wrap the step in mx.compile
 
     def available(self):
         try:
@@ -207,6 +223,9 @@ class KilnRunner(Runner):
         if workload == "softmax":
             return lambda x: mx.softmax(x, axis=-1)
         return None
+
+    def train_step(self):
+        return train_step_bench(self.package.split(".")[0], self.compiled)
 
 
 class MlxRunner(KilnRunner):
@@ -345,6 +364,7 @@ class KilnCompiledRunner(KilnRunner):
     (``KILN_CPU_JIT=sync``), so timed calls replay the fused C kernels."""
 
     name = "kiln.compile"
+    compiled = True
 
     def run(self, workloads, n, reps):
         os.environ["KILN_CPU_JIT"] = "sync"
@@ -356,9 +376,103 @@ class KilnCompiledRunner(KilnRunner):
 
 class MlxCompiledRunner(MlxRunner):
     name = "mlx.compile"
+    compiled = True
 
     def wrap(self, f):
         return self.module().compile(f)
+
+
+# ---- train_step: one training step of a GPT-style LM (kiln.nn, mlx.nn) ------------------------
+# The model of shared/bench/train_anchors.py (pre-norm blocks: RMSNorm, causal attention, SiLU-gated
+# MLP; AdamW; cross-entropy in float32). "anchor" is its size (run it on a GPU), "small" fits a
+# 2-core CPU. Uncompiled rows time the lazy step, compiled rows
+# mx.compile(step, inputs=state, outputs=state) with state = [model, optimizer state].
+
+TRAIN_SIZES = {
+    "small": {"V": 512, "D": 128, "L": 2, "H": 4, "T": 64, "B": 8, "dtype": "float32"},
+    "anchor": {"V": 8192, "D": 512, "L": 8, "H": 8, "T": 256, "B": 16, "dtype": "bfloat16"},
+}
+TRAIN_SIZE = "small"  # --train-size
+TRAIN_STEPS, TRAIN_WARM = 20, 3  # as train_anchors.py (20 timed, after warm-up)
+
+
+def train_step_bench(lib: str, compiled: bool) -> dict:
+    """Times the step in ``lib`` ("kiln" or "mlx"): median seconds, tokens per step, and
+    the first call (trace and compile included)."""
+    import importlib
+
+    mx = importlib.import_module(f"{lib}.core")
+    nn = importlib.import_module(f"{lib}.nn")
+    optim = importlib.import_module(f"{lib}.optimizers")
+    fast = getattr(mx, "fast", None)
+    sdpa = getattr(fast, "scaled_dot_product_attention", None)
+    if sdpa is None:
+        from kiln.nn.layers._fast import scaled_dot_product_attention as sdpa
+    c = TRAIN_SIZES[TRAIN_SIZE]
+    V, D, L, H, T, B = (c[k] for k in "VDLHTB")
+    mx.random.seed(0)
+
+    class Block(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.n1, s.n2 = nn.RMSNorm(D), nn.RMSNorm(D)
+            s.qkv, s.o = nn.Linear(D, 3 * D, bias=False), nn.Linear(D, D, bias=False)
+            s.g, s.u = nn.Linear(D, 4 * D, bias=False), nn.Linear(D, 4 * D, bias=False)
+            s.d = nn.Linear(4 * D, D, bias=False)
+
+        def __call__(s, x):
+            q, k, v = s.qkv(s.n1(x)).reshape(B, T, 3, H, D // H).transpose(2, 0, 3, 1, 4)
+            a = sdpa(q, k, v, scale=1 / math.sqrt(D // H), mask="causal")
+            x = x + s.o(a.transpose(0, 2, 1, 3).reshape(B, T, D))
+            h = s.n2(x)
+            return x + s.d(nn.silu(s.g(h)) * s.u(h))
+
+    class LM(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.emb = nn.Embedding(V, D)
+            s.blocks = [Block() for _ in range(L)]
+            s.n = nn.RMSNorm(D)
+            s.out = nn.Linear(D, V, bias=False)
+
+        def __call__(s, idx):
+            x = s.emb(idx)
+            for b in s.blocks:
+                x = b(x)
+            return s.out(s.n(x))
+
+    m = LM()
+    m.set_dtype(getattr(mx, c["dtype"]))
+    opt = optim.AdamW(learning_rate=1e-3)
+    opt.init(m.trainable_parameters())
+    idx = mx.random.randint(0, V, (B, T + 1))
+    x, y = idx[:, :-1], idx[:, 1:]
+
+    def loss_fn(model, a, b):
+        return nn.losses.cross_entropy(model(a).astype(mx.float32), b, reduction="mean")
+
+    lg = nn.value_and_grad(m, loss_fn)
+    state = [m.state, opt.state]
+
+    def step(a, b):
+        loss, g = lg(m, a, b)
+        opt.update(m, g)
+        return loss
+
+    f = mx.compile(step, inputs=state, outputs=state) if compiled else step
+    t = time.perf_counter()
+    mx.eval(f(x, y), state)
+    first = time.perf_counter() - t
+    for _ in range(TRAIN_WARM):
+        mx.eval(f(x, y), state)
+    times = []
+    for _ in range(TRAIN_STEPS):
+        t = time.perf_counter()
+        mx.eval(f(x, y), state)
+        times.append(time.perf_counter() - t)
+    return {"sec": statistics.median(times), "tokens": B * T, "first": first}
+
+# ---- end of train_step ------------------------------------------------------------------------
 
 
 RUNNERS = {r.name: r for r in [KilnRunner(), KilnCompiledRunner(), NumpyRunner(),
@@ -376,10 +490,14 @@ def main():
     parser.add_argument("--n", type=int, default=24, help="log2 of the elementwise size")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--train-size", choices=list(TRAIN_SIZES), default="small",
+                        help="train_step's model: small (CPU) or anchor (train_anchors.py's)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    global TRAIN_SIZE
+    TRAIN_SIZE = opts.train_size
     if opts.worker:
-        print(json.dumps(RUNNERS[opts.worker].run(opts.workloads, 1 << opts.n, opts.reps)))
+        print(json.dumps(RUNNERS[opts.worker].run_all(opts.workloads, 1 << opts.n, opts.reps)))
         return
     table = {}
     for name in opts.systems:
@@ -387,7 +505,8 @@ def main():
             print(f"(skipping {name}: not installed)", file=sys.stderr)
             continue
         cmd = [sys.executable, __file__, "--worker", name, "--n", str(opts.n),
-               "--reps", str(opts.reps), "--workloads", *opts.workloads]
+               "--reps", str(opts.reps), "--train-size", opts.train_size,
+               "--workloads", *opts.workloads]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"(skipping {name}: {out.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
@@ -416,6 +535,7 @@ def print_table(table: dict, n: int, workloads: list[str]):
                 row += f"{'-':>{width}s}"
                 continue
             rate = (f"{r['bytes'] / r['sec'] / 1e9:.1f} GB/s" if "bytes" in r
+                    else f"{r['tokens'] / r['sec'] / 1e3:.1f} ktok/s" if "tokens" in r
                     else f"{r['flops'] / r['sec'] / 1e9:.0f} GF/s")
             base = table[ref].get(w)
             speed = f"x{base['sec'] / r['sec']:.2f}" if base else ""
@@ -428,6 +548,11 @@ def print_table(table: dict, n: int, workloads: list[str]):
         add = kiln["add"]["bytes"] / kiln["add"]["sec"]
         print(f"\nkiln add moves {add / 1e9:.1f} GB/s: {add / bw:.0%} of the copy floor "
               f"({bw / 1e9:.1f} GB/s, memcpy over {os.cpu_count()} threads)")
+    firsts = [f"{s} {table[s]['train_step']['first']:.2f} s"
+              for s in systems if "train_step" in table[s]]
+    if firsts:
+        print(f"train_step ({TRAIN_SIZE}: {TRAIN_SIZES[TRAIN_SIZE]}) first call: "
+              + ", ".join(firsts))
     faer = table.get("faer", {})
     for w in [w for w in workloads if w in faer and w in kiln]:
         print(f"kiln {w}: {faer[w]['sec'] / kiln[w]['sec']:.0%} of faer's own speed")

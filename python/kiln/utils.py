@@ -103,8 +103,10 @@ def tree_unflatten(tree: list | dict) -> Any:
         if not isinstance(node, dict) or not node:
             return node
         if all(k.isdigit() for k in node):
-            ordered = sorted(node.items(), key=lambda kv: int(kv[0]))
-            return [build(v) for _, v in ordered]
+            # Missing indices become empty dicts, as MLX ("a.0", "a.2" -> [x, {}, y]), so
+            # a module list with parameter-less layers keeps its positions.
+            items = {int(k): v for k, v in node.items()}
+            return [build(items[i]) if i in items else {} for i in range(max(items) + 1)]
         return {k: build(v) for k, v in node.items()}
 
     if list(root) == [""]:

@@ -45,6 +45,8 @@ def test_flatten_unflatten_round_trip():
     tree = {"layers": [{"w": 1, "b": 2}, {"w": 3, "b": 4}], "head": 5}
     assert tree_unflatten(tree_flatten(tree)) == tree
     assert tree_unflatten(dict(tree_flatten(tree))) == tree
+    # A missing list index (a parameter-less layer) keeps its place, as in MLX.
+    assert tree_unflatten([("a.0", 1), ("a.2", 3)]) == {"a": [1, {}, 3]}
 
 
 def test_flatten_deep_tree_without_recursion():
