@@ -4,6 +4,7 @@ numpy is the oracle. bfloat16 has no numpy dtype, so bfloat16 arrays are compare
 float32 (`to_np`).
 """
 
+import inspect
 import zlib
 
 import kiln.core as mx
@@ -139,12 +140,40 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu: runs on the CPU stream on a GPU machine")
+
+
+# Tests of the CPU's own kernels (SIMD paths, error bounds, host buffer export) and of
+# transforms checked by float64 finite differences stay on the CPU on a GPU machine.
+CPU_MODULES = {"test_kernels", "test_buffer", "test_transforms", "test_transforms_rules",
+               "test_transforms_complex"}
+_USES_FLOAT64 = {}
+
+
+def _uses_float64(fn):
+    if fn not in _USES_FLOAT64:
+        try:
+            _USES_FLOAT64[fn] = "float64" in inspect.getsource(fn)
+        except (OSError, TypeError):
+            _USES_FLOAT64[fn] = False
+    return _USES_FLOAT64[fn]
+
+
 @pytest.fixture(autouse=True)
 def _float64_on_the_cpu(request):
     """On a machine with a GPU the suite runs there (the GPU is the default device). float64
     has no GPU kernels (as in MLX: a clear error), so tests of float64 values run on the
-    CPU stream."""
-    if mx.default_device() == mx.gpu and "float64" in request.node.name:
+    CPU stream, as do the CPU-specific modules above."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    on_cpu = mx.default_device() == mx.gpu and (
+        "float64" in request.node.name
+        or "float64" in repr(params)
+        or request.node.get_closest_marker("cpu") is not None
+        or request.module.__name__.rsplit(".", 1)[-1] in CPU_MODULES
+        or _uses_float64(request.function)
+    )
+    if on_cpu:
         with mx.stream(mx.cpu):
             yield
     else:

@@ -314,6 +314,7 @@ REPRS = [
 ]  # fmt: skip
 
 
+@pytest.mark.cpu  # MLX prints the CPU's NaN sign
 @pytest.mark.parametrize("make_array,expected", REPRS, ids=[r[1][:40] for r in REPRS])
 def test_repr_matches_mlx(make_array, expected):
     a = make_array()

@@ -372,6 +372,7 @@ def test_interpreter_never_allocates_intermediates_at_full_size(monkeypatch):
     close(y, chain(x), rtol=1e-5)
 
 
+@pytest.mark.cpu  # counts C compiler builds
 def test_first_call_does_not_wait_for_a_slow_compiler(monkeypatch, tmp_path):
     slow = tmp_path / "slow-cc"
     slow.write_text('#!/bin/sh\nsleep 3\nexec cc "$@"\n')
@@ -393,6 +394,7 @@ def test_first_call_does_not_wait_for_a_slow_compiler(monkeypatch, tmp_path):
     assert _core._jit_stats()["builds"] == before + 1
 
 
+@pytest.mark.cpu  # counts C compiler builds
 def test_disk_cache_is_reused_and_survives_corruption(tmp_path, monkeypatch):
     cache = tmp_path / "disk"
     monkeypatch.setenv("KILN_CACHE_DIR", str(cache))

@@ -236,3 +236,32 @@ def test_conversions_and_async_eval():
     np.testing.assert_allclose(np.array(y), np.exp(np.array(x)), rtol=1e-6)
     assert float(mx.sum(y).item()) == pytest.approx(float(np.exp(np.array(x)).sum()), rel=1e-5)
     assert "array" in repr(y)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint8, mx.int64])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_arg_reductions_match_cpu(dtype, axis):
+    x = rand((7, 300, 5), mx.float32).astype(dtype) if dtype in FLOATS else \
+        mx.array(RNG.integers(0, 5, size=(7, 300, 5))).astype(dtype)  # many ties
+    for fn in (mx.argmax, mx.argmin):
+        g, c = both(lambda v: fn(v, axis=axis), x)
+        np.testing.assert_array_equal(g, c)
+
+
+def test_arg_reductions_nan_first_wins():
+    x = mx.array([[1.0, np.nan, 5.0, np.nan], [3.0, 3.0, 1.0, 1.0]])
+    for fn in (mx.argmax, mx.argmin):
+        g, c = both(lambda v: fn(v, axis=1), x)
+        np.testing.assert_array_equal(g, c)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_rows(dtype):
+    x = rand((33, 1000), dtype, -20, 20)
+    g, c = both(lambda v: mx.softmax(v, axis=-1), x)
+    close(g, c, dtype, scale=4)
+    g, c = both(lambda v: mx.softmax(v, axis=0), x)  # axis moved last through a copy
+    close(g, c, dtype, scale=4)
+    n = mx.array([[1.0, np.nan], [np.inf, 1.0], [2.0, 3.0]])
+    g, c = both(lambda v: mx.softmax(v, axis=-1), n)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(c))

@@ -61,6 +61,7 @@ def test_npz(tmp_path, compressed):
     assert np_out["arr_0"].tolist() == [1, 2]
 
 
+@pytest.mark.cpu  # float64 files
 def test_safetensors(tmp_path):
     arrays = {name: sample(name) for name in DTYPES}
     mx.save_safetensors(str(tmp_path / "m"), arrays, metadata={"format": "mlx"})

@@ -62,7 +62,7 @@ fn eval_node(array: &Array) -> Result<()> {
     // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
     // device that runs the call.
     let device = match array.stream().device.kind {
-        DeviceKind::Gpu if !gpu_runs(&call.prim) => kiln_base::Device::CPU,
+        DeviceKind::Gpu if !gpu_runs(&call) => kiln_base::Device::CPU,
         _ => array.stream().device,
     };
     let inputs: Vec<ArrayData> = call
@@ -132,8 +132,13 @@ fn run(
     device.eval(prim, inputs, outputs)
 }
 
-/// Whether a primitive runs on the GPU (the others run on the CPU for now); a reshape that
-/// is not a view runs as the backend's copy.
-fn gpu_runs(prim: &Primitive) -> bool {
-    matches!(prim, Primitive::Reshape { .. }) || kiln_cuda::supports(prim)
+/// Whether a call runs on the GPU (the others run on the CPU for now); a reshape that is not
+/// a view runs as the backend's copy.
+fn gpu_runs(call: &crate::array::OpCall) -> bool {
+    let dtypes = call.inputs.iter().map(|x| x.dtype()).chain(call.output_meta.iter().map(|o| o.1));
+    let prim = match call.prim {
+        Primitive::Reshape { .. } => &Primitive::Copy,
+        ref p => p,
+    };
+    kiln_cuda::supports(prim, dtypes)
 }

@@ -2,25 +2,29 @@
 //! the CPU, moving their inputs to the host (see `supports`).
 
 use crate::elementwise::{run_program, single_op_program};
-use crate::{matmul, reduce};
+use crate::{matmul, reduce, rows};
 use kiln_base::{bail, ArrayData, Backend, DType, Primitive, Result, Shape};
 use std::sync::Arc;
 
 pub struct CudaBackend;
 
-/// Whether the GPU has a kernel for `prim` (the others run on the CPU for now).
-pub fn supports(prim: &Primitive) -> bool {
-    matches!(
-        prim,
-        Primitive::Unary(_)
-            | Primitive::Binary(_)
-            | Primitive::Where
-            | Primitive::AsType(_)
-            | Primitive::Copy
-            | Primitive::Fused(_)
-            | Primitive::Matmul
-            | Primitive::Reduce { .. }
-    )
+/// Whether the GPU has a kernel for `prim` on these dtypes (the others run on the CPU for
+/// now; complex64 has no GPU kernels yet).
+pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bool {
+    !dtypes.any(|d| d == DType::C64)
+        && matches!(
+            prim,
+            Primitive::Unary(_)
+                | Primitive::Binary(_)
+                | Primitive::Where
+                | Primitive::AsType(_)
+                | Primitive::Copy
+                | Primitive::Fused(_)
+                | Primitive::Matmul
+                | Primitive::Reduce { .. }
+                | Primitive::ArgReduce { .. }
+                | Primitive::Softmax { .. }
+        )
 }
 
 impl Backend for CudaBackend {
@@ -48,20 +52,17 @@ impl Backend for CudaBackend {
             Primitive::Reduce { op, axes } => {
                 Ok(vec![reduce::reduce(*op, axes, &inputs[0], &outputs[0].0)?])
             }
+            Primitive::ArgReduce { op, axis } => {
+                Ok(vec![rows::arg_reduce(*op, *axis, &inputs[0], &outputs[0].0)?])
+            }
+            Primitive::Softmax { .. } => Ok(vec![rows::softmax(&inputs[0], &outputs[0].0)?]),
             _ => {
                 let in_dtypes: Vec<DType> = inputs.iter().map(|x| x.dtype).collect();
                 let Some(program) = single_op_program(prim, &in_dtypes, outputs[0].1) else {
                     bail!(Unsupported, op, "{op} has no GPU kernel yet.");
                 };
-                if prim_is_complex(&in_dtypes, outputs[0].1) {
-                    bail!(Unsupported, op, "complex64 is not supported on the GPU yet.");
-                }
                 run_program(&Arc::new(program), inputs, &outputs[0].0)
             }
         }
     }
-}
-
-fn prim_is_complex(inputs: &[DType], output: DType) -> bool {
-    output == DType::C64 || inputs.contains(&DType::C64)
 }

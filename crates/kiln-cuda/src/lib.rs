@@ -9,7 +9,8 @@
 //! - `launch`: kernel argument packing and launches;
 //! - `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
 //!   every eager elementwise primitive;
-//! - `reduce`, `matmul` (cuBLAS): the other primitives with GPU kernels;
+//! - `reduce`, `rows` (arg reductions, softmax), `matmul` (cuBLAS): the other primitives
+//!   with GPU kernels;
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
@@ -19,6 +20,7 @@ pub mod launch;
 pub mod matmul;
 pub mod nvrtc;
 pub mod reduce;
+pub mod rows;
 pub mod runtime;
 pub mod transfer;
 

@@ -38,7 +38,9 @@ fn without_a_gpu_entry_points_fail_cleanly() {
 
 #[test]
 fn gpu_support_table() {
-    assert!(kiln_cuda::supports(&Primitive::Matmul));
-    assert!(kiln_cuda::supports(&Primitive::Unary(UnaryOp::Erf)));
-    assert!(!kiln_cuda::supports(&Primitive::Sort { axis: 0, arg: false }));
+    let f32s = || [DType::F32, DType::F32].into_iter();
+    assert!(kiln_cuda::supports(&Primitive::Matmul, f32s()));
+    assert!(kiln_cuda::supports(&Primitive::Unary(UnaryOp::Erf), f32s()));
+    assert!(!kiln_cuda::supports(&Primitive::Unary(UnaryOp::Exp), [DType::C64].into_iter()));
+    assert!(!kiln_cuda::supports(&Primitive::Sort { axis: 0, arg: false }, f32s()));
 }

@@ -455,7 +455,8 @@ fn host_astype(array: &Array, dtype: DType) -> PyResult<Array> {
     if array.dtype() == dtype {
         return Ok(array.clone());
     }
-    let _cpu = kiln_core::device::StreamScope::enter(kiln_core::device::host_stream()).or_raise()?;
+    let _cpu =
+        kiln_core::device::StreamScope::enter(kiln_core::device::host_stream()).or_raise()?;
     let converted = ops::astype(array, dtype).or_raise()?;
     kiln_core::eval(std::slice::from_ref(&converted)).or_raise()?;
     Ok(converted)

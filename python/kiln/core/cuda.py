@@ -4,7 +4,7 @@ from kiln import _core as _k
 
 
 def is_available():
-    """Whether the CUDA backend is available (False until kiln has a GPU backend)."""
+    """Whether the CUDA backend is available: a CUDA driver and an NVIDIA GPU were found."""
     return _k.is_available(_k.gpu)
 
 

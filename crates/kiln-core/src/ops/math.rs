@@ -51,7 +51,9 @@ pub fn round(x: &Array, decimals: i32) -> Result<Array> {
     if !dtype.is_inexact() {
         // Integers (negative decimals) round in float64 as numpy does: x / 10^-d is
         // correctly rounded, so ties stay ties (exact below 2^53). Past 10^20 every
-        // 64-bit integer rounds to 0, so the power is capped there (no overflow).
+        // 64-bit integer rounds to 0, so the power is capped there (no overflow). float64
+        // lives on the CPU (the GPU has none), so this runs there.
+        let _host = crate::device::StreamScope::enter(crate::device::host_stream())?;
         let p = scalar(Scalar::Float(10f64.powi(decimals.saturating_neg().min(20))), DType::F64)?;
         let rounded = unary(UnaryOp::Round, &super::divide(&astype(x, DType::F64)?, &p)?)?;
         return astype(&multiply(&rounded, &p)?, dtype);

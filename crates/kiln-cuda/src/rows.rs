@@ -1,0 +1,231 @@
+//! Row kernels: arg reductions and softmax. The input is viewed with the reduced axis last
+//! (copied row-major when that view is not contiguous); one block works on one row at a time.
+
+use crate::alloc::{device_ptr, DEVICE};
+use crate::elementwise::{run_program, single_op_program};
+use crate::launch::{blocks_for, launch, Args, BLOCK};
+use crate::nvrtc::{function, Function};
+use kiln_base::{bail, ArgReduceOp, ArrayData, DType, Layout, Primitive, Result};
+use rustc_hash::FxHashMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+const SYMBOL: &str = "kiln_rows";
+
+fn load(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "k_f16_to_f32(x)",
+        DType::BF16 => "k_bf16_to_f32(x)",
+        DType::F32 => "x",
+        _ => "x",
+    }
+}
+
+/// argmax / argmin over rows: the first NaN wins, ties go to the lower index (as the CPU).
+fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
+    let storage = kiln_codegen::c_type(dtype);
+    let cmp = match op {
+        ArgReduceOp::ArgMax => ">",
+        ArgReduceOp::ArgMin => "<",
+    };
+    let value = match dtype {
+        d if d.is_float() => "float",
+        DType::U64 => "uint64_t",
+        _ => "int64_t",
+    };
+    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let _ = write!(
+        s,
+        r#"
+typedef {value} V;
+K_INLINE V k_load({storage} x) {{ return (V){load}; }}
+/* Whether (v, i) beats (w, j). */
+K_INLINE bool k_better(V v, int64_t i, V w, int64_t j) {{
+    const bool vn = v != v, wn = w != w;
+    if (vn || wn) return vn && (!wn || i < j);
+    return (v {cmp} w) || (v == w && i < j);
+}}
+extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const {storage} *__restrict__ in,
+                                   uint32_t *__restrict__ out) {{
+    __shared__ V sv[32];
+    __shared__ int64_t si[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
+        const {storage} *p = in + row * len;
+        V best = 0; int64_t at = len;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {{
+            const V v = k_load(p[j]);
+            if (at == len || k_better(v, j, best, at)) {{ best = v; at = j; }}
+        }}
+        for (int o = 16; o > 0; o >>= 1) {{
+            const V v = __shfl_down_sync(0xffffffffu, best, o);
+            const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
+            if (j < len && (at == len || k_better(v, j, best, at))) {{ best = v; at = j; }}
+        }}
+        if (lane == 0) {{ sv[warp] = best; si[warp] = at; }}
+        __syncthreads();
+        if (warp == 0) {{
+            best = lane < warps ? sv[lane] : (V)0; at = lane < warps ? si[lane] : len;
+            for (int o = 16; o > 0; o >>= 1) {{
+                const V v = __shfl_down_sync(0xffffffffu, best, o);
+                const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
+                if (j < len && (at == len || k_better(v, j, best, at))) {{ best = v; at = j; }}
+            }}
+            if (lane == 0) out[row] = (uint32_t)(at == len ? 0 : at);
+        }}
+        __syncthreads();
+    }}
+}}
+"#,
+        load = load(dtype),
+    );
+    s
+}
+
+/// Softmax over rows, computed in float: max, sum of exp(x - max), then the scaled write.
+fn softmax_source(dtype: DType) -> String {
+    let storage = kiln_codegen::c_type(dtype);
+    let store = match dtype {
+        DType::F16 => "k_f32_to_f16(v)",
+        DType::BF16 => "k_f32_to_bf16(v)",
+        _ => "v",
+    };
+    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let _ = write!(
+        s,
+        r#"
+K_INLINE float k_load({storage} x) {{ return {load}; }}
+K_INLINE {storage} k_store(float v) {{ return {store}; }}
+/* Block-wide combine of one float per thread; every thread gets the result. */
+template <bool MAX> K_INLINE float k_block(float a, float *scratch) {{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) {{
+        const float b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
+    }}
+    if (lane == 0) scratch[warp] = a;
+    __syncthreads();
+    a = lane < warps ? scratch[lane] : (MAX ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {{
+        const float b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
+    }}
+    __syncthreads();
+    return a;
+}}
+extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const {storage} *__restrict__ in,
+                                   {storage} *__restrict__ out) {{
+    __shared__ float scratch[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
+        const {storage} *p = in + row * len;
+        {storage} *q = out + row * len;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {{
+            const float v = k_load(p[j]);
+            m = (m != m || m > v) ? m : v;
+        }}
+        m = k_block<true>(m, scratch);
+        float sum = 0.0f;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) sum += expf(k_load(p[j]) - m);
+        sum = k_block<false>(sum, scratch);
+        const float scale = 1.0f / sum;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {{
+            const float v = expf(k_load(p[j]) - m) * scale;
+            q[j] = k_store(v);
+        }}
+    }}
+}}
+"#,
+        load = load(dtype),
+    );
+    s
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Arg(ArgReduceOp, DType),
+    Softmax(DType),
+}
+
+static KERNELS: OnceLock<Mutex<FxHashMap<Key, Function>>> = OnceLock::new();
+
+fn kernel(key: Key) -> Result<Function> {
+    let kernels = KERNELS.get_or_init(|| Mutex::new(FxHashMap::default()));
+    if let Some(f) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(*f);
+    }
+    let source = match &key {
+        Key::Arg(op, d) => arg_source(*op, *d),
+        Key::Softmax(d) => softmax_source(*d),
+    };
+    let f = function(&source, SYMBOL)?;
+    kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
+    Ok(f)
+}
+
+/// `x` with `axis` moved last, row-major (a copy only when the view is not).
+fn rows_of(x: &ArrayData, axis: usize) -> Result<(ArrayData, usize, usize)> {
+    let nd = x.layout.ndim();
+    let perm: Vec<usize> = (0..nd).filter(|&d| d != axis).chain([axis]).collect();
+    let viewed = ArrayData { layout: x.layout.transpose(&perm), ..x.clone() };
+    let len = x.layout.shape[axis];
+    let rows = if len == 0 { 0 } else { x.layout.size() / len };
+    if viewed.layout.row_contiguous || rows == 0 {
+        return Ok((viewed, rows, len));
+    }
+    let copy = Arc::new(single_op_program(&Primitive::Copy, &[x.dtype], x.dtype).expect("copy"));
+    let c = run_program(&copy, std::slice::from_ref(&viewed), &viewed.layout.shape)?.remove(0);
+    Ok((c, rows, len))
+}
+
+fn run_rows(key: Key, rows: usize, len: usize, x: &ArrayData, out: u64) -> Result<()> {
+    let mut args = Args::new();
+    args.i64(rows as i64).i64(len as i64);
+    args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())).ptr(out);
+    launch("rows", kernel(key)?, blocks_for(rows as u64, 1), BLOCK, 0, &mut args)
+}
+
+/// argmax / argmin along `axis` (uint32 indices; the axis kept with size 1).
+pub fn arg_reduce(
+    op: ArgReduceOp,
+    axis: usize,
+    x: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    if x.dtype == DType::C64 {
+        bail!(Type, "argmax", "Complex arg reductions are not supported on the GPU yet.");
+    }
+    let (input, rows, len) = rows_of(x, axis)?;
+    let out_size: usize = shape.iter().product();
+    if len == 0 && out_size > 0 {
+        bail!(Value, "argmax", "Cannot argmax reduce zero size array.");
+    }
+    let out = ArrayData {
+        buffer: DEVICE.alloc(out_size * 4)?,
+        layout: Layout::contiguous(shape),
+        dtype: DType::U32,
+    };
+    if rows > 0 {
+        run_rows(Key::Arg(op, x.dtype), rows, len, &input, out.buffer.as_ptr() as u64)?;
+    }
+    Ok(out)
+}
+
+/// Softmax over the last axis.
+pub fn softmax(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
+    if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        bail!(Type, "softmax", "The GPU softmax supports float16, bfloat16 and float32.");
+    }
+    let nd = x.layout.ndim().max(1);
+    let (input, rows, len) =
+        if x.layout.ndim() == 0 { (x.clone(), 1, 1) } else { rows_of(x, nd - 1)? };
+    let out = ArrayData {
+        buffer: DEVICE.alloc(x.layout.size() * x.dtype.size())?,
+        layout: Layout::contiguous(shape),
+        dtype: x.dtype,
+    };
+    if rows > 0 && len > 0 {
+        run_rows(Key::Softmax(x.dtype), rows, len, &input, out.buffer.as_ptr() as u64)?;
+    }
+    Ok(out)
+}
