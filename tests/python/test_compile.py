@@ -409,7 +409,7 @@ def test_disk_cache_is_reused_and_survives_corruption(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    env = dict(os.environ, KILN_CACHE_DIR=str(cache), KILN_CPU_JIT="sync")
+    env = dict(os.environ, KILN_CACHE_DIR=str(cache), KILN_CPU_JIT="sync", KILN_DISABLE_GPU="1")
     run = lambda: subprocess.run(  # noqa: E731
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     ).stdout.split("\n")
