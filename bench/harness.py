@@ -96,6 +96,85 @@ def softmax_composed(o, x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+# ---- mx.fast workloads: norms and attention (begin) ------------------------------------------
+# Rows "<op>" run each system's fused op where it has one (kiln/mlx: mx.fast.*) and the
+# composition of basic ops otherwise (numpy); rows "<op>_comp" run the composition everywhere,
+# so kiln's fast-vs-composition ratio is read off one column. Sizes follow --n: norms on
+# (2^n / 8192, 8192) and (B, 1024, 4096) with B = 2^n / 2^22 (n = 26 and 27 give the issue's
+# (8192, 8192) and (32, 1024, 4096)); attention on (1, 8, L, 64) with L = 2^(n/2 - 2).
+
+
+def _layer_norm_comp(o, x, w, b, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    return xc / o.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps) * w + b
+
+
+def _rms_norm_comp(o, x, w, eps=1e-5):
+    return x / o.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def _attention_comp(o, q, k, v, mask=None):
+    s = (q * (q.shape[-1] ** -0.5)) @ o.xp.swapaxes(k, -1, -2)
+    if mask is not None:
+        s = s + mask  # additive causal mask (0 or -inf), an input like q, k, v
+    return softmax_composed(o, s) @ v
+
+
+def fast_inputs(name: str, n: int) -> tuple[list, dict]:
+    """numpy inputs of a fast workload and what it moves ({"bytes"} or {"flops"})."""
+    rng = np.random.default_rng(0)
+    r = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
+    if name.startswith(("layer_norm", "rms_norm")):
+        shape = ((max(1, n >> 22), 1024, 4096) if "_3d" in name
+                 else (max(1, n // 8192), 8192))
+        x = r(*shape)
+        args = [x, r(shape[-1])] + ([r(shape[-1])] if name.startswith("layer") else [])
+        return args, {"bytes": 2 * x.size * 4}
+    length = max(64, 1 << (int(math.log2(n)) // 2 - 2))
+    q, k, v = (r(1, 8, length, 64) for _ in range(3))
+    flops = 4 * 8 * length * length * 64
+    if "causal" not in name:
+        return [q, k, v], {"flops": flops}
+    keep = np.arange(length)[None, :] <= np.arange(length)[:, None]
+    return [q, k, v, np.where(keep, 0, -np.inf).astype(np.float32)], {"flops": flops}
+
+
+def _fast_workloads():
+    rows = {}
+    for shape in ("", "_3d"):
+        ln = lambda o: lambda x, w, b: _layer_norm_comp(o, x, w, b)  # noqa: E731
+        rn = lambda o: lambda x, w: _rms_norm_comp(o, x, w)  # noqa: E731
+        rows[f"layer_norm{shape}"] = Workload("fast", fn=ln)
+        rows[f"layer_norm{shape}_comp"] = Workload("fast", fn=ln)
+        rows[f"rms_norm{shape}"] = Workload("fast", fn=rn)
+        rows[f"rms_norm{shape}_comp"] = Workload("fast", fn=rn)
+    for causal in ("", "_causal"):
+        at = lambda o: lambda q, k, v, m=None: _attention_comp(o, q, k, v, m)  # noqa: E731
+        rows[f"attention{causal}"] = Workload("fast", fn=at)
+        rows[f"attention{causal}_comp"] = Workload("fast", fn=at)
+    return rows
+
+
+WORKLOADS.update(_fast_workloads())
+
+
+def fast_custom(mx, workload: str):
+    """kiln's and MLX's fused op for a fast row (None for the _comp rows)."""
+    if workload.endswith("_comp") or not hasattr(mx, "fast"):
+        return None
+    if workload.startswith("layer_norm"):
+        return lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5)
+    if workload.startswith("rms_norm"):
+        return lambda x, w: mx.fast.rms_norm(x, w, 1e-5)
+    if workload.startswith("attention"):
+        mask = "causal" if "causal" in workload else None
+        return lambda q, k, v, m=None: mx.fast.scaled_dot_product_attention(
+            q, k, v, scale=q.shape[-1] ** -0.5, mask=mask)
+    return None
+# ---- mx.fast workloads (end) -----------------------------------------------------------------
+
+
 def timeit(fn, sync, reps, warm=2):
     for _ in range(warm):
         sync(fn())
@@ -160,6 +239,11 @@ class Runner:
                 x = self.convert(rng.standard_normal(SOFTMAX_SHAPE, dtype=np.float32))
                 sec = timeit(lambda: g(x), self.sync, reps)
                 results[name] = {"sec": sec, "bytes": 2 * x.size * 4}
+            elif wl.kind == "fast":
+                inputs, moved = fast_inputs(name, n)
+                fargs = [self.convert(a) for a in inputs]
+                sec = timeit(lambda: g(*fargs), self.sync, max(3, reps // 2), warm=1)
+                results[name] = {"sec": sec, **moved}
         return results
 
     def run_all(self, workloads: list[str], n: int, reps: int) -> dict:
@@ -222,6 +306,8 @@ class KilnRunner(Runner):
             return lambda a: a + 0  # kiln arrays are immutable: a full read and write
         if workload == "softmax":
             return lambda x: mx.softmax(x, axis=-1)
+        if WORKLOADS[workload].kind == "fast":
+            return fast_custom(mx, workload)
         return None
 
     def train_step(self):

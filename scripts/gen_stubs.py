@@ -85,6 +85,7 @@ def main():
     (OUT / "random.pyi").write_text(module_stub(mx.random))
     (OUT / "linalg.pyi").write_text(module_stub(mx.linalg))
     (OUT / "fft.pyi").write_text(module_stub(mx.fft))
+    (OUT / "fast.pyi").write_text(module_stub(mx.fast))
     (OUT.parent / "py.typed").write_text("")
     print(f"wrote stubs to {OUT}")
 

@@ -16,7 +16,8 @@ def public(module):
 
 
 @pytest.mark.parametrize(
-    "module", [mx, mx.random, mx.linalg, mx.fft], ids=["core", "random", "linalg", "fft"]
+    "module", [mx, mx.random, mx.linalg, mx.fft, mx.fast],
+    ids=["core", "random", "linalg", "fft", "fast"]
 )
 def test_every_public_callable_has_a_docstring(module):
     undocumented = [n for n, o in public(module).items()
@@ -25,7 +26,8 @@ def test_every_public_callable_has_a_docstring(module):
 
 
 @pytest.mark.parametrize("module,stub", [(mx, "__init__.pyi"), (mx.random, "random.pyi"),
-                                         (mx.linalg, "linalg.pyi"), (mx.fft, "fft.pyi")])
+                                         (mx.linalg, "linalg.pyi"), (mx.fft, "fft.pyi"),
+                                         (mx.fast, "fast.pyi")])
 def test_stubs_list_every_public_name(module, stub):
     tree = ast.parse((STUBS / stub).read_text())
     names = set()

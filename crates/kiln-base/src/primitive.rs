@@ -4,6 +4,7 @@
 
 use crate::conv::ConvParams;
 use crate::elementwise::{BinaryOp, UnaryOp};
+use crate::fast::FastOp;
 use crate::fused::FusedProgram;
 use crate::layout::Layout;
 use crate::linalg::LinalgOp;
@@ -169,6 +170,8 @@ pub enum Primitive {
     /// A fused elementwise kernel built by compile (see `fused.rs`): inputs broadcast to one
     /// shape, one output per program output, all of that shape.
     Fused(std::sync::Arc<FusedProgram>),
+    /// An `mx.fast` fused op (norms, RoPE, attention, user C kernels): see `fast.rs`.
+    Fast(FastOp),
 }
 
 impl Primitive {
@@ -219,6 +222,7 @@ impl Primitive {
             Primitive::Linalg(op) => op.name(),
             Primitive::Custom { .. } => "custom_function",
             Primitive::Fused(_) => "Compiled",
+            Primitive::Fast(f) => f.name(),
             Primitive::Complex(op) => match op {
                 ComplexOp::Real => "real",
                 ComplexOp::Imag => "imag",
@@ -251,6 +255,7 @@ impl Primitive {
         match self {
             Primitive::Linalg(op) => op.num_outputs(),
             Primitive::Fused(p) => p.outputs.len(),
+            Primitive::Fast(f) => f.num_outputs(),
             _ => 1,
         }
     }
@@ -269,6 +274,7 @@ impl Primitive {
             Primitive::Linalg(op) => op.num_inputs(),
             Primitive::Custom { num_primals, .. } => inputs.len().max(num_primals + 1),
             Primitive::Fused(p) => p.inputs.len(),
+            Primitive::Fast(f) => f.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             Primitive::Gather { axes, .. } => axes.len() + 1,
             Primitive::Scatter { axes, .. } => axes.len() + 2,
@@ -459,6 +465,7 @@ impl Primitive {
                 same(&out, inputs[0].1)
             }
             Primitive::Linalg(l) => l.output_shapes(inputs),
+            Primitive::Fast(f) => f.output_shapes(inputs),
             Primitive::Custom { num_primals, .. } => {
                 Ok(inputs[*num_primals..].iter().map(|&(s, d)| (Shape::from(s), d)).collect())
             }

@@ -18,6 +18,7 @@ mod creation;
 mod device;
 mod dtype;
 mod error;
+mod fast;
 mod fft;
 mod format;
 mod indexing;
@@ -61,5 +62,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     buffer::register(m)?;
     complex::register(m)?;
     fft::register(m)?;
+    fast::register(m)?;
     Ok(())
 }

@@ -514,6 +514,8 @@ def expm1(a, /, *, stream=None) -> Any:
 def eye(n, m=None, k=0, dtype=None, *, stream=None) -> Any:
     """Ones on diagonal `k` of an `n x m` matrix."""
 
+from kiln.core import fast as fast
+
 from kiln.core import fft as fft
 
 class finfo:

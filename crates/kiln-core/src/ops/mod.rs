@@ -25,6 +25,7 @@ mod creation;
 mod diag;
 mod einsum;
 mod elementwise;
+pub mod fast;
 pub mod fft;
 mod index;
 mod indexing;

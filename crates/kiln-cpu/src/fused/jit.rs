@@ -358,3 +358,64 @@ fn load(path: &Path, variant: &Variant) -> Result<Kernel> {
     .map_err(|e| runtime(format!("kernel symbol missing in {}: {e}", path.display())))?;
     Ok(Kernel { _library: library, entry })
 }
+
+/// Builds a complete C translation unit (user kernels: `mx.fast.c_kernel`) with the same
+/// compiler, flags and on-disk cache as fused kernels, and loads it. A failed build is an
+/// error carrying the compiler's message (with its line numbers).
+pub fn build_source(source: &str) -> Result<libloading::Library> {
+    let cc = compiler();
+    let version = compiler_version(&cc)?;
+    let flags = FLAGS.join(" ");
+    let hash = fnv1a(&["c_kernel", source, &flags, &version, &cpu_features()]);
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| runtime(format!("cannot create the kernel cache {}: {e}", dir.display())))?;
+    let stem = dir.join(format!("{hash:016x}"));
+    let (c_path, so_path) = (stem.with_extension("c"), stem.with_extension("so"));
+    if std::fs::read_to_string(&c_path).is_ok_and(|s| s == source) {
+        // SAFETY: the object was built by kiln from this very source (the stored copy
+        // matched); generated sources define no initialisers.
+        if let Ok(lib) = unsafe { libloading::Library::new(&so_path) } {
+            DISK_HITS.fetch_add(1, Ordering::Relaxed);
+            return Ok(lib);
+        }
+    }
+    let unique = format!("{hash:016x}.{}.{:?}", std::process::id(), std::thread::current().id())
+        .replace(|c: char| !c.is_ascii_alphanumeric() && c != '.', "");
+    let (tmp_c, tmp_so) =
+        (dir.join(format!("{unique}.tmp.c")), dir.join(format!("{unique}.tmp.so")));
+    let started = Instant::now();
+    std::fs::write(&tmp_c, source).map_err(|e| runtime(format!("cannot write kernel: {e}")))?;
+    let out = Command::new(&cc)
+        .args(FLAGS)
+        .arg("-o")
+        .arg(&tmp_so)
+        .arg(&tmp_c)
+        .arg("-lm")
+        .output()
+        .map_err(|e| runtime(format!("cannot run `{cc}`: {e}")));
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        other => {
+            let _ = std::fs::remove_file(&tmp_c);
+            let _ = std::fs::remove_file(&tmp_so);
+            let o = other?;
+            return Err(runtime(format!(
+                "`{cc}` failed to build the kernel:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            )));
+        }
+    };
+    drop(out);
+    BUILDS.fetch_add(1, Ordering::Relaxed);
+    BUILD_MICROS.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    let renamed = std::fs::rename(&tmp_so, &so_path).and_then(|_| std::fs::rename(&tmp_c, &c_path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp_c);
+        let _ = std::fs::remove_file(&tmp_so);
+        return Err(runtime(format!("cannot store a kernel in {}", dir.display())));
+    }
+    // SAFETY: the object was just built from `source`, which defines no initialisers.
+    unsafe { libloading::Library::new(&so_path) }
+        .map_err(|e| runtime(format!("cannot load {}: {e}", so_path.display())))
+}

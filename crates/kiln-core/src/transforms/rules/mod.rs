@@ -3,6 +3,7 @@
 
 mod conv;
 mod elementwise;
+mod fast;
 mod indexing;
 mod linalg;
 mod movement;
@@ -127,6 +128,7 @@ impl Rules for Primitive {
             Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
             // Fused kernels exist only in compiled graphs, which transforms never walk.
             Primitive::Fused(_) => return Err(missing("vjp", self)),
+            Primitive::Fast(op) => fast::vjp(op, primals, &cotangents[0], argnums)?,
             // complex64 gradients are not defined yet.
             Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("vjp", self)),
             Primitive::Custom { .. } => {
@@ -206,6 +208,7 @@ impl Rules for Primitive {
             Primitive::Conv(_) => conv::jvp(self, primals, tangents, argnums)?,
             Primitive::Linalg(op) => linalg::jvp(*op, primals, tangents, argnums, outputs)?,
             Primitive::Fused(_) => return Err(missing("jvp", self)),
+            Primitive::Fast(op) => fast::jvp(op, primals, tangents, argnums)?,
             Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("jvp", self)),
             Primitive::Custom { .. } => {
                 super::custom::custom_jvp(self, primals, tangents, argnums)?
@@ -237,6 +240,9 @@ impl Rules for Primitive {
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
         if let Primitive::Custom { .. } = self {
             return super::custom::custom_vmap(self, inputs, axes);
+        }
+        if let Primitive::Fast(op) = self {
+            return fast::vmap(op, inputs, axes);
         }
         vmap::vmap(self, inputs, axes)
     }

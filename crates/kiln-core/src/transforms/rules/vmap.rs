@@ -24,7 +24,7 @@ fn batch_size(inputs: &[Array], axes: &[Option<usize>]) -> usize {
 }
 
 /// Every input with its batch axis in front; unbatched inputs broadcast to the batch.
-fn all_batched(inputs: &[Array], axes: &[Option<usize>]) -> Result<Vec<Array>> {
+pub(super) fn all_batched(inputs: &[Array], axes: &[Option<usize>]) -> Result<Vec<Array>> {
     let n = batch_size(inputs, axes);
     inputs
         .iter()
@@ -148,7 +148,7 @@ pub(super) fn vmap(
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
         | Primitive::AsStrided { .. } => super::vmap_index::vmap(prim, inputs, axes)?,
-        Primitive::Fused(_) => return Err(super::missing("vmap", prim)),
+        Primitive::Fused(_) | Primitive::Fast(_) => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
     };

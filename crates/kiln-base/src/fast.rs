@@ -1,0 +1,221 @@
+//! `mx.fast`'s fused primitives: their parameters and shape rules, kept in one place so the
+//! ops layer and shapeless compile replay share the checks (as `conv.rs` and `linalg.rs`).
+//! Front ends promote inputs to one dtype first; these rules check the promoted inputs.
+
+use crate::shape::{fmt_shape, Shape};
+use crate::{bail, ensure, DType, Result, Scalar};
+use std::sync::Arc;
+
+/// The mask input of `FastOp::Attention`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttentionMask {
+    None,
+    /// Query `i` sees key `j` when `j <= i + Lk - Lq` (lower-right aligned, as MLX).
+    Causal,
+    /// A fourth input added to the scaled scores (dtype of q; each dim 1 or full).
+    Additive,
+    /// A fourth bool input: false hides the key (each dim 1 or full).
+    Boolean,
+}
+
+/// A user's C kernel (`mx.fast.c_kernel`): the complete generated source and what it makes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CKernelSpec {
+    /// The kernel's name (error messages).
+    pub name: String,
+    /// Complete C source defining `kiln_c_kernel` (see kiln-cpu `fast/custom.rs`).
+    pub source: String,
+    pub num_inputs: usize,
+    pub output_shapes: Vec<Shape>,
+    pub output_dtypes: Vec<DType>,
+    /// Every output element starts at this value; zero when `None`.
+    pub init_value: Option<Scalar>,
+    /// Inputs are copied to row-major first; otherwise they arrive with their strides.
+    pub ensure_row_contiguous: bool,
+}
+
+/// One fused `mx.fast` operation. Scalars are `Scalar::Float` (hashed by bit pattern).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FastOp {
+    /// Inputs: `x` (..., D), then `weight` (D,) and `bias` (D,) when present, one float dtype.
+    LayerNorm { eps: Scalar, weight: bool, bias: bool },
+    /// Inputs: `x` (..., D), then `weight` (D,) when present, one float dtype.
+    RmsNorm { eps: Scalar, weight: bool },
+    /// Inputs: `x` (B, ..., T, D) float, `offset` (integer, one value or one per B), then
+    /// `freqs` (dims/2,) float32 when `freqs`; otherwise frequencies are `base^(-2i/dims)`.
+    /// `inverse` rotates the other way (the transpose, used by the gradient).
+    Rope { dims: usize, traditional: bool, base: Scalar, scale: Scalar, freqs: bool, inverse: bool },
+    /// `softmax(scale q kᵀ + mask) v` over q (B, Hq, Lq, D), k (B, Hk, Lk, D), v (B, Hk, Lk, Dv)
+    /// of one float dtype, `Hq` a multiple of `Hk` (grouped-query attention).
+    Attention { scale: Scalar, mask: AttentionMask },
+    /// A user C kernel (several outputs).
+    CKernel(Arc<CKernelSpec>),
+}
+
+impl FastOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FastOp::LayerNorm { .. } => "layer_norm",
+            FastOp::RmsNorm { .. } => "rms_norm",
+            FastOp::Rope { .. } => "rope",
+            FastOp::Attention { .. } => "scaled_dot_product_attention",
+            FastOp::CKernel(_) => "c_kernel",
+        }
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        match self {
+            FastOp::LayerNorm { weight, bias, .. } => 1 + *weight as usize + *bias as usize,
+            FastOp::RmsNorm { weight, .. } => 1 + *weight as usize,
+            FastOp::Rope { freqs, .. } => 2 + *freqs as usize,
+            FastOp::Attention { mask, .. } => {
+                3 + matches!(mask, AttentionMask::Additive | AttentionMask::Boolean) as usize
+            }
+            FastOp::CKernel(spec) => spec.num_inputs,
+        }
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        match self {
+            FastOp::CKernel(spec) => spec.output_shapes.len(),
+            _ => 1,
+        }
+    }
+
+    /// Output shapes and dtypes (every check; the arity is checked by the caller).
+    pub fn output_shapes(&self, inputs: &[(&[usize], DType)]) -> Result<Vec<(Shape, DType)>> {
+        let op = self.name();
+        match self {
+            FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => {
+                let (s, d) = inputs[0];
+                ensure!(d.is_float(), Type, op, "Received unsupported type {d}.");
+                let Some(&last) = s.last() else {
+                    bail!(
+                        Value,
+                        op,
+                        "Input must have at least 1 dimension but got input with 0 dimensions."
+                    );
+                };
+                for &(ws, wd) in &inputs[1..] {
+                    ensure!(wd == d, Type, op, "Weight and bias must have the dtype of x.");
+                    ensure!(
+                        ws == [last],
+                        Value,
+                        op,
+                        "Weight and bias must have shape ({last},), got {}.",
+                        fmt_shape(ws)
+                    );
+                }
+                Ok(vec![(Shape::from(s), d)])
+            }
+            FastOp::Rope { dims, freqs, .. } => {
+                let (s, d) = inputs[0];
+                ensure!(d.is_float(), Type, op, "Input must be a floating type but got {d}.");
+                ensure!(
+                    s.len() >= 2,
+                    Value,
+                    op,
+                    "Input must have at least 2 dimensions, got {}.",
+                    s.len()
+                );
+                ensure!(*dims % 2 == 0, Value, op, "dims must be even but got {dims}.");
+                let last = s[s.len() - 1];
+                ensure!(*dims <= last, Value, op, "dims {dims} exceeds the feature size {last}.");
+                let (os, od) = inputs[1];
+                ensure!(od.is_integer(), Value, op, "offset must be an integer but got type {od}.");
+                let count: usize = os.iter().product();
+                ensure!(
+                    os.len() <= 1 && (count == 1 || count == s[0]),
+                    Value,
+                    op,
+                    "offset must be a scalar or vector with {} elements but has shape {}.",
+                    s[0],
+                    fmt_shape(os)
+                );
+                if *freqs {
+                    let (fs, fd) = inputs[2];
+                    ensure!(fd == DType::F32, Type, op, "freqs must be float32.");
+                    ensure!(
+                        fs == [dims / 2],
+                        Value,
+                        op,
+                        "freqs must be one dimensional with size {} but got shape {}.",
+                        dims / 2,
+                        fmt_shape(fs)
+                    );
+                }
+                Ok(vec![(Shape::from(s), d)])
+            }
+            FastOp::Attention { mask, .. } => {
+                let [(q, dq), (k, dk), (v, dv)] = [inputs[0], inputs[1], inputs[2]];
+                ensure!(dq.is_float(), Type, op, "Expected float inputs, got {dq}.");
+                ensure!(dq == dk && dk == dv, Type, op, "q, k and v must have one dtype.");
+                for s in [q, k, v] {
+                    ensure!(
+                        s.len() == 4,
+                        Value,
+                        op,
+                        "input with shape {} expected to be rank 4",
+                        fmt_shape(s)
+                    );
+                }
+                ensure!(
+                    q[0] == k[0] && k[0] == v[0] && k[1] == v[1] && k[2] == v[2],
+                    Value,
+                    op,
+                    "Incompatible shapes: q {}, k {}, v {}.",
+                    fmt_shape(q),
+                    fmt_shape(k),
+                    fmt_shape(v)
+                );
+                ensure!(
+                    q[3] == k[3],
+                    Value,
+                    op,
+                    "query, keys expected to have matching last dimension; found query \
+                     shape {} for keys shape {}.",
+                    fmt_shape(q),
+                    fmt_shape(k)
+                );
+                ensure!(
+                    k[1] > 0 && q[1] % k[1] == 0,
+                    Value,
+                    op,
+                    "n_heads must be a multiple of n_kv_heads, found n_heads {} for \
+                     n_kv_heads {}.",
+                    q[1],
+                    k[1]
+                );
+                if matches!(mask, AttentionMask::Additive | AttentionMask::Boolean) {
+                    let (m, dm) = inputs[3];
+                    let want = if *mask == AttentionMask::Boolean { DType::Bool } else { dq };
+                    ensure!(dm == want, Type, op, "Expected a {want} mask, got {dm}.");
+                    let full = [q[0], q[1], q[2], k[2]];
+                    ensure!(
+                        m.len() == 4 && m.iter().zip(full).all(|(&a, b)| a == 1 || a == b),
+                        Value,
+                        op,
+                        "Mask of shape {} does not broadcast to {}.",
+                        fmt_shape(m),
+                        fmt_shape(&full)
+                    );
+                }
+                Ok(vec![(Shape::from_slice(&[q[0], q[1], q[2], v[3]]), dq)])
+            }
+            FastOp::CKernel(spec) => {
+                ensure!(
+                    spec.output_shapes.len() == spec.output_dtypes.len(),
+                    Value,
+                    op,
+                    "Expected one output dtype per output shape."
+                );
+                Ok(spec
+                    .output_shapes
+                    .iter()
+                    .cloned()
+                    .zip(spec.output_dtypes.iter().copied())
+                    .collect())
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Rules of the `mx.fast` primitives. Norm and attention gradients are exact compositions of
+//! basic ops (computed in float32 for half floats); RoPE is a rotation, so its vjp is the
+//! inverse rotation (the same primitive with `inverse`) and its jvp the rotation itself.
+//! vmap moves the batch axis where the primitive maps over it (leading axes for the norms,
+//! axis 1 for RoPE, merged into B for attention); cases it cannot express (batched weights,
+//! offsets or frequencies) run the composition.
+
+use super::vmap::{all_batched, to_front};
+use crate::array::Array;
+use crate::ops::{self, record};
+use kiln_base::{bail, AttentionMask, DType, FastOp, Primitive, Result, Scalar};
+
+type Out = (Vec<Array>, Vec<Option<usize>>);
+
+/// float32 for half floats (the kernels' compute type), else the dtype itself.
+fn compute(x: &Array) -> Result<Array> {
+    match x.dtype() {
+        DType::F16 | DType::BF16 => ops::astype(x, DType::F32),
+        _ => Ok(x.clone()),
+    }
+}
+
+fn f(v: f64, like: &Array) -> Result<Array> {
+    ops::scalar(Scalar::Float(v), like.dtype())
+}
+
+const LAST: &[i64] = &[-1];
+
+/// Normalisation statistics of `x` (compute dtype): `r = 1/sqrt(var + eps)` and `xhat`.
+struct Norm {
+    r: Array,
+    xhat: Array,
+    rms: bool,
+}
+
+impl Norm {
+    fn new(x: &Array, eps: f64, rms: bool) -> Result<Norm> {
+        let centred =
+            if rms { x.clone() } else { ops::subtract(x, &ops::mean(x, Some(LAST), true)?)? };
+        let var = ops::mean(&ops::square(&centred)?, Some(LAST), true)?;
+        let r = ops::reciprocal(&ops::sqrt(&ops::add(&var, &f(eps, x)?)?)?)?;
+        let xhat = ops::multiply(&centred, &r)?;
+        Ok(Norm { r, xhat, rms })
+    }
+
+    /// The Jacobian of `x -> xhat` applied to `v` (symmetric, so either side):
+    /// `r (v - mean(v) - xhat mean(v xhat))`, without the `mean(v)` term for rms.
+    fn apply(&self, v: &Array) -> Result<Array> {
+        let proj = ops::multiply(
+            &self.xhat,
+            &ops::mean(&ops::multiply(v, &self.xhat)?, Some(LAST), true)?,
+        )?;
+        let mut t = ops::subtract(v, &proj)?;
+        if !self.rms {
+            t = ops::subtract(&t, &ops::mean(v, Some(LAST), true)?)?;
+        }
+        ops::multiply(&self.r, &t)
+    }
+}
+
+/// Sums `g` over every axis but the last (a weight's or bias's cotangent).
+fn sum_leading(g: &Array) -> Result<Array> {
+    let axes: Vec<i64> = (0..g.ndim() as i64 - 1).collect();
+    if axes.is_empty() {
+        return Ok(g.clone());
+    }
+    ops::sum(g, Some(&axes), false)
+}
+
+fn norm_parts(op: &FastOp) -> (f64, bool, bool, bool) {
+    match op {
+        FastOp::LayerNorm { eps, weight, bias } => (eps.as_f64(), false, *weight, *bias),
+        FastOp::RmsNorm { eps, weight } => (eps.as_f64(), true, *weight, false),
+        _ => (0.0, false, false, false),
+    }
+}
+
+fn norm_vjp(op: &FastOp, primals: &[Array], g: &Array, argnums: &[usize]) -> Result<Vec<Array>> {
+    let (eps, rms, has_w, _) = norm_parts(op);
+    let x = compute(&primals[0])?;
+    let g = compute(g)?;
+    let n = Norm::new(&x, eps, rms)?;
+    let gw = if has_w { ops::multiply(&g, &compute(&primals[1])?)? } else { g.clone() };
+    argnums
+        .iter()
+        .map(|&i| match i {
+            0 => n.apply(&gw),
+            1 if has_w => sum_leading(&ops::multiply(&g, &n.xhat)?),
+            _ => sum_leading(&g), // the bias
+        })
+        .collect()
+}
+
+fn norm_jvp(
+    op: &FastOp,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Array> {
+    let (eps, rms, has_w, _) = norm_parts(op);
+    let x = compute(&primals[0])?;
+    let n = Norm::new(&x, eps, rms)?;
+    let w = if has_w { Some(compute(&primals[1])?) } else { None };
+    let mut out = ops::zeros_like(&x, None)?;
+    for (&i, t) in argnums.iter().zip(tangents) {
+        let t = compute(t)?;
+        let term = match i {
+            0 => {
+                let j = n.apply(&t)?;
+                match &w {
+                    Some(w) => ops::multiply(&j, w)?,
+                    None => j,
+                }
+            }
+            1 if has_w => ops::multiply(&t, &n.xhat)?,
+            _ => t,
+        };
+        out = ops::add(&out, &term)?;
+    }
+    Ok(out)
+}
+
+/// The norm written with basic ops (vmap with batched weights).
+fn norm_composed(op: &FastOp, inputs: &[Array]) -> Result<Array> {
+    let (eps, rms, has_w, has_b) = norm_parts(op);
+    let dtype = inputs[0].dtype();
+    let x = compute(&inputs[0])?;
+    let mut y = Norm::new(&x, eps, rms)?.xhat;
+    if has_w {
+        y = ops::multiply(&y, &inputs[1])?;
+    }
+    if has_b {
+        y = ops::add(&y, &inputs[1 + has_w as usize])?;
+    }
+    ops::astype(&y, dtype)
+}
+
+/// Attention's pieces, grouped: q (B, Hk, G, Lq, D), k and v (B, Hk, 1, L, ·) and the
+/// probabilities P (B, Hk, G, Lq, Lk), all in the compute dtype.
+struct Attn {
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Array,
+    scale: f64,
+    shape: [usize; 5],
+}
+
+fn grouped(x: &Array, hk: usize, g: usize) -> Result<Array> {
+    let s = x.shape();
+    ops::reshape(x, &[s[0] as i64, hk as i64, g as i64, s[2] as i64, s[3] as i64])
+}
+
+impl Attn {
+    fn new(op: &FastOp, primals: &[Array]) -> Result<Attn> {
+        let FastOp::Attention { scale, mask } = op else { bail!(Value, "vjp", "Not attention.") };
+        let scale = scale.as_f64();
+        let (qs, ks) = (primals[0].shape().to_vec(), primals[1].shape().to_vec());
+        let (b, hq, lq, hk, lk) = (qs[0], qs[1], qs[2], ks[1], ks[2]);
+        let g = hq / hk.max(1);
+        let q = grouped(&compute(&primals[0])?, hk, g)?;
+        let k = grouped(&compute(&primals[1])?, hk, 1)?;
+        let v = grouped(&compute(&primals[2])?, hk, 1)?;
+        let mut s = ops::multiply(&ops::matmul(&q, &ops::swapaxes(&k, -1, -2)?)?, &f(scale, &q)?)?;
+        let full = [b, hk, g, lq, lk];
+        let lowest = f(if q.dtype() == DType::F64 { f64::MIN } else { f32::MIN as f64 }, &q)?;
+        match mask {
+            AttentionMask::None => {}
+            AttentionMask::Causal => {
+                let i = ops::reshape(&ops::arange(0.0, lq as f64, 1.0, DType::I64)?, &[-1, 1])?;
+                let j = ops::arange(0.0, lk as f64, 1.0, DType::I64)?;
+                let shift = ops::scalar(Scalar::Int(lk as i64 - lq as i64), DType::I64)?;
+                let visible = ops::less_equal(&j, &ops::add(&i, &shift)?)?;
+                s = ops::where_(&visible, &s, &lowest)?;
+            }
+            AttentionMask::Additive | AttentionMask::Boolean => {
+                let m = ops::broadcast_to(&primals[3], &[b, hq, lq, lk])?;
+                let m = ops::reshape(&m, &full.map(|d| d as i64))?;
+                s = if *mask == AttentionMask::Boolean {
+                    ops::where_(&m, &s, &lowest)?
+                } else {
+                    ops::add(&s, &compute(&m)?)?
+                };
+            }
+        }
+        let p = ops::softmax(&s, Some(LAST), true)?;
+        Ok(Attn { q, k, v, p, scale, shape: [b, hq, lq, hk, g] })
+    }
+
+    /// Back to (B, Hq, L, ·) from the grouped layout.
+    fn ungroup(&self, x: &Array) -> Result<Array> {
+        let s = x.shape();
+        let [b, hq, ..] = self.shape;
+        ops::reshape(x, &[b as i64, hq as i64, s[3] as i64, s[4] as i64])
+    }
+
+    /// Sums the group axis away: (B, Hk, G, L, ·) -> (B, Hk, L, ·).
+    fn sum_group(x: &Array) -> Result<Array> {
+        ops::sum(x, Some(&[2]), false)
+    }
+
+    fn output(&self) -> Result<Array> {
+        self.ungroup(&ops::matmul(&self.p, &self.v)?)
+    }
+
+    /// `P (dS - sum(dS P))`: the softmax Jacobian (symmetric) applied to `ds`.
+    fn softmax_apply(&self, ds: &Array) -> Result<Array> {
+        let dot = ops::sum(&ops::multiply(ds, &self.p)?, Some(LAST), true)?;
+        ops::multiply(&self.p, &ops::subtract(ds, &dot)?)
+    }
+}
+
+fn attention_vjp(
+    op: &FastOp,
+    primals: &[Array],
+    g: &Array,
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let a = Attn::new(op, primals)?;
+    let [_, _, _, hk, grp] = a.shape;
+    let go = grouped(&compute(g)?, hk, grp)?;
+    let t = |x: &Array| ops::swapaxes(x, -1, -2);
+    let dp = ops::matmul(&go, &t(&a.v)?)?;
+    let ds = ops::multiply(&a.softmax_apply(&dp)?, &f(a.scale, &dp)?)?;
+    argnums
+        .iter()
+        .map(|&i| match i {
+            0 => a.ungroup(&ops::matmul(&ds, &a.k)?),
+            1 => Attn::sum_group(&ops::matmul(&t(&ds)?, &a.q)?),
+            2 => Attn::sum_group(&ops::matmul(&t(&a.p)?, &go)?),
+            // The mask carries no gradient here.
+            _ => ops::zeros_like(&primals[i], None),
+        })
+        .collect()
+}
+
+fn attention_jvp(
+    op: &FastOp,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Array> {
+    let a = Attn::new(op, primals)?;
+    let [_, _, _, hk, grp] = a.shape;
+    let t = |x: &Array| ops::swapaxes(x, -1, -2);
+    let mut ds: Option<Array> = None;
+    let mut out: Option<Array> = None;
+    let acc = |slot: &mut Option<Array>, v: Array| -> Result<()> {
+        *slot = Some(match slot.take() {
+            Some(s) => ops::add(&s, &v)?,
+            None => v,
+        });
+        Ok(())
+    };
+    for (&i, tan) in argnums.iter().zip(tangents) {
+        match i {
+            0 => acc(&mut ds, ops::matmul(&grouped(&compute(tan)?, hk, grp)?, &t(&a.k)?)?)?,
+            1 => acc(&mut ds, ops::matmul(&a.q, &t(&grouped(&compute(tan)?, hk, 1)?)?)?)?,
+            2 => acc(&mut out, ops::matmul(&a.p, &grouped(&compute(tan)?, hk, 1)?)?)?,
+            _ => {}
+        }
+    }
+    if let Some(ds) = ds {
+        let ds = ops::multiply(&ds, &f(a.scale, &ds)?)?;
+        acc(&mut out, ops::matmul(&a.softmax_apply(&ds)?, &a.v)?)?;
+    }
+    match out {
+        Some(o) => a.ungroup(&o),
+        None => ops::zeros_like(&a.output()?, None),
+    }
+}
+
+fn rope_with(op: &FastOp, x: &Array, rest: &[Array], inverse: bool) -> Result<Array> {
+    let FastOp::Rope { dims, traditional, base, scale, freqs, .. } = op else {
+        bail!(Value, "rope", "Not rope.")
+    };
+    let fop = FastOp::Rope {
+        dims: *dims,
+        traditional: *traditional,
+        base: *base,
+        scale: *scale,
+        freqs: *freqs,
+        inverse,
+    };
+    let mut inputs = vec![x.clone()];
+    inputs.extend_from_slice(rest);
+    record(Primitive::Fast(fop), inputs)
+}
+
+fn rope_inverse(op: &FastOp) -> bool {
+    matches!(op, FastOp::Rope { inverse: true, .. })
+}
+
+pub(super) fn vjp(
+    op: &FastOp,
+    primals: &[Array],
+    g: &Array,
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    match op {
+        FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => norm_vjp(op, primals, g, argnums),
+        FastOp::Rope { .. } => argnums
+            .iter()
+            .map(|&i| match i {
+                0 => rope_with(
+                    op,
+                    &ops::astype(g, primals[0].dtype())?,
+                    &primals[1..],
+                    !rope_inverse(op),
+                ),
+                _ => ops::zeros_like(&primals[i], None),
+            })
+            .collect(),
+        FastOp::Attention { .. } => attention_vjp(op, primals, g, argnums),
+        FastOp::CKernel(_) => Err(super::missing("vjp", &Primitive::Fast(op.clone()))),
+    }
+}
+
+pub(super) fn jvp(
+    op: &FastOp,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let out = match op {
+        FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => {
+            norm_jvp(op, primals, tangents, argnums)?
+        }
+        FastOp::Rope { .. } => match argnums.iter().position(|&i| i == 0) {
+            Some(p) => {
+                let t = ops::astype(&tangents[p], primals[0].dtype())?;
+                rope_with(op, &t, &primals[1..], rope_inverse(op))?
+            }
+            None => ops::zeros_like(&primals[0], None)?,
+        },
+        FastOp::Attention { .. } => attention_jvp(op, primals, tangents, argnums)?,
+        FastOp::CKernel(_) => return Err(super::missing("jvp", &Primitive::Fast(op.clone()))),
+    };
+    Ok(vec![out])
+}
+
+pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Result<Out> {
+    let prim = Primitive::Fast(op.clone());
+    match op {
+        FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => {
+            let x_only = axes[1..].iter().all(Option::is_none);
+            let x = match axes[0] {
+                Some(a) => to_front(&inputs[0], a)?,
+                None => {
+                    // Only weights are batched: give x the batch axis by broadcasting.
+                    let n = inputs
+                        .iter()
+                        .zip(axes)
+                        .find_map(|(x, a)| a.map(|a| x.shape()[a]))
+                        .unwrap_or(1);
+                    let mut shape = vec![n];
+                    shape.extend_from_slice(inputs[0].shape());
+                    ops::broadcast_to(&ops::expand_dims(&inputs[0], &[0])?, &shape)?
+                }
+            };
+            if x_only {
+                let mut ins = vec![x];
+                ins.extend_from_slice(&inputs[1..]);
+                return Ok((vec![record(prim, ins)?], vec![Some(0)]));
+            }
+            // Batched weight or bias (N, D): align as (N, 1, ..., 1, D) and compose.
+            let mut ins = vec![x.clone()];
+            for (p, a) in inputs[1..].iter().zip(&axes[1..]) {
+                let p = match a {
+                    Some(a) => {
+                        let p = to_front(p, *a)?;
+                        let mut shape: Vec<i64> = vec![p.shape()[0] as i64];
+                        shape.extend(std::iter::repeat_n(1, x.ndim() - 2));
+                        shape.push(p.shape()[1] as i64);
+                        ops::reshape(&p, &shape)?
+                    }
+                    None => p.clone(),
+                };
+                ins.push(p);
+            }
+            Ok((vec![norm_composed(op, &ins)?], vec![Some(0)]))
+        }
+        FastOp::Rope { .. } => {
+            if axes[1..].iter().any(Option::is_some) {
+                bail!(Value, "vmap", "rope with a batched offset or freqs is not supported.");
+            }
+            // The batch goes to axis 1: axis 0 stays the one offsets index, and T, D stay last.
+            let x = match axes[0] {
+                Some(a) => ops::moveaxis(&inputs[0], a as i64, 1)?,
+                None => return Ok((vec![record(prim, inputs.to_vec())?], vec![None])),
+            };
+            let mut ins = vec![x];
+            ins.extend_from_slice(&inputs[1..]);
+            Ok((vec![record(prim, ins)?], vec![Some(1)]))
+        }
+        FastOp::Attention { .. } => {
+            let n = inputs.iter().zip(axes).find_map(|(x, a)| a.map(|a| x.shape()[a])).unwrap_or(1);
+            let batched = all_batched(inputs, axes)?;
+            let b = batched[0].shape()[1];
+            let mut ins = Vec::with_capacity(batched.len());
+            for (i, x) in batched.iter().enumerate() {
+                let s = x.shape();
+                // Merge (N, B) into one batch axis; a mask broadcast over B first.
+                let x = if i == 3 && s[1] != b {
+                    let mut shape = s.to_vec();
+                    shape[1] = b;
+                    ops::broadcast_to(x, &shape)?
+                } else {
+                    x.clone()
+                };
+                let s = x.shape();
+                ins.push(ops::reshape(
+                    &x,
+                    &[(n * s[1]) as i64, s[2] as i64, s[3] as i64, s[4] as i64],
+                )?);
+            }
+            let out = record(prim, ins)?;
+            let s = out.shape().to_vec();
+            let out =
+                ops::reshape(&out, &[n as i64, b as i64, s[1] as i64, s[2] as i64, s[3] as i64])?;
+            Ok((vec![out], vec![Some(0)]))
+        }
+        FastOp::CKernel(_) => Err(super::missing("vmap", &prim)),
+    }
+}

@@ -1,0 +1,164 @@
+//! `mx.fast` kernels: layer_norm, rms_norm, RoPE, attention and user C kernels. Each runs in
+//! a compute type (`Real`): float64 for float64 inputs, float32 otherwise (half floats are
+//! widened once on the way in and rounded once on the way out). Inputs are read as
+//! row-major slices of the compute type (borrowed when they already are), rows or heads are
+//! split over rayon, and inner loops run under `simd::run` so they vectorise.
+
+mod attention;
+mod custom;
+mod norm;
+mod rope;
+
+pub use custom::{c_kernel_check, c_kernel_source, c_type, TemplateArg};
+
+use crate::cast;
+use crate::matmul::Gemm;
+use faer::{MatMut, MatRef};
+use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
+
+/// The float types the fast kernels compute in.
+pub(crate) trait Real:
+    Gemm
+    + Default
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
+    const ZERO: Self;
+    const ONE: Self;
+    /// The lowest finite value: a hidden score (a fully hidden row then averages every key,
+    /// as MLX's kernels do).
+    const LOWEST: Self;
+    const NEG_INF: Self;
+    fn exp(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn of(v: f64) -> Self;
+    fn is_nan(self) -> bool;
+    /// `dst += a b`, on this thread.
+    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>);
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const LOWEST: Self = f32::MIN;
+    const NEG_INF: Self = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn exp(self) -> Self {
+        crate::vecmath::exp(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+    #[inline(always)]
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>) {
+        faer::linalg::matmul::matmul(dst, faer::Accum::Add, a, b, 1.0, faer::Par::Seq);
+    }
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const LOWEST: Self = f64::MIN;
+    const NEG_INF: Self = f64::NEG_INFINITY;
+    #[inline(always)]
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+    #[inline(always)]
+    fn of(v: f64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>) {
+        faer::linalg::matmul::matmul(dst, faer::Accum::Add, a, b, 1.0, faer::Par::Seq);
+    }
+}
+
+/// `x` as row-major data of dtype `to`: itself when it already is, else a converted copy.
+pub(crate) fn dense_as(x: &ArrayData, to: DType) -> Result<ArrayData> {
+    if x.dtype == to && x.layout.row_contiguous {
+        Ok(x.clone())
+    } else {
+        cast::astype(x, &x.layout.shape, to)
+    }
+}
+
+/// The elements of row-major `x` (from `dense_as`).
+pub(crate) fn elements<T: bytemuck::Pod>(x: &ArrayData) -> &[T] {
+    &x.buffer.host_slice::<T>()[x.layout.offset..][..x.layout.size()]
+}
+
+/// Rounds a compute-type result to the output dtype (no copy when it already is).
+fn finish(out: ArrayData, dtype: DType) -> Result<ArrayData> {
+    if out.dtype == dtype {
+        Ok(out)
+    } else {
+        cast::astype(&out, &out.layout.shape.clone(), dtype)
+    }
+}
+
+pub(crate) fn eval(
+    op: &FastOp,
+    inputs: &[ArrayData],
+    outputs: &[(Shape, DType)],
+) -> Result<Vec<ArrayData>> {
+    let (shape, dtype) = (&outputs[0].0, outputs[0].1);
+    let f64_compute = dtype == DType::F64;
+    macro_rules! compute {
+        ($f:ident ( $($arg:expr),* )) => {
+            if f64_compute { $f::<f64>($($arg),*) } else { $f::<f32>($($arg),*) }
+        };
+    }
+    let out = match op {
+        FastOp::LayerNorm { eps, weight, bias } => {
+            let w = weight.then(|| &inputs[1]);
+            let b = bias.then(|| &inputs[1 + *weight as usize]);
+            compute!(layer_norm(&inputs[0], w, b, eps.as_f64(), shape))
+        }
+        FastOp::RmsNorm { eps, weight } => {
+            let w = weight.then(|| &inputs[1]);
+            compute!(rms_norm(&inputs[0], w, eps.as_f64(), shape))
+        }
+        FastOp::Rope { dims, traditional, base, scale, freqs, inverse } => {
+            let f = freqs.then(|| &inputs[2]);
+            let p = rope::Params {
+                dims: *dims,
+                traditional: *traditional,
+                base: base.as_f64(),
+                scale: scale.as_f64(),
+                inverse: *inverse,
+            };
+            compute!(rope_kernel(&inputs[0], &inputs[1], f, &p, shape))
+        }
+        FastOp::Attention { scale, mask } => {
+            compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
+        }
+        FastOp::CKernel(spec) => return custom::run(spec, inputs),
+    }?;
+    if out.dtype != DType::F32 && out.dtype != DType::F64 {
+        bail!(Runtime, op.name(), "Unexpected compute dtype {}.", out.dtype);
+    }
+    Ok(vec![finish(out, dtype)?])
+}
+
+use attention::attention as attention_kernel;
+use norm::{layer_norm, rms_norm};
+use rope::rope as rope_kernel;

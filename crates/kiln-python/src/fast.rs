@@ -1,0 +1,220 @@
+//! The `kiln.core.fast` extension module: fused norms, RoPE and attention with MLX's
+//! signatures, and the C-kernel builder behind `mx.fast.c_kernel` (`python/kiln/core/fast.py`
+//! wraps it in MLX's callable-returning API).
+
+use crate::array::PyArray;
+use crate::convert::{py_scalar, to_array};
+use crate::device::with_stream;
+use crate::dtype::Dtype;
+use crate::error::raise;
+use kiln_base::{DType, Scalar, Shape};
+use kiln_core::ops::fast::{self, SdpaMask};
+use kiln_core::Array;
+use kiln_cpu::fast::{c_kernel_source, TemplateArg};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
+
+type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
+
+fn opt_array(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Array>> {
+    obj.filter(|o| !o.is_none()).map(|o| to_array(o, None)).transpose()
+}
+
+/// Layer normalization over the last axis of ``x``:
+/// ``(x - mean) / sqrt(var + eps) * weight + bias`` (``weight``/``bias`` may be None).
+#[pyfunction]
+#[pyo3(signature = (x, weight, bias, eps, *, stream = None))]
+fn layer_norm(
+    x: &Bound<'_, PyAny>,
+    weight: Option<&Bound<'_, PyAny>>,
+    bias: Option<&Bound<'_, PyAny>>,
+    eps: f64,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let (x, w, b) = (to_array(x, None)?, opt_array(weight)?, opt_array(bias)?);
+    with_stream(stream, || fast::layer_norm(&x, w.as_ref(), b.as_ref(), eps)).map(PyArray)
+}
+
+/// Root Mean Square normalization over the last axis: ``x / sqrt(mean(x**2) + eps) * weight``.
+#[pyfunction]
+#[pyo3(signature = (x, weight, eps, *, stream = None))]
+fn rms_norm(
+    x: &Bound<'_, PyAny>,
+    weight: Option<&Bound<'_, PyAny>>,
+    eps: f64,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let (x, w) = (to_array(x, None)?, opt_array(weight)?);
+    with_stream(stream, || fast::rms_norm(&x, w.as_ref(), eps)).map(PyArray)
+}
+
+/// Rotary positional encoding of ``a`` (``(B, *, T, D)``): the first ``dims`` features rotate
+/// by ``(offset + t) * scale * freq`` (halves, or consecutive pairs when ``traditional``);
+/// exactly one of ``base`` and ``freqs`` is given; ``offset`` is an int or an integer array
+/// (a scalar or one per batch element).
+#[pyfunction]
+#[pyo3(signature = (a, dims, *, traditional, base, scale, offset, freqs = None, stream = None))]
+#[allow(clippy::too_many_arguments)]
+fn rope(
+    a: &Bound<'_, PyAny>,
+    dims: i64,
+    traditional: bool,
+    base: Option<f64>,
+    scale: f64,
+    offset: &Bound<'_, PyAny>,
+    freqs: Option<&Bound<'_, PyAny>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let x = to_array(a, None)?;
+    let offset = if offset.is_instance_of::<PyInt>() {
+        let v: i64 = offset.extract()?;
+        to_array(&v.into_pyobject(offset.py())?.into_any(), Some(DType::I32))?
+    } else {
+        to_array(offset, None)?
+    };
+    let freqs = opt_array(freqs)?;
+    with_stream(stream, || fast::rope(&x, dims, traditional, base, scale, &offset, freqs.as_ref()))
+        .map(PyArray)
+}
+
+/// ``softmax(scale * q @ k.T + mask) @ v`` over ``(B, N, T, D)`` inputs, streaming over key
+/// blocks. ``mask``: None, ``"causal"`` (lower-right aligned), a boolean mask or an additive
+/// one broadcastable to ``(B, N_q, T_q, T_kv)``. ``k`` and ``v`` may have fewer heads
+/// (grouped-query attention). Softmax runs in float32 for half-float inputs.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, *, scale, mask = None, sinks = None, stream = None))]
+#[allow(clippy::too_many_arguments)]
+fn scaled_dot_product_attention(
+    q: &Bound<'_, PyAny>,
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
+    scale: f64,
+    mask: Option<&Bound<'_, PyAny>>,
+    sinks: Option<&Bound<'_, PyAny>>,
+    stream: Stream<'_, '_>,
+) -> PyResult<PyArray> {
+    let op = "scaled_dot_product_attention";
+    if sinks.is_some_and(|s| !s.is_none()) {
+        return Err(raise!(Value, op, "Attention sinks are not supported yet."));
+    }
+    let (q, k, v) = (to_array(q, None)?, to_array(k, None)?, to_array(v, None)?);
+    let mask_array;
+    let mask = match mask.filter(|m| !m.is_none()) {
+        None => SdpaMask::None,
+        Some(m) if m.is_instance_of::<PyString>() => {
+            let s: String = m.extract()?;
+            if s != "causal" {
+                return Err(raise!(
+                    Value,
+                    op,
+                    "invalid mask option '{s}'. Must be 'causal', or an array."
+                ));
+            }
+            SdpaMask::Causal
+        }
+        Some(m) => {
+            mask_array = to_array(m, None)?;
+            SdpaMask::Array(&mask_array)
+        }
+    };
+    with_stream(stream, || fast::scaled_dot_product_attention(&q, &k, &v, scale, mask)).map(PyArray)
+}
+
+fn template_arg(op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<TemplateArg> {
+    if v.is_instance_of::<PyBool>() {
+        return Ok(TemplateArg::Bool(v.extract()?));
+    }
+    if v.is_instance_of::<PyInt>() {
+        return Ok(TemplateArg::Int(v.extract()?));
+    }
+    if let Ok(d) = v.extract::<Dtype>() {
+        return Ok(TemplateArg::DType(d.0));
+    }
+    Err(raise!(Type, op, "Template arguments must be int, bool or Dtype, got {v}."))
+}
+
+/// Builds and applies a C kernel (the engine of ``mx.fast.c_kernel``'s callable).
+#[pyfunction]
+#[pyo3(signature = (name, input_names, output_names, source, header, ensure_row_contiguous,
+                    inputs, output_shapes, output_dtypes, template, init_value, verbose,
+                    stream = None))]
+#[allow(clippy::too_many_arguments)]
+fn _c_kernel(
+    py: Python<'_>,
+    name: String,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    source: String,
+    header: String,
+    ensure_row_contiguous: bool,
+    inputs: Vec<Bound<'_, PyAny>>,
+    output_shapes: Vec<Vec<i64>>,
+    output_dtypes: Vec<Dtype>,
+    template: Vec<(String, Bound<'_, PyAny>)>,
+    init_value: Option<&Bound<'_, PyAny>>,
+    verbose: bool,
+    stream: Stream<'_, '_>,
+) -> PyResult<Vec<PyArray>> {
+    let op = "c_kernel";
+    if inputs.len() != input_names.len() {
+        return Err(raise!(
+            Value,
+            op,
+            "Expected {} inputs ({:?}), got {}.",
+            input_names.len(),
+            input_names,
+            inputs.len()
+        ));
+    }
+    if output_shapes.len() != output_names.len() || output_dtypes.len() != output_names.len() {
+        return Err(raise!(
+            Value,
+            op,
+            "Expected one output shape and dtype per output name ({}).",
+            output_names.len()
+        ));
+    }
+    let arrays: Vec<Array> = inputs.iter().map(|x| to_array(x, None)).collect::<PyResult<_>>()?;
+    let mut shapes = Vec::with_capacity(output_shapes.len());
+    for s in &output_shapes {
+        if s.iter().any(|&d| d < 0) {
+            return Err(raise!(Value, op, "Output shapes must be non-negative, got {s:?}."));
+        }
+        shapes.push(s.iter().map(|&d| d as usize).collect::<Shape>());
+    }
+    let dtypes: Vec<DType> = output_dtypes.iter().map(|d| d.0).collect();
+    let template: Vec<(String, TemplateArg)> = template
+        .iter()
+        .map(|(n, v)| Ok((n.clone(), template_arg(op, v)?)))
+        .collect::<PyResult<_>>()?;
+    let ins: Vec<(String, DType)> =
+        input_names.iter().cloned().zip(arrays.iter().map(|a| a.dtype())).collect();
+    let outs: Vec<(String, DType)> =
+        output_names.iter().cloned().zip(dtypes.iter().copied()).collect();
+    let full = c_kernel_source(&name, &ins, &outs, &template, &header, &source)
+        .map_err(crate::error::to_pyerr)?;
+    if verbose {
+        py.import("builtins")?.call_method1("print", (full.as_str(),))?;
+    }
+    let init: Option<Scalar> = match init_value.filter(|v| !v.is_none()) {
+        Some(v) => match py_scalar(v)? {
+            Some(s) => Some(s),
+            None => return Err(raise!(Type, op, "init_value must be a Python scalar.")),
+        },
+        None => None,
+    };
+    let out = with_stream(stream, || {
+        fast::c_kernel(&name, full, &arrays, shapes, dtypes, init, ensure_row_contiguous)
+    })?;
+    Ok(out.into_iter().map(PyArray).collect())
+}
+
+pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
+    let m = PyModule::new(parent.py(), "fast")?;
+    m.add_function(wrap_pyfunction!(layer_norm, &m)?)?;
+    m.add_function(wrap_pyfunction!(rms_norm, &m)?)?;
+    m.add_function(wrap_pyfunction!(rope, &m)?)?;
+    m.add_function(wrap_pyfunction!(scaled_dot_product_attention, &m)?)?;
+    m.add_function(wrap_pyfunction!(_c_kernel, &m)?)?;
+    parent.add_submodule(&m)
+}

@@ -1,0 +1,88 @@
+"""Fused operations and custom kernels, following ``mlx.core.fast``: ``layer_norm``,
+``rms_norm``, ``rope`` and ``scaled_dot_product_attention`` (one fused primitive each, with
+gradient and vmap rules, usable inside ``compile``), ``cuda_kernel``/``metal_kernel`` (GPU
+custom kernels) and ``c_kernel``, kiln's CPU counterpart taking C source."""
+
+from kiln import _core as _k
+from kiln._core import fast as _fast
+
+layer_norm = _fast.layer_norm
+rms_norm = _fast.rms_norm
+rope = _fast.rope
+scaled_dot_product_attention = _fast.scaled_dot_product_attention
+
+
+def cross_entropy(logits, targets, *, stream=None):
+    """Cross entropy with class indices as targets: ``logsumexp(logits, axis=-1) -
+    logits[..., target]``, float32, with the shape of ``targets`` (as MLX's CPU path, a
+    composition of basic ops, so gradients and vmap come with it)."""
+    import kiln.core as mx
+
+    logits, targets = mx.array(logits), mx.array(targets)
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"[cross_entropy] targets of shape {targets.shape} must have the "
+                         f"shape of logits {logits.shape} without the last axis.")
+    if not mx.issubdtype(targets.dtype, mx.integer):
+        raise ValueError(f"[cross_entropy] targets must be integers, got {targets.dtype}.")
+    picked = mx.take_along_axis(logits, mx.expand_dims(targets, -1), axis=-1, stream=stream)
+    loss = mx.logsumexp(logits, axis=-1, stream=stream) - mx.squeeze(picked, -1, stream=stream)
+    return loss.astype(mx.float32)
+
+
+def c_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
+             atomic_outputs=False):
+    """A C kernel built with the system C compiler (kiln's CPU counterpart of
+    ``cuda_kernel``), cached in memory and on disk like ``compile``'s kernels.
+
+    ``source`` is the body of a C function called once per evaluation, which loops over the
+    elements itself. For each input ``a`` (dtype float32, say) the body sees
+    ``const float *a``, ``const int64_t *a_shape``, ``const int64_t *a_strides`` (in
+    elements), ``int a_ndim`` and ``int64_t a_size``; for each output ``out``: ``float *out``,
+    ``out_shape``, ``out_ndim`` and ``out_size`` (outputs are row-major). Types:
+    ``bool``, ``int8_t`` .. ``uint64_t``, ``_Float16``, ``__bf16``, ``float``, ``double``.
+    ``template`` entries become ``#define name value`` before ``header`` (dtypes as C type
+    names). With ``ensure_row_contiguous`` (default) inputs are copied to row-major first;
+    otherwise they arrive with their strides. ``atomic_outputs`` is accepted for
+    compatibility (one thread runs the body). Compile errors raise ``RuntimeError`` with
+    the compiler's message, whose line numbers count from the start of ``source``.
+
+    Returns a callable ``kernel(inputs, output_shapes, output_dtypes, template=None,
+    init_value=None, verbose=False, stream=None)`` returning the list of outputs.
+    """
+    input_names, output_names = list(input_names), list(output_names)
+
+    def kernel(inputs, output_shapes, output_dtypes, template=None, init_value=None,
+               verbose=False, stream=None):
+        return _fast._c_kernel(
+            name, input_names, output_names, source, header, ensure_row_contiguous,
+            list(inputs), [list(s) for s in output_shapes], list(output_dtypes),
+            list(template or []), init_value, verbose, stream=stream)
+
+    kernel.__doc__ = f"The C kernel `{name}`: see `kiln.core.fast.c_kernel`."
+    return kernel
+
+
+def _gpu_kernel(op):
+    if not _k.is_available(_k.gpu):
+        raise RuntimeError(f"[{op}] The GPU is not available (no GPU back-end on this "
+                           "machine); use mx.fast.c_kernel for a CPU kernel.")
+    raise RuntimeError(f"[{op}] Custom GPU kernels are not supported by kiln's GPU back-end "
+                       "yet.")
+
+
+def cuda_kernel(name, input_names, output_names, source, header="",
+                ensure_row_contiguous=True, shared_memory=0):
+    """A jit-compiled custom CUDA kernel from a source string (``mlx.core.fast.cuda_kernel``).
+    Raises ``RuntimeError`` when the GPU is not available."""
+    _gpu_kernel("cuda_kernel")
+
+
+def metal_kernel(name, input_names, output_names, source, header="",
+                 ensure_row_contiguous=True, atomic_outputs=False, compile_options=None):
+    """A jit-compiled custom Metal kernel (``mlx.core.fast.metal_kernel``). kiln has no
+    Metal back-end: always raises ``RuntimeError``."""
+    raise RuntimeError("[metal_kernel] No Metal back-end.")
+
+
+__all__ = ["cross_entropy", "layer_norm", "rms_norm", "rope", "scaled_dot_product_attention", "c_kernel",
+           "cuda_kernel", "metal_kernel"]
