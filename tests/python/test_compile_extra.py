@@ -10,12 +10,11 @@ import subprocess
 import sys
 import weakref
 
+import kiln.core as mx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import kiln.core as mx
 from kiln import _core
 from kiln.core import _compile
 
@@ -165,7 +164,7 @@ def test_fast_path_keys_like_the_general_path():
 
 def test_fast_path_returns_each_entry_output_tree():
     c = mx.compile(lambda x: (x + 1, [x * 2]))
-    a, (b,) = c(mx.ones((2,)))
+    _, (b,) = c(mx.ones((2,)))
     np.testing.assert_array_equal(np.array(b), [2, 2])
     single = mx.compile(lambda x: x + 1)
     assert isinstance(single(mx.ones((2,))), mx.array)
