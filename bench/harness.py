@@ -4,6 +4,8 @@ process, one table of times and ratios.
     python3 bench/harness.py                                  # every installed system
     python3 bench/harness.py --systems kiln numpy --n 22 --reps 5
     python3 bench/harness.py --workloads add copy softmax --json out.json
+    python3 bench/harness.py --systems kiln.compile mlx.compile jax.jit --compile-rows \
+        --gelu-shape 32 1000 4096     # + first calls, host time per call, MLX's gelu
 
 Workloads (shared/bench/PEERS.md): gelu_erf, gelu_tanh, silu_mul, relu_chain, adam on 2^n
 float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax over
@@ -566,6 +568,115 @@ RUNNERS = {r.name: r for r in [KilnRunner(), KilnCompiledRunner(), NumpyRunner()
                                FloorRunner(), FaerRunner()]}
 
 
+# ---- compile rows: first calls, host time per call, MLX's documented gelu ---------------------
+# Each row runs in the system's own process (`--compile-worker`). Systems: kiln.compile,
+# mlx.compile and jax.jit (the compiled ones), plus kiln and mlx eager for the gelu row.
+
+COMPILE_SYSTEMS = ["kiln.compile", "mlx.compile", "jax.jit", "kiln", "mlx"]
+GELU_DOC_SHAPE = (32, 1000, 4096)  # the shape of mx.compile's documentation example
+
+
+def gelu_doc(o):
+    """MLX's documented gelu (the mx.compile docs' example)."""
+    return lambda x: x * (1 + o.erf(x / math.sqrt(2))) / 2
+
+
+def _first_call_child(cache_dir: str) -> float:
+    """In a fresh process: seconds of the first call of a compiled 1024-element silu_mul
+    minus its steady-state call (the disk cache at `cache_dir`)."""
+    code = (
+        "import os, time, statistics\n"
+        "import numpy as np\n"
+        "import kiln.core as mx\n"
+        "g = mx.array(np.random.rand(1024).astype(np.float32))\n"
+        "u = mx.array(np.random.rand(1024).astype(np.float32))\n"
+        "mx.eval(g, u)\n"
+        "f = mx.compile(lambda g, u: g * mx.sigmoid(g) * u)\n"
+        "t = time.perf_counter(); mx.eval(f(g, u)); first = time.perf_counter() - t\n"
+        "ts = []\n"
+        "for _ in range(200):\n"
+        "    t = time.perf_counter(); mx.eval(f(g, u)); ts.append(time.perf_counter() - t)\n"
+        "print(first - statistics.median(ts))\n"
+    )
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, KILN_CPU_JIT="sync")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    return float(out.stdout.strip())
+
+
+def host_time_per_call(f, args, sync, calls=3000):
+    """Microseconds per call, both ways of DESIGN.md section 7: eval after every call (as MLX
+    is timed) and calls back to back with one eval at the end (as torch and jax are)."""
+    for _ in range(100):
+        sync(f(*args))
+    t = time.perf_counter()
+    for _ in range(calls):
+        sync(f(*args))
+    each = (time.perf_counter() - t) / calls
+    t = time.perf_counter()
+    outs = [f(*args) for _ in range(calls)]
+    sync(outs)
+    back = (time.perf_counter() - t) / calls
+    return each * 1e6, back * 1e6
+
+
+def compile_rows(system: str, reps: int, gelu_shape: tuple) -> dict:
+    runner = RUNNERS[system]
+    if system == "kiln.compile":
+        os.environ["KILN_CPU_JIT"] = "sync"
+    ops = runner.ops()
+    rows = {}
+    rng = np.random.default_rng(0)
+    if system != "kiln" and system != "mlx":
+        small = [runner.convert(rng.random(1024, dtype=np.float32)) for _ in range(2)]
+        silu = runner.wrap(WORKLOADS["silu_mul"].fn(ops))
+        rows["host_us_eval_each"], rows["host_us_back_to_back"] = host_time_per_call(
+            silu, small, runner.sync)
+    x = runner.convert(rng.standard_normal(gelu_shape, dtype=np.float32))
+    g = runner.wrap(gelu_doc(ops))
+    rows["gelu_doc_ms"] = timeit(lambda: g(x), runner.sync, reps) * 1e3
+    if system == "kiln.compile":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            rows["first_call_cold_ms"] = _first_call_child(d) * 1e3
+            rows["first_call_warm_ms"] = _first_call_child(d) * 1e3
+    return rows
+
+
+def print_compile_rows(table: dict, gelu_shape: tuple):
+    print(f"\ncompile rows (first calls minus the steady-state call; host time per call of a "
+          f"compiled silu_mul on 1024 float32; MLX's documented gelu on {gelu_shape})\n")
+    rows = [("first call, cold disk cache (ms)", "first_call_cold_ms"),
+            ("first call, warm disk cache (ms)", "first_call_warm_ms"),
+            ("host us/call, eval each call", "host_us_eval_each"),
+            ("host us/call, back to back", "host_us_back_to_back"),
+            ("gelu (MLX docs) ms", "gelu_doc_ms")]
+    systems = list(table)
+    print(f"{'':34s}" + "".join(f"{s:>14s}" for s in systems))
+    for label, key in rows:
+        cells = [table[s].get(key) for s in systems]
+        if all(c is None for c in cells):
+            continue
+        print(f"{label:34s}" + "".join(f"{'-' if c is None else f'{c:.2f}':>14s}" for c in cells))
+
+
+def run_compile_rows(opts):
+    table = {}
+    for name in [s for s in opts.systems if s in COMPILE_SYSTEMS]:
+        if not RUNNERS[name].available():
+            continue
+        cmd = [sys.executable, __file__, "--compile-worker", name, "--reps", str(opts.reps),
+               "--gelu-shape", *map(str, opts.gelu_shape)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"(skipping {name}: {out.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
+            continue
+        table[name] = json.loads(out.stdout)
+    print_compile_rows(table, tuple(opts.gelu_shape))
+    return table
+
+
 # ---- driver ----------------------------------------------------------------------------------
 
 
@@ -579,9 +690,17 @@ def main():
     parser.add_argument("--train-size", choices=list(TRAIN_SIZES), default="small",
                         help="train_step's model: small (CPU) or anchor (train_anchors.py's)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--compile-rows", action="store_true",
+                        help="also run the compile rows (first calls, host time, MLX's gelu)")
+    parser.add_argument("--gelu-shape", type=int, nargs="+", default=list(GELU_DOC_SHAPE),
+                        help="shape of the MLX-docs gelu row (default 32 1000 4096)")
+    parser.add_argument("--compile-worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     global TRAIN_SIZE
     TRAIN_SIZE = opts.train_size
+    if opts.compile_worker:
+        print(json.dumps(compile_rows(opts.compile_worker, opts.reps, tuple(opts.gelu_shape))))
+        return
     if opts.worker:
         print(json.dumps(RUNNERS[opts.worker].run_all(opts.workloads, 1 << opts.n, opts.reps)))
         return
@@ -602,6 +721,14 @@ def main():
         with open(opts.json, "w") as f:
             json.dump({"n": opts.n, "results": table}, f, indent=1)
     print_table(table, opts.n, opts.workloads)
+    if opts.compile_rows:
+        compile_table = run_compile_rows(opts)
+        if opts.json:
+            with open(opts.json) as f:
+                saved = json.load(f)
+            saved["compile_rows"] = compile_table
+            with open(opts.json, "w") as f:
+                json.dump(saved, f, indent=1)
 
 
 def print_table(table: dict, n: int, workloads: list[str]):

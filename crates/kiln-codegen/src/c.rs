@@ -200,6 +200,7 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
                 Some(InputKind::Scalar) => format!("s{k}"),
                 _ => load(program.inputs[k], &format!("in{k}[i]")),
             };
+            let _ = writeln!(s, "    K_IVDEP");
             let _ = writeln!(s, "    for (int64_t i = begin; i < end; ++i) {{");
             s.push_str(&body(program, &input, "i", "        "));
             s.push_str("    }\n}\n");
@@ -225,7 +226,7 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
                 let _ =
                     writeln!(s, "        const int64_t st{k} = strides[{k} * ndim + ndim - 1];");
             }
-            s.push_str("        for (int64_t j = 0; j < len; ++j) {\n");
+            s.push_str("        K_IVDEP\n        for (int64_t j = 0; j < len; ++j) {\n");
             let input = |k: usize| load(program.inputs[k], &format!("in{k}[o{k} + j * st{k}]"));
             s.push_str(&body(program, &input, "i + j", "            "));
             s.push_str("        }\n        i += len;\n    }\n}\n");
@@ -263,6 +264,7 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
     const float *restrict in0 = (const float *)in[0];
     float *restrict out0 = (float *)out[0];
     float *restrict out1 = (float *)out[1];
+    K_IVDEP
     for (int64_t i = begin; i < end; ++i) {
         const float t0 = in0[i];
         const float t1 = 5e-1f;

@@ -231,3 +231,61 @@ fn evaluating_a_placeholder_names_compile() {
     let err = trace(f, std::slice::from_ref(&x), false).unwrap_err();
     assert!(err.to_string().contains("compile"), "{err}");
 }
+
+#[test]
+fn kernel_inputs_are_bounded_and_the_border_says_why() {
+    use kiln_core::compile::MAX_KERNEL_INPUTS;
+    let n = MAX_KERNEL_INPUTS + 6;
+    // x0 * x1 + x2 * x3 + ...: one chain of elementwise ops over n distinct inputs.
+    let sum = |x: &[Array]| -> Result<Vec<Array>> {
+        let mut acc = ops::multiply(&x[0], &x[0])?;
+        for a in &x[1..] {
+            acc = ops::add(&acc, &ops::multiply(a, a)?)?;
+        }
+        Ok(vec![acc])
+    };
+    let xs: Vec<Array> =
+        (0..n).map(|i| Array::from_slice(&values(i as u64, 5), &[5]).unwrap()).collect();
+    let c = trace(sum, &xs, false).unwrap();
+    assert!(fused_nodes(&c) >= 2, "{:?}", c.graph().describe());
+    for node in &c.graph().nodes {
+        if let Primitive::Fused(p) = &node.prim {
+            assert!(p.inputs.len() <= MAX_KERNEL_INPUTS, "{} inputs", p.inputs.len());
+        }
+    }
+    let limited =
+        c.regions.iter().flat_map(|r| &r.borders).any(|b| b.contains("MAX_KERNEL_INPUTS"));
+    assert!(limited, "{:?}", c.regions);
+    run_modes(|| {
+        let got = c.replay(&xs).unwrap();
+        close(&got[0], &sum(&xs).unwrap()[0], 1e-6);
+    });
+}
+
+#[test]
+fn disk_cache_trims_least_recently_used_kernels_to_its_limit() {
+    let dir = std::env::temp_dir().join(format!("kiln-trim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+    // Four kernels of 1000 + 100 bytes, oldest first, plus a build in flight and a foreign file.
+    for k in 0..4u64 {
+        for (ext, size) in [("so", 1000), ("c", 100)] {
+            let p = dir.join(format!("{k:016x}.{ext}"));
+            std::fs::write(&p, vec![0u8; size]).unwrap();
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(k * 10)).unwrap();
+        }
+    }
+    std::fs::write(dir.join("00000000000000aa.1.tmp.so"), vec![0u8; 5000]).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"keep").unwrap();
+    let _guard = MODE.lock().unwrap_or_else(|e| e.into_inner());
+    jit::set_disk_cache_limit(Some(2500));
+    jit::trim_disk_cache(&dir);
+    jit::set_disk_cache_limit(None);
+    let exists = |name: &str| dir.join(name).exists();
+    assert!(!exists("0000000000000000.so") && !exists("0000000000000000.c"));
+    assert!(!exists("0000000000000001.so") && !exists("0000000000000001.c"));
+    assert!(exists("0000000000000002.so") && exists("0000000000000003.c"));
+    assert!(exists("00000000000000aa.1.tmp.so") && exists("notes.txt"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -8,7 +8,7 @@ use crate::transforms::rust_fun;
 use kiln_core::compile::{self, Compiled};
 use kiln_core::Array;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -69,6 +69,84 @@ fn _compile_trace(
     }
 }
 
+/// The fast cache key of a call whose arguments are all arrays (the common case), in one
+/// call from Python: `(-1, dtype, ndim, *shape, dtype, ndim, *shape, ...)` (no shapes when
+/// `shapeless`). `None` when compile is off, an argument is not an array, or one is a
+/// tracer: the general path handles those. The leading -1 keeps these keys apart from the
+/// general keys (tuples whose first item is a tuple).
+#[pyfunction]
+fn _compile_signature<'py>(
+    args: &Bound<'py, PyTuple>,
+    shapeless: bool,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    if !compile::is_enabled() {
+        return Ok(None);
+    }
+    let mut key: Vec<i64> = Vec::with_capacity(1 + args.len() * 4);
+    key.push(-1);
+    for item in args.iter() {
+        let Ok(a) = item.cast::<PyArray>() else { return Ok(None) };
+        let a = a.borrow();
+        if a.0.is_tracer() {
+            return Ok(None);
+        }
+        key.push(a.0.dtype() as u8 as i64);
+        key.push(a.0.ndim() as i64);
+        if !shapeless {
+            key.extend(a.0.shape().iter().map(|&d| d as i64));
+        }
+    }
+    Ok(Some(PyTuple::new(args.py(), key)?))
+}
+
+/// Writes the graph behind `args` to `file` in Graphviz's DOT format (MLX's
+/// `export_to_dot(file, *args, **kwargs)`).
+///
+/// `file` is a path or an object with `write`. The graph includes every unevaluated input
+/// of the given arrays, recursively; keyword arguments name arrays (`x=x`). Fused kernels of
+/// compiled functions appear as one node named `Compiled_` followed by their primitives.
+#[pyfunction]
+#[pyo3(signature = (file, *args, **kwargs))]
+fn export_to_dot(
+    file: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<()> {
+    let as_array = |v: &Bound<'_, PyAny>| -> PyResult<Array> {
+        match v.cast::<PyArray>() {
+            Ok(a) => Ok(a.borrow().0.clone()),
+            Err(_) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "[export_to_dot] Expected arrays, got {}.",
+                crate::convert::type_name(v)
+            ))),
+        }
+    };
+    let outputs = args.iter().map(|v| as_array(&v)).collect::<PyResult<Vec<_>>>()?;
+    let mut named = Vec::new();
+    if let Some(kw) = kwargs {
+        for (k, v) in kw.iter() {
+            named.push((k.str()?.to_string(), as_array(&v)?));
+        }
+    }
+    let text = compile::to_dot(&outputs, &named);
+    if file.hasattr("write")? {
+        file.call_method1("write", (text,))?;
+        return Ok(());
+    }
+    let path: std::path::PathBuf = file.extract().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "[export_to_dot] Expected a file path or a writable file, got {}.",
+            crate::convert::type_name(file)
+        ))
+    })?;
+    std::fs::write(&path, text).map_err(|e| {
+        pyo3::exceptions::PyOSError::new_err(format!(
+            "[export_to_dot] Cannot write {}: {e}",
+            path.display()
+        ))
+    })
+}
+
 /// Whether an array is a placeholder of a running transform (compile, grad, vmap).
 #[pyfunction]
 fn _is_tracer(x: PyRef<'_, PyArray>) -> bool {
@@ -102,7 +180,31 @@ fn _jit_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("failures", s.failures)?;
     d.set_item("build_ms", s.build_micros as f64 / 1000.0)?;
     d.set_item("errors", PyList::new(py, kiln_cpu::fused::jit::failures())?)?;
+    let kernels = PyList::empty(py);
+    for k in kiln_cpu::fused::jit::kernels() {
+        let kd = PyDict::new(py);
+        kd.set_item("name", k.name)?;
+        kd.set_item("variant", k.variant)?;
+        kd.set_item("state", k.state)?;
+        kd.set_item("build_ms", k.build_ms)?;
+        kd.set_item("from_disk", k.from_disk)?;
+        kd.set_item("runs", k.runs)?;
+        kd.set_item("run_ms", k.run_ms)?;
+        kernels.append(kd)?;
+    }
+    d.set_item("kernels", kernels)?;
+    d.set_item("disk_cache_limit", kiln_cpu::fused::jit::disk_cache_limit())?;
     Ok(d)
+}
+
+/// Sets the kernel disk cache's size limit in bytes (`None`: `KILN_CACHE_LIMIT_MB`, else
+/// 256 MiB); returns the previous limit.
+#[pyfunction]
+#[pyo3(signature = (limit=None))]
+fn _set_disk_cache_limit(limit: Option<u64>) -> u64 {
+    let previous = kiln_cpu::fused::jit::disk_cache_limit();
+    kiln_cpu::fused::jit::set_disk_cache_limit(limit);
+    previous
 }
 
 /// Waits until no kernel is building in the background.
@@ -115,10 +217,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompiled>()?;
     m.add_function(wrap_pyfunction!(_compile_trace, m)?)?;
     m.add_function(wrap_pyfunction!(_is_tracer, m)?)?;
+    m.add_function(wrap_pyfunction!(_compile_signature, m)?)?;
+    m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(_jit_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_wait_for_builds, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_disk_cache_limit, m)?)?;
     Ok(())
 }

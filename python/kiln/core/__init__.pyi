@@ -511,6 +511,9 @@ def expand_dims(a, /, axis, *, stream=None) -> Any:
 def expm1(a, /, *, stream=None) -> Any:
     """Elementwise `expm1`."""
 
+def export_to_dot(file, *args, **kwargs) -> Any:
+    """Writes the graph behind `args` to `file` in Graphviz's DOT format (MLX's `export_to_dot(file, *args, **kwargs)`)."""
+
 def eye(n, m=None, k=0, dtype=None, *, stream=None) -> Any:
     """Ones on diagonal `k` of an `n x m` matrix."""
 

@@ -24,6 +24,19 @@ pub struct Region {
     pub borders: Vec<String>,
 }
 
+/// The most inputs one fused kernel takes: past it a region stops growing (the border says
+/// so). Keeps the kernel's argument list, register pressure and the strided variant's
+/// per-input offsets bounded.
+pub const MAX_KERNEL_INPUTS: usize = 24;
+
+/// Whether `v` enters a region's kernel as an input (not a literal, not computed inside).
+fn is_kernel_input(graph: &Graph, v: Value, region_of: &[usize], id: usize) -> bool {
+    match v {
+        Value::Node(p, _) if region_of[p] == id => false,
+        _ => literal(graph, v).is_none(),
+    }
+}
+
 fn fusable(graph: &Graph, node: &Node) -> bool {
     // Generated C and CUDA have no complex helpers yet: complex values stay with the eager
     // kernels. Both backends run fused programs (C on the CPU, CUDA C on the GPU).
@@ -92,6 +105,13 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
         let mut members = vec![root];
         region_of[root] = id;
         let mut borders = Vec::new();
+        // The region's kernel inputs so far (bounded by MAX_KERNEL_INPUTS).
+        let mut ins: rustc_hash::FxHashSet<Value> = graph.nodes[root]
+            .inputs
+            .iter()
+            .copied()
+            .filter(|&v| is_kernel_input(graph, v, &region_of, id))
+            .collect();
         let mut frontier = vec![root];
         while let Some(m) = frontier.pop() {
             for v in &graph.nodes[m].inputs {
@@ -112,7 +132,19 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                 } else if !users[p].iter().all(|u| region_of[*u] == id) {
                     Some("used outside the region")
                 } else {
-                    None
+                    let added = node
+                        .inputs
+                        .iter()
+                        .filter(|&&w| {
+                            !ins.contains(&w) && is_kernel_input(graph, w, &region_of, id)
+                        })
+                        .count();
+                    // p's own value stops being an input once it is computed inside.
+                    if ins.len() - usize::from(ins.contains(v)) + added > MAX_KERNEL_INPUTS {
+                        Some("kernel input limit (MAX_KERNEL_INPUTS)")
+                    } else {
+                        None
+                    }
                 };
                 match reason {
                     Some(r) => {
@@ -124,6 +156,12 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                         region_of[p] = id;
                         members.push(p);
                         frontier.push(p);
+                        ins.remove(v);
+                        for &w in &node.inputs {
+                            if is_kernel_input(graph, w, &region_of, id) {
+                                ins.insert(w);
+                            }
+                        }
                     }
                 }
             }

@@ -9,11 +9,13 @@
 //! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
 //! and constants, and uses [`trace`] and [`Compiled::replay`] underneath.
 
+mod dot;
 mod fuse;
 mod graph;
 mod simplify;
 
-pub use fuse::Region;
+pub use dot::to_dot;
+pub use fuse::{Region, MAX_KERNEL_INPUTS};
 pub use graph::{Graph, Node, Value};
 
 use crate::array::Array;

@@ -127,6 +127,7 @@ fn run_c(
             }
         }
     };
+    let started = std::time::Instant::now();
     if n < PARALLEL_ELEMENTS {
         call(0, n);
     } else {
@@ -136,5 +137,6 @@ fn run_c(
             .into_par_iter()
             .for_each(|t| call(t * chunk, ((t + 1) * chunk).min(n)));
     }
+    kernel.record_run(started.elapsed().as_nanos() as u64);
     Ok(outputs)
 }
