@@ -148,11 +148,12 @@ pub(crate) fn step_expr(
     }
 }
 
-/// The loop body: every step as a typed local, then the stores at `out_index`.
-fn body(
+/// The loop body: every step as a typed local, then each output stored to `output(k)`
+/// (shared by the C and CUDA generators).
+pub(crate) fn body(
     program: &FusedProgram,
     input: &dyn Fn(usize) -> String,
-    out_index: &str,
+    output: &dyn Fn(usize) -> String,
     indent: &str,
 ) -> String {
     let mut s = String::new();
@@ -162,7 +163,7 @@ fn body(
     }
     for (k, &step) in program.outputs.iter().enumerate() {
         let dtype = program.steps[step].dtype;
-        let _ = writeln!(s, "{indent}out{k}[{out_index}] = {};", store(dtype, &format!("t{step}")));
+        let _ = writeln!(s, "{indent}{} = {};", output(k), store(dtype, &format!("t{step}")));
     }
     s
 }
@@ -202,7 +203,7 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
             };
             let _ = writeln!(s, "    K_IVDEP");
             let _ = writeln!(s, "    for (int64_t i = begin; i < end; ++i) {{");
-            s.push_str(&body(program, &input, "i", "        "));
+            s.push_str(&body(program, &input, &|k| format!("out{k}[i]"), "        "));
             s.push_str("    }\n}\n");
         }
         Variant::Strided => {
@@ -228,7 +229,7 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
             }
             s.push_str("        K_IVDEP\n        for (int64_t j = 0; j < len; ++j) {\n");
             let input = |k: usize| load(program.inputs[k], &format!("in{k}[o{k} + j * st{k}]"));
-            s.push_str(&body(program, &input, "i + j", "            "));
+            s.push_str(&body(program, &input, &|k| format!("out{k}[i + j]"), "            "));
             s.push_str("        }\n        i += len;\n    }\n}\n");
         }
     }

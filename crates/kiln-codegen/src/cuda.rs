@@ -10,7 +10,7 @@
 //! The step expressions are the C backend's (`c::step_expr`): the CUDA preamble gives the same
 //! `k_*` names as C++ overloads, so both backends compute one definition of each op.
 
-use crate::c::{compute_type, load, step_expr, store, InputKind};
+use crate::c::{body, compute_type, load, InputKind};
 use crate::c_type;
 use kiln_base::{DType, FusedProgram};
 use std::fmt::Write;
@@ -47,24 +47,6 @@ fn storage_type(dtype: DType) -> &'static str {
     c_type(dtype)
 }
 
-/// Straight-line code for one element: typed locals, then the stores.
-fn body(
-    program: &FusedProgram,
-    input: &dyn Fn(usize) -> String,
-    output: &dyn Fn(usize) -> String,
-    indent: &str,
-) -> String {
-    let mut s = String::new();
-    for i in 0..program.steps.len() {
-        let ty = compute_type(program.steps[i].dtype);
-        let _ = writeln!(s, "{indent}const {ty} t{i} = {};", step_expr(program, i, input));
-    }
-    for (k, &step) in program.outputs.iter().enumerate() {
-        let dtype = program.steps[step].dtype;
-        let _ = writeln!(s, "{indent}{} = {};", output(k), store(dtype, &format!("t{step}")));
-    }
-    s
-}
 
 /// The CUDA source of `program` as `variant` (preamble included).
 pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
