@@ -108,3 +108,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn float16_mean_over_more_than_65504_elements() {
+    // MLX: the float16 sum times 1/n in float16: 65505 ones sum to 65504 (rounded), and
+    // 70000 overflow to inf; the mean is then 65504 * 2^-16 and inf, never NaN.
+    let mean_of_ones = |n: usize| {
+        let x = ops::ones(&[n], DType::F16).unwrap();
+        ops::mean(&x, None, false).unwrap().to_vec::<half::f16>().unwrap()[0].to_f64()
+    };
+    assert_eq!(mean_of_ones(65505), 0.99951171875);
+    assert_eq!(mean_of_ones(70000), f64::INFINITY);
+    assert_eq!(mean_of_ones(1000), 1.0);
+    // Over no elements: 0 * inf, NaN as in MLX.
+    let e = ops::zeros(&[0], DType::F32).unwrap();
+    assert!(ops::mean(&e, None, false).unwrap().item::<f32>().unwrap().is_nan());
+}

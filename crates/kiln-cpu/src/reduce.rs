@@ -8,6 +8,7 @@ use crate::strided::output;
 use kiln_base::{bail, ArgReduceOp, ArrayData, BinaryOp, DType, Error, Layout, ReduceOp, Result};
 use std::marker::PhantomData;
 
+mod arg;
 mod fast;
 
 /// Elements folded linearly before partial results are combined pairwise: float sums get
@@ -169,6 +170,19 @@ fn arg<T: Element>(
     output::<u32>(name, shape, |out| {
         if group == 0 && !out.is_empty() {
             bail!(Value, name, "Cannot {name} reduce zero size array.");
+        }
+        let l = &x.layout;
+        if l.row_contiguous && !out.is_empty() {
+            // Read in place: (outer, group, inner) around the axis.
+            let outer: usize = l.shape[..axis].iter().product();
+            let inner: usize = l.shape[axis + 1..].iter().product();
+            let base = &src[l.offset..l.offset + outer * group * inner];
+            let dims = (outer, group, inner);
+            match op {
+                ArgReduceOp::ArgMax => arg::contiguous::<T, _>(base, dims, out, |v, b| v > b),
+                ArgReduceOp::ArgMin => arg::contiguous::<T, _>(base, dims, out, |v, b| v < b),
+            }
+            return Ok(());
         }
         let mut idx = view.indices();
         match op {

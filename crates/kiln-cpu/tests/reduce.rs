@@ -178,3 +178,62 @@ fn and_or_of_bools_with_empty_groups_and_views() {
     let f = f32s(&[1.0], &[1]);
     assert!(try_eval(&red(ReduceOp::And, &[0]), &[f]).is_err());
 }
+
+/// Naive argmax/argmin of a row-major `(outer, n, inner)` array over the middle axis.
+fn naive_arg(data: &[f32], (outer, n, inner): (usize, usize, usize), max: bool) -> Vec<u32> {
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for c in 0..inner {
+            let at = |r: usize| data[(o * n + r) * inner + c];
+            let mut best = 0;
+            for r in 1..n {
+                let (v, b) = (at(r), at(best));
+                if !b.is_nan() && (v.is_nan() || if max { v > b } else { v < b }) {
+                    best = r;
+                }
+            }
+            out.push(best as u32);
+        }
+    }
+    out
+}
+
+#[test]
+fn argmax_argmin_large_contiguous_and_threaded() {
+    // Sizes above the threading threshold: one long run, many runs, and columns (the
+    // reduced axis first or in the middle, more than one block of columns), with ties
+    // across thread chunks and NaN placed late.
+    let arg = |op, axis| Primitive::ArgReduce { op, axis };
+    let vals = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7919) % 1000) as f32).collect() };
+    for (dims, nan_at) in [
+        ((1, 200_000, 1), None),
+        ((1, 200_000, 1), Some(150_001)),
+        ((64, 3000, 1), Some(5000)),
+        ((1, 70, 2500), None),
+        ((3, 40, 1500), Some(40 * 1500 + 1700)),
+        ((2, 5, 3), Some(7)),
+    ] {
+        let (o, n, i) = dims;
+        let mut data = vals(o * n * i);
+        if let Some(k) = nan_at {
+            data[k] = f32::NAN;
+        }
+        let x = f32s(&data, &[o, n, i]);
+        for (op, max) in [(ArgReduceOp::ArgMax, true), (ArgReduceOp::ArgMin, false)] {
+            let got = read::<u32>(&eval(&arg(op, 1), std::slice::from_ref(&x)));
+            assert_eq!(got, naive_arg(&data, dims, max), "{dims:?} {op:?}");
+        }
+    }
+    // An offset view of a row-contiguous slice reads from its offset.
+    let data = vals(2 * 40_000);
+    let x = f32s(&data, &[2, 40_000]);
+    let second = with_layout(
+        &x,
+        Layout::new([40_000usize].as_slice().into(), [1isize].as_slice().into(), 40_000),
+    );
+    let got = read::<u32>(&eval(&arg(ArgReduceOp::ArgMax, 0), &[second]));
+    assert_eq!(got, naive_arg(&data[40_000..], (1, 40_000, 1), true));
+    // Integers and a size-1 reduced axis.
+    let ints = arr(&[4i32, -1, 4, 9, 9, 0], &[3, 1, 2], DType::I32);
+    assert_eq!(read::<u32>(&eval(&arg(ArgReduceOp::ArgMax, 1), &[ints])), vec![0; 6]);
+}

@@ -68,7 +68,9 @@ pub fn mean(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
     let count: usize = axes_n.iter().map(|&a| x.shape()[a]).product();
     let dtype = x.dtype().to_float();
     let total = sum(&astype(x, dtype)?, axes, keepdims)?;
-    divide(&total, &scalar(Scalar::Float(count as f64), dtype)?)
+    // Times 1/n in the result's dtype, as MLX: a float16 count above 65504 would be inf
+    // (inf / inf = NaN), while inf * (1/n) stays MLX's inf.
+    multiply(&total, &scalar(Scalar::Float(1.0 / count as f64), dtype)?)
 }
 
 fn logical(op: ReduceOp, x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {

@@ -1,6 +1,7 @@
 //! The per-primitive transform rules. Graph walks (the vjp, jvp and vmap drivers) stay
 //! generic and call these; each primitive class answers in its own file.
 
+mod complex;
 mod conv;
 mod elementwise;
 mod fast;
@@ -61,7 +62,7 @@ pub(crate) fn zeros_like(x: &Array) -> Result<Array> {
 
 /// Whether gradients flow through values of this dtype (integers and bool carry none).
 pub(crate) fn differentiable(dtype: DType) -> bool {
-    dtype.is_float()
+    dtype.is_inexact()
 }
 
 impl Rules for Primitive {
@@ -72,74 +73,12 @@ impl Rules for Primitive {
         argnums: &[usize],
         outputs: &[Array],
     ) -> Result<Vec<Array>> {
-        let out = match self {
-            Primitive::Unary(_)
-            | Primitive::Binary(_)
-            | Primitive::Where
-            | Primitive::AsType(_) => {
-                elementwise::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
-            }
-            Primitive::Reduce { .. } | Primitive::ArgReduce { .. } => {
-                reduce::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
-            }
-            Primitive::Copy
-            | Primitive::Identity
-            | Primitive::Reshape { .. }
-            | Primitive::Transpose { .. }
-            | Primitive::BroadcastTo { .. }
-            | Primitive::Concatenate { .. } => {
-                movement::vjp(self, primals, &cotangents[0], argnums)?
-            }
-            Primitive::Slice { .. }
-            | Primitive::SliceUpdate { .. }
-            | Primitive::Gather { .. }
-            | Primitive::Scatter { .. }
-            | Primitive::MaskedScatter
-            | Primitive::AsStrided { .. } => {
-                indexing::vjp(self, primals, &cotangents[0], argnums, &outputs[0])?
-            }
-            Primitive::Scan { .. }
-            | Primitive::Sort { arg: false, .. }
-            | Primitive::Partition { arg: false, .. }
-                if !differentiable(primals[0].dtype()) =>
-            {
-                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
-            }
-            Primitive::Softmax { .. } => {
-                let g = softmax::apply(&cotangents[0], &outputs[0])?;
-                argnums.iter().map(|_| g.clone()).collect()
-            }
-            Primitive::Scan { .. } => {
-                let g = scan::scan_vjp(self, &primals[0], &cotangents[0])?;
-                argnums.iter().map(|_| g.clone()).collect()
-            }
-            // Indices and positions carry no gradient; sorted values need a rule of their own.
-            Primitive::Sort { arg: true, .. }
-            | Primitive::Partition { arg: true, .. }
-            | Primitive::SearchSorted { .. } => {
-                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
-            }
-            Primitive::Sort { .. } | Primitive::Partition { .. } => {
-                let g = scan::sort_vjp(self, &primals[0], &cotangents[0])?;
-                argnums.iter().map(|_| g.clone()).collect()
-            }
-            Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
-            Primitive::Conv(_) => conv::vjp(self, primals, &cotangents[0], argnums)?,
-            Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
-            // Fused kernels exist only in compiled graphs, which transforms never walk.
-            Primitive::Fused(_) => return Err(missing("vjp", self)),
-            Primitive::Fast(op) => fast::vjp(op, primals, &cotangents[0], argnums)?,
-            // complex64 gradients are not defined yet.
-            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("vjp", self)),
-            Primitive::Custom { .. } => {
-                super::custom::custom_vjp(self, primals, cotangents, argnums, outputs)?
-            }
-            Primitive::Arange { .. }
-            | Primitive::RandomBits { .. }
-            | Primitive::StopGradient
-            | Primitive::View(_) => {
-                argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
-            }
+        let out = if complex::conjugated_vjp(self, primals) {
+            let conj: Vec<Array> = cotangents.iter().map(ops::conjugate).collect::<Result<_>>()?;
+            let raw = real_vjp(self, primals, &conj, argnums, outputs)?;
+            raw.iter().map(ops::conjugate).collect::<Result<Vec<_>>>()?
+        } else {
+            real_vjp(self, primals, cotangents, argnums, outputs)?
         };
         // Integer and bool inputs get zero cotangents whatever the rule computed.
         argnums
@@ -209,7 +148,9 @@ impl Rules for Primitive {
             Primitive::Linalg(op) => linalg::jvp(*op, primals, tangents, argnums, outputs)?,
             Primitive::Fused(_) => return Err(missing("jvp", self)),
             Primitive::Fast(op) => fast::jvp(op, primals, tangents, argnums)?,
-            Primitive::Complex(_) | Primitive::Fft { .. } => return Err(missing("jvp", self)),
+            Primitive::Complex(_) | Primitive::Fft { .. } => {
+                vec![complex::jvp(self, &primals[0], &tangents[0], &outputs[0])?]
+            }
             Primitive::Custom { .. } => {
                 super::custom::custom_jvp(self, primals, tangents, argnums)?
             }
@@ -246,4 +187,80 @@ impl Rules for Primitive {
         }
         vmap::vmap(self, inputs, axes)
     }
+}
+
+/// The vjp rules on real values (see `complex.rs` for how complex64 reuses them).
+fn real_vjp(
+    prim: &Primitive,
+    primals: &[Array],
+    cotangents: &[Array],
+    argnums: &[usize],
+    outputs: &[Array],
+) -> Result<Vec<Array>> {
+    Ok(match prim {
+        Primitive::Unary(_) | Primitive::Binary(_) | Primitive::Where | Primitive::AsType(_) => {
+            elementwise::vjp(prim, primals, &cotangents[0], argnums, &outputs[0])?
+        }
+        Primitive::Reduce { .. } | Primitive::ArgReduce { .. } => {
+            reduce::vjp(prim, primals, &cotangents[0], argnums, &outputs[0])?
+        }
+        Primitive::Copy
+        | Primitive::Identity
+        | Primitive::Reshape { .. }
+        | Primitive::Transpose { .. }
+        | Primitive::BroadcastTo { .. }
+        | Primitive::Concatenate { .. } => movement::vjp(prim, primals, &cotangents[0], argnums)?,
+        Primitive::Slice { .. }
+        | Primitive::SliceUpdate { .. }
+        | Primitive::Gather { .. }
+        | Primitive::Scatter { .. }
+        | Primitive::MaskedScatter
+        | Primitive::AsStrided { .. } => {
+            indexing::vjp(prim, primals, &cotangents[0], argnums, &outputs[0])?
+        }
+        Primitive::Scan { .. }
+        | Primitive::Sort { arg: false, .. }
+        | Primitive::Partition { arg: false, .. }
+            if !differentiable(primals[0].dtype()) =>
+        {
+            argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
+        }
+        Primitive::Softmax { .. } => {
+            let g = softmax::apply(&cotangents[0], &outputs[0])?;
+            argnums.iter().map(|_| g.clone()).collect()
+        }
+        Primitive::Scan { .. } => {
+            let g = scan::scan_vjp(prim, &primals[0], &cotangents[0])?;
+            argnums.iter().map(|_| g.clone()).collect()
+        }
+        // Indices and positions carry no gradient; sorted values need a rule of their own.
+        Primitive::Sort { arg: true, .. }
+        | Primitive::Partition { arg: true, .. }
+        | Primitive::SearchSorted { .. } => {
+            argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
+        }
+        Primitive::Sort { .. } | Primitive::Partition { .. } => {
+            let g = scan::sort_vjp(prim, &primals[0], &cotangents[0])?;
+            argnums.iter().map(|_| g.clone()).collect()
+        }
+        Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
+        Primitive::Conv(_) => conv::vjp(prim, primals, &cotangents[0], argnums)?,
+        Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
+        Primitive::Fast(op) => fast::vjp(op, primals, &cotangents[0], argnums)?,
+        // Fused kernels exist only in compiled graphs, which transforms never walk.
+        Primitive::Fused(_) => return Err(missing("vjp", prim)),
+        Primitive::Complex(_) | Primitive::Fft { .. } => {
+            let g = complex::vjp(prim, &primals[0], &cotangents[0], &outputs[0])?;
+            argnums.iter().map(|_| g.clone()).collect()
+        }
+        Primitive::Custom { .. } => {
+            super::custom::custom_vjp(prim, primals, cotangents, argnums, outputs)?
+        }
+        Primitive::Arange { .. }
+        | Primitive::RandomBits { .. }
+        | Primitive::StopGradient
+        | Primitive::View(_) => {
+            argnums.iter().map(|&i| zeros_like(&primals[i])).collect::<Result<_>>()?
+        }
+    })
 }
