@@ -214,6 +214,7 @@ def test_compiled_function_in_a_reference_cycle_is_collected():
 # ---- explain, logging, disk cache ------------------------------------------------------------
 
 
+@pytest.mark.cpu  # C kernel builds
 def test_explain_reports_kernel_builds_runs_and_cache_hits():
     def f(x):  # a program no other test builds
         return mx.tanh(x * 0.40625) + x * 0.15625
@@ -232,6 +233,7 @@ def test_explain_reports_kernel_builds_runs_and_cache_hits():
     assert k["from_disk"] or k["build_ms"] > 0
 
 
+@pytest.mark.cpu  # C kernel builds
 def test_kiln_log_prints_kernel_builds(monkeypatch, capfd):
     monkeypatch.setenv("KILN_LOG", "compile")
     mx.eval(mx.compile(lambda x: mx.cos(x * 0.34375) * x)(mx.ones((3,))))
@@ -280,7 +282,8 @@ def test_interpreter_tier_with_no_compiler_on_path(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "KILN_CC"}
-    env.update(PATH=str(empty), KILN_CPU_JIT="sync", KILN_CACHE_DIR=str(tmp_path / "k"))
+    env.update(PATH=str(empty), KILN_CPU_JIT="sync", KILN_CACHE_DIR=str(tmp_path / "k"),
+               KILN_DISABLE_GPU="1")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["True", "0", "True"], out.stdout + out.stderr

@@ -47,7 +47,6 @@ fn storage_type(dtype: DType) -> &'static str {
     c_type(dtype)
 }
 
-
 /// The CUDA source of `program` as `variant` (preamble included).
 pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
     let mut s = String::from(PREAMBLE);

@@ -9,6 +9,17 @@ use kiln_base::{bail, ensure, AttentionMask, CKernelSpec, DType, FastOp, Primiti
 use kiln_base::{Scalar, Shape};
 use std::sync::Arc;
 
+/// Records a fast op; on the GPU, which has no fused kernels for these yet, its composition
+/// of basic ops instead (GPU elementwise kernels and cuBLAS, not a trip to the CPU).
+fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
+    if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu {
+        if let Some(y) = crate::transforms::rules::fast::composed(&fop, &inputs) {
+            return y;
+        }
+    }
+    record(Primitive::Fast(fop), inputs)
+}
+
 /// Checks a norm's weight or bias and returns the dtype it promotes with.
 fn check_affine(op: &'static str, what: &str, p: Option<&Array>, d: usize) -> Result<()> {
     if let Some(p) = p {
@@ -52,7 +63,7 @@ fn norm(
     for p in [weight, bias].into_iter().flatten() {
         inputs.push(astype(p, dtype)?);
     }
-    record(Primitive::Fast(fop), inputs)
+    record_fast(fop, inputs)
 }
 
 /// `mx.fast.layer_norm`: `(x - mean) / sqrt(var + eps) * weight + bias` over the last axis.
@@ -221,7 +232,7 @@ pub fn scaled_dot_product_attention(
     let mut inputs = vec![astype(q, dtype)?, astype(k, dtype)?, astype(v, dtype)?];
     inputs.extend(mask_input);
     let fop = FastOp::Attention { scale: Scalar::Float(scale), mask: fmask };
-    record(Primitive::Fast(fop), inputs)
+    record_fast(fop, inputs)
 }
 
 /// A user C kernel (`mx.fast.c_kernel`) applied to `inputs`: builds it now (so compile

@@ -4,7 +4,7 @@
 
 mod custom;
 mod jvp;
-mod rules;
+pub(crate) mod rules;
 mod tape;
 mod vjp;
 mod vmap;

@@ -120,7 +120,19 @@ fn norm_jvp(
     Ok(out)
 }
 
-/// The norm written with basic ops (vmap with batched weights).
+/// The forward as a composition of basic ops, in the inputs' dtype: what the GPU runs until
+/// it has fused kernels for these ops (under compile, the elementwise parts fuse).
+pub(crate) fn composed(op: &FastOp, inputs: &[Array]) -> Option<Result<Array>> {
+    let dtype = inputs[0].dtype();
+    let out = match op {
+        FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => norm_composed(op, inputs),
+        FastOp::Attention { .. } => Attn::new(op, inputs).and_then(|a| a.output()),
+        _ => return None,
+    };
+    Some(out.and_then(|y| ops::astype(&y, dtype)))
+}
+
+/// The norm written with basic ops (vmap with batched weights, the GPU).
 fn norm_composed(op: &FastOp, inputs: &[Array]) -> Result<Array> {
     let (eps, rms, has_w, has_b) = norm_parts(op);
     let dtype = inputs[0].dtype();

@@ -4,7 +4,7 @@
 mod complex;
 mod conv;
 mod elementwise;
-mod fast;
+pub(crate) mod fast;
 mod indexing;
 mod linalg;
 mod movement;
