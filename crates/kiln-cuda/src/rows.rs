@@ -169,7 +169,7 @@ fn rows_of(x: &ArrayData, axis: usize) -> Result<(ArrayData, usize, usize)> {
     let perm: Vec<usize> = (0..nd).filter(|&d| d != axis).chain([axis]).collect();
     let viewed = ArrayData { layout: x.layout.transpose(&perm), ..x.clone() };
     let len = x.layout.shape[axis];
-    let rows = if len == 0 { 0 } else { x.layout.size() / len };
+    let rows = x.layout.size().checked_div(len).unwrap_or(0);
     if viewed.layout.row_contiguous || rows == 0 {
         return Ok((viewed, rows, len));
     }
