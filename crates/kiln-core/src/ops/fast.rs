@@ -13,6 +13,9 @@ use std::sync::Arc;
 /// of basic ops instead (GPU elementwise kernels and cuBLAS, not a trip to the CPU).
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
     if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu {
+        // The primitive's checks first, so errors are the same on every device.
+        let metas: Vec<(&[usize], DType)> = inputs.iter().map(|x| (x.shape(), x.dtype())).collect();
+        Primitive::Fast(fop.clone()).output_shapes(&metas)?;
         if let Some(y) = crate::transforms::rules::fast::composed(&fop, &inputs) {
             return y;
         }
