@@ -136,6 +136,25 @@ def test_reductions_match_cpu(dtype, axes, name):
         np.testing.assert_allclose(g, c, rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape,axes", [
+    ((4096, 64), 0),          # few columns: chunked column reduction, two stages
+    ((3, 50_000), 0),         # short columns, many of them
+    ((16, 40, 33), (0, 1)),   # leading axes (a weight gradient's batch sum)
+    ((50_000, 5), 1),         # short rows: a warp per row
+    ((7, 3000), 1),           # rows longer than a warp's stride
+    ((2, 2000, 3), 1),        # a middle axis: transposed copy, then rows
+])
+@pytest.mark.parametrize("name", ["sum", "max", "min"])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.int32])
+def test_reduction_shapes_of_work(shape, axes, name, dtype):
+    x = rand(shape, dtype) if dtype != mx.int32 else mx.array(RNG.integers(-50, 50, size=shape)).astype(dtype)
+    g, c = both(lambda v: getattr(mx, name)(v, axis=axes), x)
+    if dtype == mx.int32:
+        np.testing.assert_array_equal(g, c)
+    else:
+        close(g, c, dtype, scale=200 if name == "sum" else 1)
+
+
 def test_large_full_reduction_and_nan():
     x = rand((3_000_001,))
     g, c = both(lambda v: mx.sum(v), x)
@@ -265,3 +284,156 @@ def test_softmax_rows(dtype):
     n = mx.array([[1.0, np.nan], [np.inf, 1.0], [2.0, 3.0]])
     g, c = both(lambda v: mx.softmax(v, axis=-1), n)
     np.testing.assert_array_equal(np.isnan(g), np.isnan(c))
+
+
+# ---- data movement, indexing, scans and creation: GPU kernels against the CPU's ----
+
+ALL_DTYPES = FLOATS + [mx.int8, mx.uint8, mx.int16, mx.int32, mx.uint32, mx.int64, mx.bool_]
+
+
+def exact(g, c):
+    np.testing.assert_array_equal(g, c)
+
+
+def typed(shape, dtype):
+    x = RNG.uniform(-50, 50, size=shape)
+    return mx.array(x.astype(np.float32)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_concatenate_and_slice_update(dtype):
+    a, b = typed((5, 3, 4), dtype), typed((5, 2, 4), dtype)
+    exact(*both(lambda a, b: mx.concatenate([a, b.transpose(0, 1, 2)[:, ::-1]], axis=1), a, b))
+    exact(*both(lambda a, b: mx.concatenate([a.T, a.T[::2]], axis=0), a, b))
+
+    def upd(a, b):
+        c = a + mx.zeros_like(a) if dtype != mx.bool_ else a | False
+        c[1:4, 2:0:-1, ::3] = b[1:4, ::-1, ::3]
+        return c
+
+    exact(*both(upd, a, b))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("idx_dtype", [mx.int32, mx.uint8, mx.int64, mx.uint64])
+def test_gather_take_and_embedding(dtype, idx_dtype):
+    x = typed((7, 6, 5), dtype)
+    idx = mx.array(RNG.integers(0, 7, size=(4, 3))).astype(idx_dtype)
+    exact(*both(lambda x, i: mx.take(x, i, axis=0), x, idx))
+    exact(*both(lambda x, i: mx.take(x, i, axis=2), x, idx % 5))
+    exact(*both(lambda x, i: x[i, :, i], x, idx % 5))
+    exact(*both(lambda x, i: mx.take_along_axis(x, mx.broadcast_to(i[:1, :1, None], (1, 6, 5)), 0), x, idx))
+    # Negative indices count from the end.
+    neg = mx.array([-1, -7, 3, -2])
+    exact(*both(lambda x, i: x[i], x, neg))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("mode", ["add", "multiply", "maximum", "minimum", "set"])
+def test_scatter_reductions(dtype, mode):
+    if dtype == mx.bool_ and mode in ("add", "multiply"):
+        return
+    x = typed((6, 4), dtype)
+    upd = typed((5, 4), dtype)
+    idx = mx.array([0, 3, 3, 5, -1])  # duplicates combine; -1 is the last row
+    if mode == "set":
+        idx = mx.array([0, 3, 2, 5, 1])
+
+    def f(x, u):
+        if mode != "set":
+            return getattr(x.at[idx], mode)(u)
+        y = x + 0 if dtype != mx.bool_ else x | False
+        y[idx] = u
+        return y
+
+    g, c = both(f, x, upd)
+    if dtype in FLOATS:
+        close(g, c, dtype, scale=4)
+    else:
+        exact(g, c)
+
+
+def test_scatter_add_embedding_gradient_shape():
+    # The embedding backward: many rows, few distinct indices, float32 atomics.
+    w = rand((50, 32))
+    ids = mx.array(RNG.integers(0, 50, size=(8, 64)))
+    grad = mx.grad(lambda w: (w[ids] * w[ids]).sum())
+    g, c = both(grad, w)
+    close(g, c, mx.float32, scale=10)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint8, mx.int64, mx.bool_])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scans_match_cpu(dtype, name, axis):
+    if name == "logcumsumexp" and dtype not in FLOATS:
+        return
+    if name == "cumprod":
+        x = mx.array(RNG.uniform(0.9, 1.1, size=(5, 300, 3)).astype(np.float32)).astype(dtype)
+    else:
+        x = typed((5, 300, 3), dtype) if dtype != mx.uint8 else typed((5, 300, 3), mx.int32).astype(mx.uint8)
+    for reverse in (False, True):
+        for inclusive in (True, False):
+            g, c = both(lambda x: getattr(mx, name)(x, axis=axis, reverse=reverse, inclusive=inclusive), x)
+            if dtype in FLOATS:
+                close(g, c, dtype, scale=20 if dtype == mx.float32 else 40)
+            else:
+                exact(g, c)
+
+
+def test_scan_long_rows_nan_and_negative_zero():
+    x = rand((2, 5000))
+    g, c = both(lambda x: mx.cumsum(x, axis=1), x)
+    np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-3)
+    y = mx.array([[-0.0, 1.0, np.nan, 2.0]])
+    g, c = both(lambda y: mx.cummax(y, axis=1), y)
+    exact(g, c)
+    g, _ = both(lambda y: mx.cumsum(y, axis=1), y[:, :1])
+    assert np.signbit(g[0, 0])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint8, mx.int64, mx.int16])
+def test_arange_matches_cpu(dtype):
+    g, c = both(lambda: mx.arange(-3, 40, 0.7 if dtype in FLOATS else 3, dtype=dtype))
+    exact(g, c)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (0,), (1000, 3), (2, 2, 2)])
+@pytest.mark.parametrize("dtype", [mx.uint32, mx.uint8, mx.uint16, mx.float32, mx.bfloat16])
+def test_random_bits_same_as_cpu(shape, dtype):
+    key = mx.random.key(1234)
+    if dtype in (mx.float32, mx.bfloat16):
+        f = lambda: mx.random.normal(shape, dtype=dtype, key=key)  # noqa: E731
+    else:
+        f = lambda: mx.random.bits(shape, width=np.dtype(str(dtype).split(".")[-1]).itemsize, key=key)  # noqa: E731
+    g, c = both(f)
+    if dtype in FLOATS:  # normal's erfinv may differ in the last bit between devices
+        close(g, c, dtype)
+    else:
+        exact(g, c)
+    keys = mx.random.split(key, 3)
+    g, c = both(lambda: mx.random.uniform(shape=(3,) + shape[:1], key=keys[1]))
+    exact(g, c)
+
+
+def test_bitcast_and_as_strided_of_strided_inputs():
+    x = rand((6, 8))
+    exact(*both(lambda x: x.T.view(mx.int32), x))
+    exact(*both(lambda x: mx.as_strided(x.T, (4, 3), (1, 4), 2), x))
+
+
+def test_train_step_ops_stay_on_the_gpu(capfd, monkeypatch):
+    monkeypatch.setenv("KILN_LOG", "gpu")
+    w = rand((64, 16))
+    ids = mx.array(RNG.integers(0, 64, size=(4, 9)))
+
+    def loss(w):
+        h = w[ids]
+        h = mx.concatenate([h[:, :1], h[:, 1:] * 2], axis=1)
+        logits = h @ w.T
+        return mx.mean(mx.logsumexp(logits, axis=-1) - mx.take_along_axis(logits, ids[..., None], -1)[..., 0])
+
+    mx.eval(mx.value_and_grad(loss)(w))
+    err = capfd.readouterr().err
+    for op in ("gather", "scatter", "concatenate", "slice_update"):
+        assert f" {op} has no GPU kernel" not in err, err

@@ -62,7 +62,10 @@ fn eval_node(array: &Array) -> Result<()> {
     // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
     // device that runs the call.
     let device = match array.stream().device.kind {
-        DeviceKind::Gpu if !gpu_runs(&call) => kiln_base::Device::CPU,
+        DeviceKind::Gpu if !gpu_runs(&call) => {
+            log_cpu_fallback(&call);
+            kiln_base::Device::CPU
+        }
         _ => array.stream().device,
     };
     let inputs: Vec<ArrayData> = call
@@ -130,6 +133,28 @@ fn run(
         return Ok(vec![data]);
     }
     device.eval(prim, inputs, outputs)
+}
+
+/// `KILN_LOG=gpu`: names each primitive that ran on the CPU for want of a GPU kernel, once.
+fn log_cpu_fallback(call: &crate::array::OpCall) {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    if !std::env::var("KILN_LOG").is_ok_and(|v| v.contains("gpu")) {
+        return;
+    }
+    let view = match (&call.prim, call.inputs.as_slice()) {
+        (Primitive::Custom { .. }, _) => true,
+        (prim, [x]) => x.0.data.get().is_some_and(|d| prim.view_layout(&d.layout).is_some()),
+        _ => false,
+    };
+    if view {
+        return;
+    }
+    let op = call.prim.name();
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.contains(&op) {
+        seen.push(op);
+        eprintln!("kiln: {op} has no GPU kernel yet; it runs on the CPU");
+    }
 }
 
 /// Whether a call runs on the GPU (the others run on the CPU for now); a reshape that is not

@@ -2,8 +2,8 @@
 //! the CPU, moving their inputs to the host (see `supports`).
 
 use crate::elementwise::{run_program, single_op_program};
-use crate::{matmul, reduce, rows};
-use kiln_base::{bail, ArrayData, Backend, DType, Primitive, Result, Shape};
+use crate::{copy, creation, indexing, matmul, reduce, rows, scan};
+use kiln_base::{bail, ArrayData, Backend, DType, Layout, Primitive, Result, Shape};
 use std::sync::Arc;
 
 pub struct CudaBackend;
@@ -24,6 +24,15 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
                 | Primitive::Reduce { .. }
                 | Primitive::ArgReduce { .. }
                 | Primitive::Softmax { .. }
+                | Primitive::Arange { .. }
+                | Primitive::RandomBits { .. }
+                | Primitive::Concatenate { .. }
+                | Primitive::SliceUpdate { .. }
+                | Primitive::Gather { .. }
+                | Primitive::Scatter { .. }
+                | Primitive::Scan { .. }
+                | Primitive::View(_)
+                | Primitive::AsStrided { .. }
         )
 }
 
@@ -57,12 +66,53 @@ impl Backend for CudaBackend {
             }
             Primitive::Softmax { .. } => Ok(vec![rows::softmax(&inputs[0], &outputs[0].0)?]),
             _ => {
-                let in_dtypes: Vec<DType> = inputs.iter().map(|x| x.dtype).collect();
-                let Some(program) = single_op_program(prim, &in_dtypes, outputs[0].1) else {
-                    bail!(Unsupported, op, "{op} has no GPU kernel yet.");
-                };
-                run_program(&Arc::new(program), inputs, &outputs[0].0)
+                let (shape, dtype) = &outputs[0];
+                let out = match prim {
+                    Primitive::Arange { start, step, dtype, .. } => {
+                        creation::arange(*start, *step, *dtype, shape)
+                    }
+                    Primitive::RandomBits { shape: per_key, width } => {
+                        creation::random_bits(&inputs[0], per_key, *width, shape, *dtype)
+                    }
+                    Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
+                    Primitive::SliceUpdate { start, step, len } => {
+                        copy::slice_update((start, step, len), &inputs[0], &inputs[1], shape)
+                    }
+                    Primitive::Gather { axes, slice_sizes } => {
+                        indexing::gather(axes, slice_sizes, inputs, shape)
+                    }
+                    Primitive::Scatter { axes, reduce } => {
+                        indexing::scatter(axes, *reduce, inputs, shape)
+                    }
+                    Primitive::Scan { op, axis, reverse, inclusive } => {
+                        scan::scan(prim, (*op, *axis, *reverse, *inclusive), &inputs[0], shape)
+                    }
+                    Primitive::View(_) => {
+                        copy::relabel(&inputs[0], Layout::contiguous(shape), *dtype)
+                    }
+                    Primitive::AsStrided { shape: s, strides, offset } => copy::relabel(
+                        &inputs[0],
+                        Layout::new(s.clone(), strides.clone(), *offset),
+                        *dtype,
+                    ),
+                    _ => return elementwise_op(prim, inputs, outputs),
+                }?;
+                Ok(vec![out])
             }
         }
     }
+}
+
+/// An eager elementwise primitive as its one-step program.
+fn elementwise_op(
+    prim: &Primitive,
+    inputs: &[ArrayData],
+    outputs: &[(Shape, DType)],
+) -> Result<Vec<ArrayData>> {
+    let op = prim.name();
+    let in_dtypes: Vec<DType> = inputs.iter().map(|x| x.dtype).collect();
+    let Some(program) = single_op_program(prim, &in_dtypes, outputs[0].1) else {
+        bail!(Unsupported, op, "{op} has no GPU kernel yet.");
+    };
+    run_program(&Arc::new(program), inputs, &outputs[0].0)
 }

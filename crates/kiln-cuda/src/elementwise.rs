@@ -53,7 +53,7 @@ fn kernel(program: &Arc<FusedProgram>, variant: CudaVariant) -> Result<Function>
 
 /// Dims of `shape` merged where every input's strides allow (fewer index divisions), with
 /// each input's strides over the merged dims.
-fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<Vec<i64>>) {
+pub(crate) fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<Vec<i64>>) {
     let mut dims: Vec<i64> = Vec::new();
     let mut strides: Vec<Vec<i64>> = vec![Vec::new(); inputs.len()];
     for (d, &extent) in shape.iter().enumerate() {

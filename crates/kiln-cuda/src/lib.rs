@@ -9,19 +9,25 @@
 //! - `launch`: kernel argument packing and launches;
 //! - `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
 //!   every eager elementwise primitive;
-//! - `reduce`, `rows` (arg reductions, softmax), `matmul` (cuBLAS): the other primitives
-//!   with GPU kernels;
+//! - `reduce`, `rows` (arg reductions, softmax), `scan`, `matmul` (cuBLAS): the other
+//!   computing primitives;
+//! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
+//!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
 pub mod backend;
+pub mod copy;
+pub mod creation;
 pub mod elementwise;
+pub mod indexing;
 pub mod launch;
 pub mod matmul;
 pub mod nvrtc;
 pub mod reduce;
 pub mod rows;
 pub mod runtime;
+pub mod scan;
 pub mod transfer;
 
 pub use backend::{supports, CudaBackend};

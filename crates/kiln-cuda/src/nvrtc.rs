@@ -191,3 +191,30 @@ pub fn check_grid(op: &'static str, blocks: u64) -> Result<u32> {
     }
     Ok(blocks.max(1) as u32)
 }
+
+/// Per-family kernel lookup by a small key (no source building or hashing on a hit): the
+/// hand-written kernel families (indexing, scans, creation) keep one of these each.
+pub struct KernelCache<K>(OnceLock<Mutex<rustc_hash::FxHashMap<K, Function>>>);
+
+impl<K: std::hash::Hash + Eq + Clone> Default for KernelCache<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> KernelCache<K> {
+    pub const fn new() -> Self {
+        KernelCache(OnceLock::new())
+    }
+
+    /// The kernel for `key`, built from `source(key)` on the first request.
+    pub fn get(&self, key: &K, symbol: &str, source: impl FnOnce() -> String) -> Result<Function> {
+        let map = self.0.get_or_init(|| Mutex::new(Default::default()));
+        if let Some(f) = map.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+            return Ok(*f);
+        }
+        let f = function(&source(), symbol)?;
+        map.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), f);
+        Ok(f)
+    }
+}

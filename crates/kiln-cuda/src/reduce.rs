@@ -1,24 +1,25 @@
-//! Reductions over any axes: the input is viewed with the kept axes first and the reduced
-//! axes last (copied row-major when that view is not contiguous), then each row is reduced
-//! by a block (per-thread accumulation, warp shuffles, one shared-memory step). Long rows
-//! with few of them are split into chunks whose partials a second launch combines, so a
-//! full reduction still uses every multiprocessor.
+//! Reductions over any axes. When the reduced axes lead in memory (a sum over the batch of a
+//! row-major array) threads walk columns in place. Otherwise the input is viewed with the
+//! kept axes first and the reduced axes last (copied row-major when that view is not
+//! contiguous) and each row is reduced by a warp (short rows) or a block (per-thread
+//! accumulation, warp shuffles, one shared-memory step). Long rows or columns with few of
+//! them are split into chunks whose partials a second launch combines, so a full reduction
+//! still uses every multiprocessor.
 
 use crate::alloc::{device_ptr, DEVICE};
 use crate::elementwise::{run_program, single_op_program};
 use crate::launch::{blocks_for, launch, Args, BLOCK};
-use crate::nvrtc::{function, Function};
+use crate::nvrtc::KernelCache;
 use crate::runtime::gpu;
 use kiln_base::{bail, ArrayData, DType, Layout, Primitive, ReduceOp, Result};
-use rustc_hash::FxHashMap;
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 const SYMBOL: &str = "kiln_reduce";
 
 /// The accumulator type of a reduction over `dtype` (half floats accumulate in float;
 /// integers in 64 bits, truncated on store, which equals wrapping arithmetic in the type).
-fn acc_type(dtype: DType) -> &'static str {
+pub(crate) fn acc_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F16 | DType::BF16 | DType::F32 => "float",
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => "uint64_t",
@@ -26,7 +27,7 @@ fn acc_type(dtype: DType) -> &'static str {
     }
 }
 
-fn identity(op: ReduceOp, dtype: DType) -> String {
+pub(crate) fn identity(op: ReduceOp, dtype: DType) -> String {
     let float = dtype.is_float();
     match op {
         ReduceOp::Sum | ReduceOp::Or => "0".into(),
@@ -54,7 +55,7 @@ fn identity(op: ReduceOp, dtype: DType) -> String {
     }
 }
 
-fn combine(op: ReduceOp, float: bool) -> &'static str {
+pub(crate) fn combine(op: ReduceOp, float: bool) -> &'static str {
     match op {
         ReduceOp::Sum => "a + b",
         ReduceOp::Prod => "a * b",
@@ -67,9 +68,18 @@ fn combine(op: ReduceOp, float: bool) -> &'static str {
     }
 }
 
+/// How a stage spreads its work: a block per (row, chunk) for long rows, a warp per row for
+/// short ones, or a thread per (chunk, column) when the reduced axes lead in memory.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Kind {
+    Block,
+    Warp,
+    Columns,
+}
+
 /// Source of one reduction stage: reads `input` elements (or accumulators when `partial_in`),
 /// writes accumulators (`partial_out`) or `dtype` elements.
-fn source(op: ReduceOp, dtype: DType, partial_in: bool, partial_out: bool) -> String {
+fn source(op: ReduceOp, dtype: DType, partial_in: bool, partial_out: bool, kind: Kind) -> String {
     let acc = acc_type(dtype);
     let storage = kiln_codegen::c_type(dtype);
     let (tin, load) = if partial_in {
@@ -98,50 +108,83 @@ fn source(op: ReduceOp, dtype: DType, partial_in: bool, partial_out: bool) -> St
         s,
         r#"
 typedef {acc} Acc;
+#define IDENT ((Acc)({ident}))
 K_INLINE Acc k_load({tin} x) {{ return {load}; }}
 K_INLINE {tout} k_store(Acc a) {{ return {store}; }}
 K_INLINE Acc k_combine(Acc a, Acc b) {{ return {combine}; }}
-extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const int64_t chunks,
-                                   const {tin} *__restrict__ in, {tout} *__restrict__ out) {{
-    __shared__ Acc partial[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    const int64_t per = (len + chunks - 1) / chunks;
-    for (int64_t task = blockIdx.x; task < rows * chunks; task += gridDim.x) {{
-        const int64_t row = task / chunks, chunk = task - row * chunks;
-        const int64_t begin = chunk * per, end = begin + per < len ? begin + per : len;
-        const {tin} *p = in + row * len;
-        Acc a = {ident};
-        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) a = k_combine(a, k_load(p[j]));
-        for (int o = 16; o > 0; o >>= 1) a = k_combine(a, __shfl_down_sync(0xffffffffu, a, o));
-        if (lane == 0) partial[warp] = a;
-        __syncthreads();
-        if (warp == 0) {{
-            a = lane < warps ? partial[lane] : ({ident});
-            for (int o = 16; o > 0; o >>= 1) a = k_combine(a, __shfl_down_sync(0xffffffffu, a, o));
-            if (lane == 0) out[task] = k_store(a);
-        }}
-        __syncthreads();
-    }}
-}}
-"#,
+{kernel}"#,
         combine = combine(op, dtype.is_float()),
-        ident = format!("(Acc)({})", identity(op, dtype)),
+        ident = identity(op, dtype),
+        kernel = match kind {
+            Kind::Block => BLOCK_KERNEL,
+            Kind::Warp => WARP_KERNEL,
+            Kind::Columns => COLUMN_KERNEL,
+        }
+        .replace("TIN", tin)
+        .replace("TOUT", tout),
     );
     s
 }
 
-type Key = (ReduceOp, DType, bool, bool);
-static KERNELS: OnceLock<Mutex<FxHashMap<Key, Function>>> = OnceLock::new();
-
-fn kernel(key: Key) -> Result<Function> {
-    let kernels = KERNELS.get_or_init(|| Mutex::new(FxHashMap::default()));
-    if let Some(f) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(*f);
+/// Each block reduces one (row, chunk) at a time: per-thread strides, warp shuffles, one
+/// shared-memory step.
+const BLOCK_KERNEL: &str = r#"extern "C" __global__ void kiln_reduce(const int64_t rows, const int64_t len, const int64_t chunks,
+                                   const TIN *__restrict__ in, TOUT *__restrict__ out) {
+    __shared__ Acc partial[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    const int64_t per = (len + chunks - 1) / chunks;
+    for (int64_t task = blockIdx.x; task < rows * chunks; task += gridDim.x) {
+        const int64_t row = task / chunks, chunk = task - row * chunks;
+        const int64_t begin = chunk * per, end = begin + per < len ? begin + per : len;
+        const TIN *p = in + row * len;
+        Acc a = IDENT;
+        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) a = k_combine(a, k_load(p[j]));
+        for (int o = 16; o > 0; o >>= 1) a = k_combine(a, __shfl_down_sync(0xffffffffu, a, o));
+        if (lane == 0) partial[warp] = a;
+        __syncthreads();
+        if (warp == 0) {
+            a = lane < warps ? partial[lane] : IDENT;
+            for (int o = 16; o > 0; o >>= 1) a = k_combine(a, __shfl_down_sync(0xffffffffu, a, o));
+            if (lane == 0) out[task] = k_store(a);
+        }
+        __syncthreads();
     }
-    let f = function(&source(key.0, key.1, key.2, key.3), SYMBOL)?;
-    kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
-    Ok(f)
 }
+"#;
+
+/// Each warp reduces one row at a time (rows too short to occupy a block).
+const WARP_KERNEL: &str = r#"extern "C" __global__ void kiln_reduce(const int64_t rows, const int64_t len, const int64_t chunks,
+                                   const TIN *__restrict__ in, TOUT *__restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; row < rows; row += warps) {
+        const TIN *p = in + row * len;
+        Acc a = IDENT;
+        for (int64_t j = lane; j < len; j += 32) a = k_combine(a, k_load(p[j]));
+        for (int o = 16; o > 0; o >>= 1) a = k_combine(a, __shfl_down_sync(0xffffffffu, a, o));
+        if (lane == 0) out[row] = k_store(a);
+    }
+}
+"#;
+
+/// The input is (len, rows) row-major: a thread per (chunk, column) walks its chunk of the
+/// reduced rows, neighbouring threads reading neighbouring columns; output (chunks, rows).
+const COLUMN_KERNEL: &str = r#"extern "C" __global__ void kiln_reduce(const int64_t rows, const int64_t len, const int64_t chunks,
+                                   const TIN *__restrict__ in, TOUT *__restrict__ out) {
+    const int64_t per = (len + chunks - 1) / chunks;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * chunks;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t chunk = t / rows, col = t - chunk * rows;
+        const int64_t begin = chunk * per, end = begin + per < len ? begin + per : len;
+        Acc a = IDENT;
+        for (int64_t r = begin; r < end; ++r) a = k_combine(a, k_load(in[r * rows + col]));
+        out[t] = k_store(a);
+    }
+}
+"#;
+
+type Key = (ReduceOp, DType, bool, bool, Kind);
+static KERNELS: KernelCache<Key> = KernelCache::new();
 
 fn run_stage(
     key: Key,
@@ -151,10 +194,31 @@ fn run_stage(
     input: u64,
     output: u64,
 ) -> Result<()> {
+    let f = KERNELS.get(&key, SYMBOL, || source(key.0, key.1, key.2, key.3, key.4))?;
     let mut args = Args::new();
     args.i64(rows as i64).i64(len as i64).i64(chunks as i64).ptr(input).ptr(output);
-    let blocks = blocks_for((rows * chunks) as u64, 1);
-    launch("reduce", kernel(key)?, blocks, BLOCK, 0, &mut args)
+    let blocks = match key.4 {
+        Kind::Block => blocks_for((rows * chunks) as u64, 1),
+        Kind::Warp => blocks_for(rows as u64, BLOCK as u64 / 32),
+        Kind::Columns => blocks_for((rows * chunks) as u64, BLOCK as u64),
+    };
+    launch("reduce", f, blocks, BLOCK, 0, &mut args)
+}
+
+/// Reduces `x` viewed as (len, rows) row-major over its first axis: in chunks of the rows
+/// when there are too few columns to occupy the GPU, then over the chunks' partials.
+fn reduce_columns(op: ReduceOp, x: &ArrayData, rows: usize, len: usize, out: u64) -> Result<()> {
+    let dtype = x.dtype;
+    let input = device_ptr(&x.buffer, x.layout.offset as isize, dtype.size());
+    let threads = gpu()?.multiprocessors as usize * 2048;
+    let chunks = (threads / rows.max(1)).clamp(1, (len / 16).max(1));
+    if chunks == 1 {
+        return run_stage((op, dtype, false, false, Kind::Columns), rows, len, 1, input, out);
+    }
+    let partials = DEVICE.alloc(rows * chunks * 8)?;
+    let p = partials.as_ptr() as u64;
+    run_stage((op, dtype, false, true, Kind::Columns), rows, len, chunks, input, p)?;
+    run_stage((op, dtype, true, false, Kind::Columns), rows, chunks, 1, p, out)
 }
 
 /// Reduces `x` over `axes`; the output keeps the reduced axes with size 1.
@@ -169,6 +233,17 @@ pub fn reduce(op: ReduceOp, axes: &[usize], x: &ArrayData, shape: &[usize]) -> R
     let viewed = ArrayData { layout: x.layout.transpose(&perm), ..x.clone() };
     let rows: usize = kept.iter().map(|&d| x.layout.shape[d]).product();
     let len: usize = axes.iter().map(|&d| x.layout.shape[d]).product();
+    let reduced_first: Vec<usize> = axes.iter().chain(kept.iter()).copied().collect();
+    let columns = ArrayData { layout: x.layout.transpose(&reduced_first), ..x.clone() };
+    if !viewed.layout.row_contiguous && columns.layout.row_contiguous && rows * len > 0 {
+        let out = ArrayData {
+            buffer: DEVICE.alloc(rows * dtype.size())?,
+            layout: Layout::contiguous(shape),
+            dtype,
+        };
+        reduce_columns(op, &columns, rows, len, out.buffer.as_ptr() as u64)?;
+        return Ok(out);
+    }
     let input = if viewed.layout.row_contiguous || rows * len == 0 {
         viewed
     } else {
@@ -193,12 +268,15 @@ pub fn reduce(op: ReduceOp, axes: &[usize], x: &ArrayData, shape: &[usize]) -> R
         (target / rows).clamp(1, len / (BLOCK as usize * 8))
     };
     if chunks == 1 {
-        return run_stage((op, dtype, false, false), rows, len, 1, in_ptr, out_ptr).map(|_| out);
+        let kind = if len <= 1024 { Kind::Warp } else { Kind::Block };
+        return run_stage((op, dtype, false, false, kind), rows, len, 1, in_ptr, out_ptr)
+            .map(|_| out);
     }
     let partials = DEVICE.alloc(rows * chunks * 8)?;
     let p = partials.as_ptr() as u64;
-    run_stage((op, dtype, false, true), rows, len, chunks, in_ptr, p)?;
-    run_stage((op, dtype, true, false), rows, chunks, 1, p, out_ptr)?;
+    run_stage((op, dtype, false, true, Kind::Block), rows, len, chunks, in_ptr, p)?;
+    let kind = if chunks <= 1024 { Kind::Warp } else { Kind::Block };
+    run_stage((op, dtype, true, false, kind), rows, chunks, 1, p, out_ptr)?;
     Ok(out)
 }
 
@@ -208,17 +286,19 @@ mod tests {
 
     #[test]
     fn sources_accumulate_wide_and_store_narrow() {
-        let s = source(ReduceOp::Sum, DType::BF16, false, false);
+        let s = source(ReduceOp::Sum, DType::BF16, false, false, Kind::Block);
         assert!(s.contains("typedef float Acc;"));
         assert!(s.contains("K_INLINE Acc k_load(uint16_t x) { return k_bf16_to_f32(x); }"));
         assert!(s.contains("K_INLINE uint16_t k_store(Acc a) { return k_f32_to_bf16(a); }"));
-        let p = source(ReduceOp::Max, DType::I8, false, true);
+        let p = source(ReduceOp::Max, DType::I8, false, true, Kind::Warp);
         assert!(p.contains("typedef int64_t Acc;"));
-        assert!(p.contains("Acc a = (Acc)(-128);"));
+        assert!(p.contains("#define IDENT ((Acc)(-128))"));
+        assert!(p.contains("row += warps"));
         assert!(p.contains("K_INLINE int64_t k_store(Acc a) { return a; }"));
-        let f = source(ReduceOp::Min, DType::F32, true, false);
+        let f = source(ReduceOp::Min, DType::F32, true, false, Kind::Columns);
         assert!(f.contains("(isnan(a) || a < b) ? a : b"));
         assert!(f.contains("const float *__restrict__ in"));
+        assert!(f.contains("in[r * rows + col]"));
     }
 
     #[test]
