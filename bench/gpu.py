@@ -1,10 +1,13 @@
 """GPU rows of the benchmark harness (DESIGN.md section 7): kiln eager and compiled, torch
 eager and torch.compile, jax.jit, on the five elementwise workloads of PEERS.md at 2^26
 elements (fp32 and bf16), a transformer MLP block, host time per call on 1024 elements and
-kiln's first-call compile time, each system in its own process, one table.
+kiln's first-call compile time, and the training step of bench/harness.py at
+shared/bench/train_anchors.py's size (kiln eager and compiled, torch eager and torch.compile),
+each system in its own process, one table.
 
     python3 bench/gpu.py                         # every installed system
     python3 bench/gpu.py --systems kiln torch --n 26 --reps 20
+    python3 bench/gpu.py --systems kiln-train torch-train   # the training-step rows only
 
 Workload times: 10 calls issued back to back, one synchronize, divided by 10 (host and device
 overlap as in real use), median of --reps such groups. The floor of each row is a device copy
@@ -194,7 +197,92 @@ def run_kiln_first_call(args, out):
                 print(r.stderr, file=sys.stderr)
 
 
-RUNNERS = {"kiln": run_kiln, "kiln-first-call": run_kiln_first_call, "torch": run_torch, "jax": run_jax}
+def run_kiln_train(args, out):
+    """The harness's train_step at train_anchors.py's size, uncompiled and compiled."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import harness
+
+    harness.TRAIN_SIZE = "anchor"
+    for compiled in (False, True):
+        r = harness.train_step_bench("kiln", compiled)
+        out.append({"workload": "train_step", "system": "kiln compiled" if compiled else "kiln eager",
+                    "ms": r["sec"] * 1e3, "first_s": r["first"]})
+
+
+def run_torch_train(args, out):
+    """The same model and step in torch: eager and torch.compile (AdamW, bf16 parameters,
+    cross-entropy in float32), timed as the harness times kiln's."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import harness
+
+    c = harness.TRAIN_SIZES["anchor"]
+    V, D, L, H, T, B = (c[k] for k in "VDLHTB")
+
+    class Block(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.n1, s.n2 = nn.RMSNorm(D), nn.RMSNorm(D)
+            s.qkv, s.o = nn.Linear(D, 3 * D, bias=False), nn.Linear(D, D, bias=False)
+            s.g, s.u = nn.Linear(D, 4 * D, bias=False), nn.Linear(D, 4 * D, bias=False)
+            s.d = nn.Linear(4 * D, D, bias=False)
+
+        def forward(s, x):
+            q, k, v = s.qkv(s.n1(x)).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + s.o(a.transpose(1, 2).reshape(B, T, D))
+            h = s.n2(x)
+            return x + s.d(F.silu(s.g(h)) * s.u(h))
+
+    class LM(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.emb = nn.Embedding(V, D)
+            s.blocks = nn.ModuleList([Block() for _ in range(L)])
+            s.n, s.out = nn.RMSNorm(D), nn.Linear(D, V, bias=False)
+
+        def forward(s, idx):
+            x = s.emb(idx)
+            for b in s.blocks:
+                x = b(x)
+            return s.out(s.n(x))
+
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        m = LM().cuda().bfloat16()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        idx = torch.randint(0, V, (B, T + 1), device="cuda")
+
+        def step():
+            logits = m(idx[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, V).float(), idx[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        f = torch.compile(step) if compiled else step
+        t = time.perf_counter()
+        f()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t
+        for _ in range(harness.TRAIN_WARM):
+            f()
+        times = []
+        for _ in range(harness.TRAIN_STEPS):
+            t = time.perf_counter()
+            f()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        out.append({"workload": "train_step", "system": "torch.compile" if compiled else "torch eager",
+                    "ms": statistics.median(times) * 1e3, "first_s": first})
+
+
+RUNNERS = {"kiln": run_kiln, "kiln-first-call": run_kiln_first_call, "torch": run_torch, "jax": run_jax,
+           "kiln-train": run_kiln_train, "torch-train": run_torch_train}
 
 
 def main():

@@ -437,3 +437,17 @@ def test_train_step_ops_stay_on_the_gpu(capfd, monkeypatch):
     err = capfd.readouterr().err
     for op in ("gather", "scatter", "concatenate", "slice_update"):
         assert f" {op} has no GPU kernel" not in err, err
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.int8, mx.int64])
+def test_plain_scatter_keeps_the_last_duplicate(dtype):
+    x = mx.zeros((5, 3), dtype=dtype)
+    idx = mx.array([4, 1, 4, 1, 1, 0, 4])
+    upd = mx.array(np.arange(21).reshape(7, 3).astype(np.float32)).astype(dtype)
+
+    def f(x, u):
+        y = x + 0
+        y[idx] = u
+        return y
+
+    exact(*both(f, x, upd))

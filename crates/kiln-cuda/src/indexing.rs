@@ -2,13 +2,17 @@
 //! element: its index position and place in the block come from a division, its start on
 //! each indexed axis from the index arrays (read in their own integer dtype), with the
 //! CPU's rules: gather clamps a block into range, scatter drops a block that does not fit.
-//! Scatter's reductions are atomic read-modify-writes, so duplicate indices all count;
-//! plain scatter with duplicates keeps one of the updates (undefined order, as in MLX).
+//! Scatter's reductions are atomic read-modify-writes, so duplicate indices all count. A
+//! plain scatter keeps the last update of duplicates, as the CPU does: a first pass claims
+//! each written element for the highest update index (atomicMax), a second writes the
+//! winners.
 
-use crate::alloc::device_ptr;
+use crate::alloc::{device_ptr, DEVICE};
 use crate::copy::{bits_type, contiguous, copy_into, empty};
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
+use crate::runtime::{driver_error, gpu};
+use cudarc::driver::result;
 use kiln_base::{bail, ArrayData, DType, Result, ScatterReduce};
 use std::fmt::Write;
 
@@ -160,7 +164,24 @@ fn update_fn(reduce: ScatterReduce, dtype: DType) -> String {
     format!("{head}K_INLINE void k_update(S *p, S u) {{\n    {body}\n}}\n")
 }
 
-fn scatter_source(ndim: usize, reduce: ScatterReduce, dtype: DType, indices: &[DType]) -> String {
+/// Which pass of a scatter a kernel does.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Pass {
+    /// Combine every update in (the reductions).
+    Combine,
+    /// Plain scatter, first pass: `win[off]` becomes the last update index writing `off`.
+    Claim,
+    /// Plain scatter, second pass: each winner writes its value.
+    Write,
+}
+
+fn scatter_source(
+    ndim: usize,
+    reduce: ScatterReduce,
+    dtype: DType,
+    indices: &[DType],
+    pass: Pass,
+) -> String {
     let mut starts = String::new();
     for (k, &d) in indices.iter().enumerate() {
         let _ = write!(
@@ -183,7 +204,8 @@ fn scatter_source(ndim: usize, reduce: ScatterReduce, dtype: DType, indices: &[D
 {update}
 {table}
 extern "C" __global__ void kiln_scatter(const int64_t n, const int64_t block, S *__restrict__ out,
-                                      const S *__restrict__ upd{params}, const KTable t) {{
+                                      const S *__restrict__ upd, int *__restrict__ win{params},
+                                      const KTable t) {{
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {{
         const int64_t i = e / block;
@@ -195,10 +217,15 @@ extern "C" __global__ void kiln_scatter(const int64_t n, const int64_t block, S 
             j /= t.block[d];
             stride *= t.shape[d];
         }}
-        k_update(out + off, upd[e]);
+        {apply}
     }}
 }}
 "#,
+        apply = match pass {
+            Pass::Combine => "k_update(out + off, upd[e]);",
+            Pass::Claim => "atomicMax(win + off, (int)e);",
+            Pass::Write => "if (win[off] == (int)e) out[off] = upd[e];",
+        },
         update = update_fn(reduce, dtype),
         table = table_decl(&["shape", "block"], ndim, indices.len()),
         params = index_params(indices),
@@ -208,7 +235,7 @@ extern "C" __global__ void kiln_scatter(const int64_t n, const int64_t block, S 
 }
 
 type GatherKey = (usize, usize, Vec<DType>);
-type ScatterKey = (usize, ScatterReduce, DType, Vec<DType>);
+type ScatterKey = (usize, ScatterReduce, DType, Vec<DType>, Pass);
 static GATHERS: KernelCache<GatherKey> = KernelCache::new();
 static SCATTERS: KernelCache<ScatterKey> = KernelCache::new();
 
@@ -294,19 +321,34 @@ pub(crate) fn scatter(
     let ndim = table.len();
     table.extend(dims(block.iter().map(|&b| b as i64), 1));
     table.extend(axis_table(axes));
-    let key = (ndim, reduce, dst.dtype, dtypes);
-    let f = SCATTERS.get(&key, "kiln_scatter", || scatter_source(ndim, reduce, key.2, &key.3))?;
     let width = dst.dtype.size();
-    let mut args = Args::new();
-    args.i64(n as i64)
-        .i64(block.iter().product::<usize>() as i64)
-        .ptr(device_ptr(&out.buffer, 0, width))
-        .ptr(device_ptr(&upd.buffer, upd.layout.offset as isize, width));
-    for x in &indices {
-        args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size()));
+    // Plain scatter orders duplicates through a claim buffer (int32 update indices).
+    let ordered = reduce == ScatterReduce::None && n <= i32::MAX as usize;
+    let claims = if ordered { Some(DEVICE.alloc(out.layout.size() * 4)?) } else { None };
+    if let Some(c) = &claims {
+        // SAFETY: a live device block of size() * 4 bytes (or more), on the one stream.
+        unsafe {
+            result::memset_d8_async(c.as_ptr() as u64, 0xff, out.layout.size() * 4, gpu()?.stream)
+        }
+        .map_err(|e| driver_error(op, e))?;
     }
-    args.i64_struct(&table);
-    launch(op, f, blocks_for(n as u64, BLOCK as u64), BLOCK, 0, &mut args)?;
+    let passes: &[Pass] = if ordered { &[Pass::Claim, Pass::Write] } else { &[Pass::Combine] };
+    for &pass in passes {
+        let key = (ndim, reduce, dst.dtype, dtypes.clone(), pass);
+        let f = SCATTERS
+            .get(&key, "kiln_scatter", || scatter_source(ndim, reduce, key.2, &key.3, pass))?;
+        let mut args = Args::new();
+        args.i64(n as i64)
+            .i64(block.iter().product::<usize>() as i64)
+            .ptr(device_ptr(&out.buffer, 0, width))
+            .ptr(device_ptr(&upd.buffer, upd.layout.offset as isize, width))
+            .ptr(claims.as_ref().map_or(0, |c| c.as_ptr() as u64));
+        for x in &indices {
+            args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size()));
+        }
+        args.i64_struct(&table);
+        launch(op, f, blocks_for(n as u64, BLOCK as u64), BLOCK, 0, &mut args)?;
+    }
     Ok(out)
 }
 
@@ -325,7 +367,9 @@ mod tests {
 
     #[test]
     fn scatter_updates() {
-        let add = scatter_source(3, ScatterReduce::Add, DType::F32, &[DType::I64]);
+        let add = scatter_source(3, ScatterReduce::Add, DType::F32, &[DType::I64], Pass::Combine);
+        let claim = scatter_source(2, ScatterReduce::None, DType::F16, &[DType::I32], Pass::Claim);
+        assert!(claim.contains("atomicMax(win + off, (int)e);"));
         assert!(add.contains("atomicAdd(p, u);"));
         assert!(add.contains("if (v < 0 || v > dim - t.block[ax]) continue;"));
         let bf = update_fn(ScatterReduce::Max, DType::BF16);

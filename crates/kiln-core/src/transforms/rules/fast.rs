@@ -156,6 +156,15 @@ struct Attn {
     p: Array,
     scale: f64,
     shape: [usize; 5],
+    /// The products' operand dtype: the compute dtype, except half floats on the GPU, whose
+    /// matmuls run on tensor cores in the inputs' dtype (accumulating in float32) as MLX's
+    /// and torch's unfused attention do; everything between the products stays float32.
+    operands: DType,
+}
+
+/// `a @ b` with both operands cast to `operands`, the result in float32 for half floats.
+fn product(operands: DType, a: &Array, b: &Array) -> Result<Array> {
+    compute(&ops::matmul(&ops::astype(a, operands)?, &ops::astype(b, operands)?)?)
 }
 
 fn grouped(x: &Array, hk: usize, g: usize) -> Result<Array> {
@@ -170,12 +179,17 @@ impl Attn {
         let (qs, ks) = (primals[0].shape().to_vec(), primals[1].shape().to_vec());
         let (b, hq, lq, hk, lk) = (qs[0], qs[1], qs[2], ks[1], ks[2]);
         let g = hq / hk.max(1);
-        let q = grouped(&compute(&primals[0])?, hk, g)?;
-        let k = grouped(&compute(&primals[1])?, hk, 1)?;
-        let v = grouped(&compute(&primals[2])?, hk, 1)?;
-        let mut s = ops::multiply(&ops::matmul(&q, &ops::swapaxes(&k, -1, -2)?)?, &f(scale, &q)?)?;
+        let half = matches!(primals[0].dtype(), DType::F16 | DType::BF16);
+        let on_gpu = primals[0].stream().device.kind == kiln_base::DeviceKind::Gpu;
+        let operands =
+            if half && on_gpu { primals[0].dtype() } else { compute(&primals[0])?.dtype() };
+        let q = grouped(&ops::astype(&primals[0], operands)?, hk, g)?;
+        let k = grouped(&ops::astype(&primals[1], operands)?, hk, 1)?;
+        let v = grouped(&ops::astype(&primals[2], operands)?, hk, 1)?;
+        let qk = product(operands, &q, &ops::swapaxes(&k, -1, -2)?)?;
+        let mut s = ops::multiply(&qk, &f(scale, &qk)?)?;
         let full = [b, hk, g, lq, lk];
-        let lowest = f(if q.dtype() == DType::F64 { f64::MIN } else { f32::MIN as f64 }, &q)?;
+        let lowest = f(if s.dtype() == DType::F64 { f64::MIN } else { f32::MIN as f64 }, &s)?;
         match mask {
             AttentionMask::None => {}
             AttentionMask::Causal => {
@@ -196,7 +210,12 @@ impl Attn {
             }
         }
         let p = ops::softmax(&s, Some(LAST), true)?;
-        Ok(Attn { q, k, v, p, scale, shape: [b, hq, lq, hk, g] })
+        Ok(Attn { q, k, v, p, scale, shape: [b, hq, lq, hk, g], operands })
+    }
+
+    /// `a @ b` with operands in the products' dtype, result in the compute dtype.
+    fn mm(&self, a: &Array, b: &Array) -> Result<Array> {
+        product(self.operands, a, b)
     }
 
     /// Back to (B, Hq, L, ·) from the grouped layout.
@@ -212,7 +231,7 @@ impl Attn {
     }
 
     fn output(&self) -> Result<Array> {
-        self.ungroup(&ops::matmul(&self.p, &self.v)?)
+        self.ungroup(&self.mm(&self.p, &self.v)?)
     }
 
     /// `P (dS - sum(dS P))`: the softmax Jacobian (symmetric) applied to `ds`.
@@ -232,14 +251,14 @@ fn attention_vjp(
     let [_, _, _, hk, grp] = a.shape;
     let go = grouped(&compute(g)?, hk, grp)?;
     let t = |x: &Array| ops::swapaxes(x, -1, -2);
-    let dp = ops::matmul(&go, &t(&a.v)?)?;
+    let dp = a.mm(&go, &t(&a.v)?)?;
     let ds = ops::multiply(&a.softmax_apply(&dp)?, &f(a.scale, &dp)?)?;
     argnums
         .iter()
         .map(|&i| match i {
-            0 => a.ungroup(&ops::matmul(&ds, &a.k)?),
-            1 => Attn::sum_group(&ops::matmul(&t(&ds)?, &a.q)?),
-            2 => Attn::sum_group(&ops::matmul(&t(&a.p)?, &go)?),
+            0 => a.ungroup(&a.mm(&ds, &a.k)?),
+            1 => Attn::sum_group(&a.mm(&t(&ds)?, &a.q)?),
+            2 => Attn::sum_group(&a.mm(&t(&a.p)?, &go)?),
             // The mask carries no gradient here.
             _ => ops::zeros_like(&primals[i], None),
         })
@@ -266,15 +285,15 @@ fn attention_jvp(
     };
     for (&i, tan) in argnums.iter().zip(tangents) {
         match i {
-            0 => acc(&mut ds, ops::matmul(&grouped(&compute(tan)?, hk, grp)?, &t(&a.k)?)?)?,
-            1 => acc(&mut ds, ops::matmul(&a.q, &t(&grouped(&compute(tan)?, hk, 1)?)?)?)?,
-            2 => acc(&mut out, ops::matmul(&a.p, &grouped(&compute(tan)?, hk, 1)?)?)?,
+            0 => acc(&mut ds, a.mm(&grouped(tan, hk, grp)?, &t(&a.k)?)?)?,
+            1 => acc(&mut ds, a.mm(&a.q, &t(&grouped(tan, hk, 1)?)?)?)?,
+            2 => acc(&mut out, a.mm(&a.p, &grouped(tan, hk, 1)?)?)?,
             _ => {}
         }
     }
     if let Some(ds) = ds {
         let ds = ops::multiply(&ds, &f(a.scale, &ds)?)?;
-        acc(&mut out, ops::matmul(&a.softmax_apply(&ds)?, &a.v)?)?;
+        acc(&mut out, a.mm(&a.softmax_apply(&ds)?, &a.v)?)?;
     }
     match out {
         Some(o) => a.ungroup(&o),
