@@ -1,5 +1,5 @@
 //! CUDA C source for a fused elementwise program (kiln_base::FusedProgram), compiled by NVRTC.
-//! One `extern "C" __global__` function, `kiln_kernel(n, in0.., out0.., [index])`, walks the
+//! One `extern "C" __global__` function, `kiln_<ops>(n, in0.., out0.., [index])`, walks the
 //! `n` output elements with a grid-stride loop. Variants:
 //! - contiguous: inputs are row-contiguous of the output's shape or single broadcast values;
 //!   each thread moves `vector` consecutive elements per input with one aligned access
@@ -15,8 +15,13 @@ use crate::c_type;
 use kiln_base::{DType, FusedProgram};
 use std::fmt::Write;
 
-/// The kernel function's name in every generated source.
-pub const KERNEL_SYMBOL: &str = "kiln_kernel";
+/// The entry point's name: `kiln_` and the program's ops (`kiln_Compiled_multiply_exp`),
+/// cut at 96 characters, so profilers (nsys, torch.profiler) tell the kernels apart.
+pub fn kernel_symbol(program: &FusedProgram) -> String {
+    let mut name = format!("kiln_{}", program.name());
+    name.truncate(96);
+    name
+}
 
 /// The scalar math every kernel includes (see `preamble.cu`).
 pub const PREAMBLE: &str = include_str!("preamble.cu");
@@ -71,7 +76,8 @@ pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
     if matches!(variant, CudaVariant::Strided { .. }) {
         params.push("const KIndex ix".to_string());
     }
-    let _ = writeln!(s, "extern \"C\" __global__ void {KERNEL_SYMBOL}({}) {{", params.join(", "));
+    let symbol = kernel_symbol(program);
+    let _ = writeln!(s, "extern \"C\" __global__ void {symbol}({}) {{", params.join(", "));
     match variant {
         CudaVariant::Contiguous { kinds, vector } => contiguous(&mut s, program, kinds, *vector),
         CudaVariant::Strided { ndim, wide } => strided(&mut s, program, *ndim, *wide),
@@ -198,7 +204,7 @@ mod tests {
         let kernel = &src[PREAMBLE.len()..];
         let expected = r#"
 /* Compiled_sigmoid_multiply_multiply */
-extern "C" __global__ void kiln_kernel(const int64_t n, const float *__restrict__ in0, const float *__restrict__ in1, float *__restrict__ out0) {
+extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t n, const float *__restrict__ in0, const float *__restrict__ in1, float *__restrict__ out0) {
     const float s1 = in1[0];
     const int64_t step = (int64_t)gridDim.x * blockDim.x * 4;
     for (int64_t base = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; base < n; base += step) {

@@ -6,7 +6,7 @@ use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::{function, Function};
 use kiln_base::{ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result};
 use kiln_codegen::c::InputKind;
-use kiln_codegen::cuda::{cuda_kernel, vector_width, CudaVariant, KERNEL_SYMBOL};
+use kiln_codegen::cuda::{cuda_kernel, kernel_symbol, vector_width, CudaVariant};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -46,7 +46,7 @@ fn kernel(program: &Arc<FusedProgram>, variant: CudaVariant) -> Result<Function>
         return Ok(*f);
     }
     let source = cuda_kernel(program, &key.1);
-    let f = function(&source, KERNEL_SYMBOL)?;
+    let f = function(&source, &kernel_symbol(program))?;
     kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
     Ok(f)
 }

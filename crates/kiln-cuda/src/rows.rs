@@ -4,11 +4,10 @@
 use crate::alloc::{device_ptr, DEVICE};
 use crate::elementwise::{run_program, single_op_program};
 use crate::launch::{blocks_for, launch, Args, BLOCK};
-use crate::nvrtc::{function, Function};
+use crate::nvrtc::{Function, KernelCache};
 use kiln_base::{bail, ArgReduceOp, ArrayData, DType, Layout, Primitive, Result};
-use rustc_hash::FxHashMap;
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 const SYMBOL: &str = "kiln_rows";
 
@@ -82,8 +81,49 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
     s
 }
 
-/// Softmax over rows, computed in float: max, sum of exp(x - max), then the scaled write.
-fn softmax_source(dtype: DType) -> String {
+/// Rows this short are a warp's (each lane keeps its values in registers: one read, one write).
+const WARP_ROW: usize = 1024;
+
+/// Softmax of rows of at most `WARP_ROW`, a warp per row.
+const WARP_SOFTMAX: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t len, const S *__restrict__ in,
+                                   S *__restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; row < rows; row += warps) {
+        const S *p = in + row * len;
+        S *q = out + row * len;
+        float v[32];
+        float m = -INFINITY;
+        #pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int64_t j = lane + 32 * i;
+            v[i] = j < len ? k_load(p[j]) : -INFINITY;
+            m = (m != m || m > v[i]) ? m : v[i];
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float b = __shfl_xor_sync(0xffffffffu, m, o);
+            m = (m != m || m > b) ? m : b;
+        }
+        float sum = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            if (lane + 32 * i < len) { v[i] = expf(v[i] - m); sum += v[i]; }
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float scale = 1.0f / sum;
+        #pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int64_t j = lane + 32 * i;
+            if (j < len) q[j] = k_store(v[i] * scale);
+        }
+    }
+}
+"#;
+
+/// Softmax over rows, computed in float: max, sum of exp(x - max), then the scaled write; a
+/// block per row, or a warp per row (`warp`) for rows of at most `WARP_ROW`.
+fn softmax_source(dtype: DType, warp: bool) -> String {
     let storage = kiln_codegen::c_type(dtype);
     let store = match dtype {
         DType::F16 => "k_f32_to_f16(v)",
@@ -94,8 +134,19 @@ fn softmax_source(dtype: DType) -> String {
     let _ = write!(
         s,
         r#"
+typedef {storage} S;
 K_INLINE float k_load({storage} x) {{ return {load}; }}
 K_INLINE {storage} k_store(float v) {{ return {store}; }}
+"#,
+        load = load(dtype),
+    );
+    if warp {
+        s.push_str(WARP_SOFTMAX);
+        return s;
+    }
+    let _ = write!(
+        s,
+        r#"
 /* Block-wide combine of one float per thread; every thread gets the result. */
 template <bool MAX> K_INLINE float k_block(float a, float *scratch) {{
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -135,8 +186,7 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
         }}
     }}
 }}
-"#,
-        load = load(dtype),
+"#
     );
     s
 }
@@ -144,23 +194,17 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
     Arg(ArgReduceOp, DType),
-    Softmax(DType),
+    /// The dtype, and whether a warp takes each row.
+    Softmax(DType, bool),
 }
 
-static KERNELS: OnceLock<Mutex<FxHashMap<Key, Function>>> = OnceLock::new();
+static KERNELS: KernelCache<Key> = KernelCache::new();
 
 fn kernel(key: Key) -> Result<Function> {
-    let kernels = KERNELS.get_or_init(|| Mutex::new(FxHashMap::default()));
-    if let Some(f) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(*f);
-    }
-    let source = match &key {
+    KERNELS.get(&key, SYMBOL, || match &key {
         Key::Arg(op, d) => arg_source(*op, *d),
-        Key::Softmax(d) => softmax_source(*d),
-    };
-    let f = function(&source, SYMBOL)?;
-    kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
-    Ok(f)
+        Key::Softmax(d, warp) => softmax_source(*d, *warp),
+    })
 }
 
 /// `x` with `axis` moved last, row-major (a copy only when the view is not).
@@ -182,7 +226,8 @@ fn run_rows(key: Key, rows: usize, len: usize, x: &ArrayData, out: u64) -> Resul
     let mut args = Args::new();
     args.i64(rows as i64).i64(len as i64);
     args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())).ptr(out);
-    launch("rows", kernel(key)?, blocks_for(rows as u64, 1), BLOCK, 0, &mut args)
+    let per_block = if matches!(key, Key::Softmax(_, true)) { BLOCK as u64 / 32 } else { 1 };
+    launch("rows", kernel(key)?, blocks_for(rows as u64, per_block), BLOCK, 0, &mut args)
 }
 
 /// argmax / argmin along `axis` (uint32 indices; the axis kept with size 1).
@@ -225,7 +270,24 @@ pub fn softmax(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
         dtype: x.dtype,
     };
     if rows > 0 && len > 0 {
-        run_rows(Key::Softmax(x.dtype), rows, len, &input, out.buffer.as_ptr() as u64)?;
+        let key = Key::Softmax(x.dtype, len <= WARP_ROW);
+        run_rows(key, rows, len, &input, out.buffer.as_ptr() as u64)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sources() {
+        let w = softmax_source(DType::BF16, true);
+        assert!(w.contains("typedef uint16_t S;"));
+        assert!(w.contains("float v[32];"));
+        assert!(!w.contains("k_block"));
+        let b = softmax_source(DType::F32, false);
+        assert!(b.contains("m = k_block<true>(m, scratch);"));
+        assert!(b.contains("K_INLINE float k_load(float x) { return x; }"));
+    }
 }

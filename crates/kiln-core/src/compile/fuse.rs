@@ -1,9 +1,12 @@
 //! Fusion: regions of elementwise nodes become one `Fused` node each.
 //!
 //! Regions grow from a root (visited outputs-first) towards the inputs through fusable
-//! nodes (unary, binary, `where`, `astype`: all of one shape). A node joins only when every
-//! user of it is already in the region, so nothing outside needs its value and no cycle
-//! can form; a node that is also a graph output joins as an extra kernel output. Broadcasts
+//! nodes (unary, binary, `where`, `astype`: all of one shape). A node joins when each user
+//! of it is in the region or comes after the root in topological order: such a user cannot
+//! lead back into the region (every member precedes the root), so no cycle forms and the
+//! fused node, emitted at the root's place, precedes it. A member used outside the region
+//! (a forward value the backward reads again) or returned by the graph becomes an extra
+//! kernel output. Broadcasts
 //! stay outside as views (free; the kernel reads them with zero strides), and a broadcast
 //! 0-d constant becomes a literal in the source. A region of one op is left alone (the
 //! eager kernel is as good).
@@ -129,7 +132,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                     Some("another shape")
                 } else if node.stream != graph.nodes[root].stream {
                     Some("another stream")
-                } else if !users[p].iter().all(|u| region_of[*u] == id) {
+                } else if !users[p].iter().all(|&u| region_of[u] == id || u > root) {
                     Some("used outside the region")
                 } else {
                     let added = node

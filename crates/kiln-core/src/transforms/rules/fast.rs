@@ -151,6 +151,8 @@ fn norm_composed(op: &FastOp, inputs: &[Array]) -> Result<Array> {
 /// probabilities P (B, Hk, G, Lq, Lk), all in the compute dtype.
 struct Attn {
     q: Array,
+    /// `q * scale`: the scale goes on q (L x D) rather than on the scores (L x L).
+    qs: Array,
     k: Array,
     v: Array,
     p: Array,
@@ -186,8 +188,8 @@ impl Attn {
         let q = grouped(&ops::astype(&primals[0], operands)?, hk, g)?;
         let k = grouped(&ops::astype(&primals[1], operands)?, hk, 1)?;
         let v = grouped(&ops::astype(&primals[2], operands)?, hk, 1)?;
-        let qk = product(operands, &q, &ops::swapaxes(&k, -1, -2)?)?;
-        let mut s = ops::multiply(&qk, &f(scale, &qk)?)?;
+        let qs = ops::multiply(&q, &f(scale, &q)?)?;
+        let mut s = product(operands, &qs, &ops::swapaxes(&k, -1, -2)?)?;
         let full = [b, hk, g, lq, lk];
         let lowest = f(if s.dtype() == DType::F64 { f64::MIN } else { f32::MIN as f64 }, &s)?;
         match mask {
@@ -210,7 +212,7 @@ impl Attn {
             }
         }
         let p = ops::softmax(&s, Some(LAST), true)?;
-        Ok(Attn { q, k, v, p, scale, shape: [b, hq, lq, hk, g], operands })
+        Ok(Attn { q, qs, k, v, p, scale, shape: [b, hq, lq, hk, g], operands })
     }
 
     /// `a @ b` with operands in the products' dtype, result in the compute dtype.
@@ -252,12 +254,16 @@ fn attention_vjp(
     let go = grouped(&compute(g)?, hk, grp)?;
     let t = |x: &Array| ops::swapaxes(x, -1, -2);
     let dp = a.mm(&go, &t(&a.v)?)?;
-    let ds = ops::multiply(&a.softmax_apply(&dp)?, &f(a.scale, &dp)?)?;
+    // The scores' gradient without the scale: it is applied to the (L x D) products instead.
+    let ds = a.softmax_apply(&dp)?;
     argnums
         .iter()
         .map(|&i| match i {
-            0 => a.ungroup(&a.mm(&ds, &a.k)?),
-            1 => Attn::sum_group(&a.mm(&t(&ds)?, &a.q)?),
+            0 => {
+                let dq = a.mm(&ds, &a.k)?;
+                a.ungroup(&ops::multiply(&dq, &f(a.scale, &dq)?)?)
+            }
+            1 => Attn::sum_group(&a.mm(&t(&ds)?, &a.qs)?),
             2 => Attn::sum_group(&a.mm(&t(&a.p)?, &go)?),
             // The mask carries no gradient here.
             _ => ops::zeros_like(&primals[i], None),
