@@ -194,7 +194,7 @@ def test_matmul_transposed_and_sliced_operands():
 
 def test_ops_without_gpu_kernels_still_run():
     x = rand((9, 13))
-    for fn in (lambda v: mx.sort(v, axis=1), lambda v: mx.cumsum(v, axis=0),
+    for fn in (lambda v: mx.searchsorted(mx.sort(v[0]), v[1]), lambda v: mx.cumsum(v, axis=0),
                lambda v: mx.argmax(v, axis=1), lambda v: mx.softmax(v, axis=-1),
                lambda v: v[mx.array([3, 1, 4])], lambda v: mx.concatenate([v, v], axis=0)):
         g, c = both(fn, x)
@@ -455,3 +455,23 @@ def test_plain_scatter_keeps_the_last_duplicate(dtype):
         return y
 
     exact(*both(f, x, upd))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint8, mx.int64, mx.bool_])
+@pytest.mark.parametrize("shape,axis", [((7, 300), 1), ((300, 5), 0), ((3, 2049), -1),
+                                        ((2, 5000), 1), ((4, 1), 1), ((6, 7, 8), 1)])
+def test_sort_argsort_partition_match_cpu(dtype, shape, axis):
+    # Few distinct values: ties must keep their order (stable), as on the CPU.
+    x = mx.array(RNG.integers(-5, 6, size=shape).astype(np.float32)).astype(dtype)
+    exact(*both(lambda v: mx.sort(v, axis=axis), x))
+    exact(*both(lambda v: mx.argsort(v, axis=axis), x))
+    k = shape[axis] // 2
+    g, _ = both(lambda v: mx.partition(v, k, axis=axis), x)
+    ref = np.sort(np.array(x.astype(mx.float32)) if dtype in FLOATS else np.array(x), axis=axis)
+    np.testing.assert_array_equal(np.take(g, k, axis=axis), np.take(ref, k, axis=axis))
+
+
+def test_sort_nan_last_and_negative_zero_stable():
+    x = mx.array([[3.0, np.nan, -0.0, 1.0, 0.0, np.nan, -np.inf, np.inf]])
+    exact(*both(lambda v: mx.argsort(v, axis=-1), x))
+    exact(*both(lambda v: mx.sort(v, axis=-1), x))

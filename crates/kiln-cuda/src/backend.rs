@@ -2,7 +2,7 @@
 //! the CPU, moving their inputs to the host (see `supports`).
 
 use crate::elementwise::{run_program, single_op_program};
-use crate::{copy, creation, indexing, matmul, reduce, rows, scan};
+use crate::{copy, creation, indexing, matmul, reduce, rows, scan, sort};
 use kiln_base::{bail, ArrayData, Backend, DType, Layout, Primitive, Result, Shape};
 use std::sync::Arc;
 
@@ -31,6 +31,8 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
                 | Primitive::Gather { .. }
                 | Primitive::Scatter { .. }
                 | Primitive::Scan { .. }
+                | Primitive::Sort { .. }
+                | Primitive::Partition { .. }
                 | Primitive::View(_)
                 | Primitive::AsStrided { .. }
         )
@@ -86,6 +88,10 @@ impl Backend for CudaBackend {
                     }
                     Primitive::Scan { op, axis, reverse, inclusive } => {
                         scan::scan(prim, (*op, *axis, *reverse, *inclusive), &inputs[0], shape)
+                    }
+                    // A full sort is a valid partition for every kth.
+                    Primitive::Sort { axis, arg } | Primitive::Partition { axis, arg, .. } => {
+                        sort::sort(prim.name(), *axis, *arg, &inputs[0], shape)
                     }
                     Primitive::View(_) => {
                         copy::relabel(&inputs[0], Layout::contiguous(shape), *dtype)

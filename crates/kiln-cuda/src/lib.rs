@@ -9,8 +9,8 @@
 //! - `launch`: kernel argument packing and launches;
 //! - `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
 //!   every eager elementwise primitive;
-//! - `reduce`, `rows` (arg reductions, softmax), `scan`, `matmul` (cuBLAS): the other
-//!   computing primitives;
+//! - `reduce`, `rows` (arg reductions, softmax), `scan`, `sort` (bitonic, stable by index),
+//!   `matmul` (cuBLAS): the other computing primitives;
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
 //!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
 //! - `backend`: the `Backend` implementation.
@@ -28,6 +28,7 @@ pub mod reduce;
 pub mod rows;
 pub mod runtime;
 pub mod scan;
+pub mod sort;
 pub mod transfer;
 
 pub use backend::{supports, CudaBackend};

@@ -1,0 +1,251 @@
+//! Sort and argsort along an axis (and Partition, which a full sort satisfies): a bitonic
+//! network over each row padded to a power of two, on (value, index) pairs compared
+//! lexicographically, so equal values keep their order (the result equals a stable sort) and
+//! NaN goes last, as on the CPU. Rows of up to `SHARED_ROW` sort in shared memory, a block
+//! per row; longer rows run the network in global memory, one launch per step.
+
+use crate::alloc::{device_ptr, DEVICE};
+use crate::copy::{contiguous, copy_into, empty};
+use crate::launch::{blocks_for, launch, Args, BLOCK};
+use crate::nvrtc::KernelCache;
+use kiln_base::{bail, ArrayData, DType, Layout, Result};
+
+/// The longest row sorted in shared memory (its keys and indices take at most 24 KB).
+const SHARED_ROW: usize = 2048;
+
+/// The compare type: half floats compare as float, the rest as themselves.
+fn key_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 | DType::BF16 => "float",
+        d => kiln_codegen::c_type(d),
+    }
+}
+
+fn key_load(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "k_f16_to_f32(x)",
+        DType::BF16 => "k_bf16_to_f32(x)",
+        _ => "x",
+    }
+}
+
+/// Helpers shared by both kernels: `k_before` orders (key, index) pairs; indices at or past
+/// `len` are padding and sort after everything.
+fn header(dtype: DType) -> String {
+    let nan = if dtype.is_float() { "a != a" } else { "false" };
+    let nan_b = if dtype.is_float() { "b != b" } else { "false" };
+    format!(
+        r#"
+typedef {storage} S;
+typedef {key} K;
+K_INLINE K k_key(S x) {{ return {load}; }}
+K_INLINE bool k_before(K a, uint32_t ia, K b, uint32_t ib, uint32_t len) {{
+    if (ia >= len || ib >= len) return ia < ib;
+    const bool na = {nan}, nb = {nan_b};
+    if (na || nb) return na == nb ? ia < ib : nb;
+    if (a < b) return true;
+    if (b < a) return false;
+    return ia < ib;
+}}
+"#,
+        storage = kiln_codegen::c_type(dtype),
+        key = key_type(dtype),
+        load = key_load(dtype),
+    )
+}
+
+/// A block sorts each row in shared memory: `p` (a power of two) keys, then `p` indices from
+/// the next multiple of 8 keys (aligned for any key width).
+fn shared_source(dtype: DType) -> String {
+    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    s.push_str(&header(dtype));
+    s.push_str(
+        r#"
+extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, const int64_t p,
+                                   const S *__restrict__ in, S *__restrict__ values,
+                                   uint32_t *__restrict__ indices) {
+    extern __shared__ unsigned long long smem_[];
+    K *key = (K *)smem_;
+    uint32_t *ix = (uint32_t *)(key + ((p + 7) & ~7ll));  /* 8-byte aligned after the keys */
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const S *src = in + row * len;
+        for (int64_t i = threadIdx.x; i < p; i += blockDim.x) {
+            ix[i] = (uint32_t)i;
+            key[i] = i < len ? k_key(src[i]) : (K)0;
+        }
+        __syncthreads();
+        for (int64_t k = 2; k <= p; k <<= 1) {
+            for (int64_t j = k >> 1; j > 0; j >>= 1) {
+                for (int64_t i = threadIdx.x; i < p; i += blockDim.x) {
+                    const int64_t l = i ^ j;
+                    if (l > i) {
+                        const bool up = (i & k) == 0;
+                        const bool swap = up ? k_before(key[l], ix[l], key[i], ix[i], (uint32_t)len)
+                                             : k_before(key[i], ix[i], key[l], ix[l], (uint32_t)len);
+                        if (swap) {
+                            const K t = key[i]; key[i] = key[l]; key[l] = t;
+                            const uint32_t u = ix[i]; ix[i] = ix[l]; ix[l] = u;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+            if (indices) indices[row * len + i] = ix[i];
+            if (values) values[row * len + i] = src[ix[i]];
+        }
+        __syncthreads();
+    }
+}
+"#,
+    );
+    s
+}
+
+/// The same network in global memory for long rows: `phase` 0 fills the pairs, 1 runs the
+/// step (k, j) over every element, 2 writes the results.
+fn global_source(dtype: DType) -> String {
+    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    s.push_str(&header(dtype));
+    s.push_str(
+        r#"
+extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, const int64_t p,
+                                   const S *__restrict__ in, S *__restrict__ values,
+                                   uint32_t *__restrict__ indices, K *__restrict__ key,
+                                   uint32_t *__restrict__ ix, const int phase, const int64_t k,
+                                   const int64_t j) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * p;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = t / p, i = t - row * p;
+        const S *src = in + row * len;
+        K *rk = key + row * p;
+        uint32_t *ri = ix + row * p;
+        if (phase == 0) {
+            ri[i] = (uint32_t)i;
+            rk[i] = i < len ? k_key(src[i]) : (K)0;
+        } else if (phase == 1) {
+            const int64_t l = i ^ j;
+            if (l > i) {
+                const bool up = (i & k) == 0;
+                const bool swap = up ? k_before(rk[l], ri[l], rk[i], ri[i], (uint32_t)len)
+                                     : k_before(rk[i], ri[i], rk[l], ri[l], (uint32_t)len);
+                if (swap) {
+                    const K a = rk[i]; rk[i] = rk[l]; rk[l] = a;
+                    const uint32_t u = ri[i]; ri[i] = ri[l]; ri[l] = u;
+                }
+            }
+        } else if (i < len) {
+            if (indices) indices[row * len + i] = ri[i];
+            if (values) values[row * len + i] = src[ri[i]];
+        }
+    }
+}
+"#,
+    );
+    s
+}
+
+static KERNELS: KernelCache<(DType, bool)> = KernelCache::new();
+
+/// Sorts `x` along `axis`: the values (`arg` false) or their uint32 indices (`arg` true).
+pub(crate) fn sort(
+    op: &'static str,
+    axis: usize,
+    arg: bool,
+    x: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    if x.dtype == DType::C64 {
+        bail!(Type, op, "Complex sorts are not supported on the GPU yet.");
+    }
+    let out_dtype = if arg { DType::U32 } else { x.dtype };
+    let out = empty(shape, out_dtype)?;
+    let len = shape[axis];
+    let n = out.layout.size();
+    if n == 0 {
+        return Ok(out);
+    }
+    if len > u32::MAX as usize {
+        bail!(Value, op, "Rows longer than 2^32 elements cannot be sorted on the GPU.");
+    }
+    let rows = n / len;
+    // Rows along the last axis, row-major.
+    let nd = shape.len();
+    let perm: Vec<usize> = (0..nd).filter(|&d| d != axis).chain([axis]).collect();
+    let input = contiguous(&ArrayData { layout: x.layout.transpose(&perm), ..x.clone() })?;
+    let sorted = if axis == nd - 1 { out.clone() } else { empty(&input.layout.shape, out_dtype)? };
+    let p = len.next_power_of_two();
+    let (values, indices) =
+        if arg { (0, sorted.buffer.as_ptr() as u64) } else { (sorted.buffer.as_ptr() as u64, 0) };
+    let in_ptr = device_ptr(&input.buffer, input.layout.offset as isize, x.dtype.size());
+    let shared = p <= SHARED_ROW;
+    let f = KERNELS.get(&(x.dtype, shared), "kiln_sort", || {
+        if shared {
+            shared_source(x.dtype)
+        } else {
+            global_source(x.dtype)
+        }
+    })?;
+    let key_size = match x.dtype {
+        DType::F16 | DType::BF16 => 4,
+        d => d.size(),
+    };
+    if shared {
+        let mut args = Args::new();
+        args.i64(rows as i64).i64(len as i64).i64(p as i64).ptr(in_ptr).ptr(values).ptr(indices);
+        let smem = (p.next_multiple_of(8) * key_size + p * 4) as u32;
+        launch(op, f, blocks_for(rows as u64, 1), BLOCK, smem, &mut args)?;
+    } else {
+        let keys = DEVICE.alloc(rows * p * key_size)?;
+        let ix = DEVICE.alloc(rows * p * 4)?;
+        let blocks = blocks_for((rows * p) as u64, BLOCK as u64);
+        let step = |phase: i64, k: usize, j: usize| -> Result<()> {
+            let mut args = Args::new();
+            args.i64(rows as i64).i64(len as i64).i64(p as i64).ptr(in_ptr).ptr(values);
+            args.ptr(indices).ptr(keys.as_ptr() as u64).ptr(ix.as_ptr() as u64);
+            // `phase` is an int parameter: its word's low half, little-endian.
+            args.i64(phase).i64(k as i64).i64(j as i64);
+            launch(op, f, blocks, BLOCK, 0, &mut args)
+        };
+        step(0, 0, 0)?;
+        let mut k = 2;
+        while k <= p {
+            let mut j = k / 2;
+            while j > 0 {
+                step(1, k, j)?;
+                j /= 2;
+            }
+            k *= 2;
+        }
+        step(2, 0, 0)?;
+    }
+    if axis != nd - 1 {
+        // Back from rows along the last axis to the axis's place.
+        let mut inverse = vec![0; nd];
+        for (i, &d) in perm.iter().enumerate() {
+            inverse[d] = i;
+        }
+        let back = ArrayData { layout: sorted.layout.transpose(&inverse), ..sorted };
+        copy_into(&back, &out.buffer, &Layout::contiguous(shape))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_sources() {
+        let h = shared_source(DType::BF16);
+        assert!(h.contains("typedef float K;"));
+        assert!(h.contains("K_INLINE K k_key(S x) { return k_bf16_to_f32(x); }"));
+        assert!(h.contains("const bool na = a != a, nb = b != b;"));
+        assert!(h.contains("(key + ((p + 7) & ~7ll))"));
+        let g = global_source(DType::I64);
+        assert!(g.contains("typedef int64_t K;"));
+        assert!(g.contains("const bool na = false, nb = false;"));
+        assert!(g.contains("phase == 1"));
+    }
+}
