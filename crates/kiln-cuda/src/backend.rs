@@ -33,6 +33,7 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
                 | Primitive::Scan { .. }
                 | Primitive::Sort { .. }
                 | Primitive::Partition { .. }
+                | Primitive::SearchSorted { .. }
                 | Primitive::View(_)
                 | Primitive::AsStrided { .. }
         )
@@ -92,6 +93,9 @@ impl Backend for CudaBackend {
                     // A full sort is a valid partition for every kth.
                     Primitive::Sort { axis, arg } | Primitive::Partition { axis, arg, .. } => {
                         sort::sort(prim.name(), *axis, *arg, &inputs[0], shape)
+                    }
+                    Primitive::SearchSorted { right } => {
+                        sort::search_sorted(*right, &inputs[0], &inputs[1], shape)
                     }
                     Primitive::View(_) => {
                         copy::relabel(&inputs[0], Layout::contiguous(shape), *dtype)

@@ -2,7 +2,8 @@
 //! network over each row padded to a power of two, on (value, index) pairs compared
 //! lexicographically, so equal values keep their order (the result equals a stable sort) and
 //! NaN goes last, as on the CPU. Rows of up to `SHARED_ROW` sort in shared memory, a block
-//! per row; longer rows run the network in global memory, one launch per step.
+//! per row; longer rows run the network in global memory, one launch per step. SearchSorted
+//! is a binary search per value under the same order.
 
 use crate::alloc::{device_ptr, DEVICE};
 use crate::copy::{contiguous, copy_into, empty};
@@ -146,6 +147,78 @@ extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, cons
     s
 }
 
+/// Binary search of each value in a sorted 1-d sequence under the same order (NaN last,
+/// equal values equal): the count of elements before it (`RIGHT`: not after it).
+fn search_source(dtype: DType, right: bool) -> String {
+    let nan = |v: &str| if dtype.is_float() { format!("{v} != {v}") } else { "false".into() };
+    format!(
+        r#"{preamble}
+typedef {storage} S;
+typedef {key} K;
+K_INLINE K k_key(S x) {{ return {load}; }}
+/* -1, 0, 1 as a is before, equal to or after b. */
+K_INLINE int k_order(K a, K b) {{
+    const bool na = {na}, nb = {nb};
+    if (na || nb) return na == nb ? 0 : (na ? 1 : -1);
+    return a < b ? -1 : (b < a ? 1 : 0);
+}}
+extern "C" __global__ void kiln_searchsorted(const int64_t n, const int64_t len, const S *__restrict__ seq,
+                                           const S *__restrict__ values, uint32_t *__restrict__ out) {{
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
+         t += (int64_t)gridDim.x * blockDim.x) {{
+        const K v = k_key(values[t]);
+        int64_t lo = 0, hi = len;
+        while (lo < hi) {{
+            const int64_t mid = lo + (hi - lo) / 2;
+            const int o = k_order(k_key(seq[mid]), v);
+            if ({before}) lo = mid + 1; else hi = mid;
+        }}
+        out[t] = (uint32_t)lo;
+    }}
+}}
+"#,
+        preamble = kiln_codegen::cuda::PREAMBLE,
+        storage = kiln_codegen::c_type(dtype),
+        key = key_type(dtype),
+        load = key_load(dtype),
+        na = nan("a"),
+        nb = nan("b"),
+        before = if right { "o <= 0" } else { "o < 0" },
+    )
+}
+
+static SEARCHES: KernelCache<(DType, bool)> = KernelCache::new();
+
+/// For each of `values`, its uint32 insertion index into the sorted 1-d `seq`.
+pub(crate) fn search_sorted(
+    right: bool,
+    seq: &ArrayData,
+    values: &ArrayData,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let op = "searchsorted";
+    let len = seq.layout.size();
+    if len > u32::MAX as usize {
+        bail!(Value, op, "Sequence of {len} elements is too long for uint32.");
+    }
+    let out = empty(shape, DType::U32)?;
+    let n = out.layout.size();
+    if n == 0 {
+        return Ok(out);
+    }
+    let (seq, values) = (contiguous(seq)?, contiguous(values)?);
+    let dtype = seq.dtype;
+    let f = SEARCHES.get(&(dtype, right), "kiln_searchsorted", || search_source(dtype, right))?;
+    let mut args = Args::new();
+    args.i64(n as i64)
+        .i64(len as i64)
+        .ptr(device_ptr(&seq.buffer, seq.layout.offset as isize, dtype.size()))
+        .ptr(device_ptr(&values.buffer, values.layout.offset as isize, dtype.size()))
+        .ptr(device_ptr(&out.buffer, 0, 4));
+    launch(op, f, blocks_for(n as u64, BLOCK as u64), BLOCK, 0, &mut args)?;
+    Ok(out)
+}
+
 static KERNELS: KernelCache<(DType, bool)> = KernelCache::new();
 
 /// Sorts `x` along `axis`: the values (`arg` false) or their uint32 indices (`arg` true).
@@ -247,5 +320,9 @@ mod tests {
         assert!(g.contains("typedef int64_t K;"));
         assert!(g.contains("const bool na = false, nb = false;"));
         assert!(g.contains("phase == 1"));
+        let r = search_source(DType::F16, true);
+        assert!(r.contains("if (o <= 0) lo = mid + 1; else hi = mid;"));
+        assert!(r.contains("const bool na = a != a, nb = b != b;"));
+        assert!(search_source(DType::I32, false).contains("if (o < 0) lo = mid + 1;"));
     }
 }
