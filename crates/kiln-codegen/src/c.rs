@@ -182,11 +182,13 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
     );
     for (k, &dtype) in program.inputs.iter().enumerate() {
         let ty = c_type(dtype);
-        let _ = writeln!(s, "    const {ty} *restrict in{k} = (const {ty} *)in[{k}];");
+        // No `restrict`: a donated input is also an output (same element, read before
+        // written); K_IVDEP keeps the loops vectorised.
+        let _ = writeln!(s, "    const {ty} *in{k} = (const {ty} *)in[{k}];");
     }
     for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
         let ty = c_type(dtype);
-        let _ = writeln!(s, "    {ty} *restrict out{k} = ({ty} *)out[{k}];");
+        let _ = writeln!(s, "    {ty} *out{k} = ({ty} *)out[{k}];");
     }
     match variant {
         Variant::Contiguous(kinds) => {
@@ -262,9 +264,9 @@ mod tests {
         let expected = "
 /* Compiled_multiply_erf */
 void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) {
-    const float *restrict in0 = (const float *)in[0];
-    float *restrict out0 = (float *)out[0];
-    float *restrict out1 = (float *)out[1];
+    const float *in0 = (const float *)in[0];
+    float *out0 = (float *)out[0];
+    float *out1 = (float *)out[1];
     K_IVDEP
     for (int64_t i = begin; i < end; ++i) {
         const float t0 = in0[i];

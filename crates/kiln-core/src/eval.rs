@@ -8,6 +8,7 @@ use crate::device::backend;
 use crate::graph::pending_in_order;
 use kiln_base::{bail, ArrayData, DType, DeviceKind, Primitive, Result, Shape};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 static CALLS_RUN: AtomicU64 = AtomicU64::new(0);
 
@@ -68,19 +69,24 @@ fn eval_node(array: &Array) -> Result<()> {
         }
         _ => array.stream().device,
     };
+    // Inside a transform, traced nodes keep their call: the transform walks it afterwards.
+    let keep_graph = array.is_tracer();
+    let mut donated = Vec::with_capacity(call.inputs.len());
     let inputs: Vec<ArrayData> = call
         .inputs
         .iter()
         .map(|input| {
             let data = input.0.data.get().expect("inputs are evaluated first");
             if data.buffer.device() == device || call.prim.view_layout(&data.layout).is_some() {
+                donated.push(!keep_graph && sole_owner(input, data));
                 Ok(data.clone())
             } else {
+                donated.push(false);
                 input.data_on(device)
             }
         })
         .collect::<Result<_>>()?;
-    let mut results = run(&call.prim, &inputs, &call.output_meta, device)?;
+    let mut results = run(&call.prim, &inputs, &donated, &call.output_meta, device)?;
     if device != array.stream().device {
         // Ran on the CPU for want of a GPU kernel: the results belong on the GPU.
         results = results
@@ -90,8 +96,6 @@ fn eval_node(array: &Array) -> Result<()> {
     }
     CALLS_RUN.fetch_add(1, Ordering::Relaxed);
     let outputs = call.outputs.get().expect("set at construction");
-    // Inside a transform, traced nodes keep their call: the transform walks it afterwards.
-    let keep_graph = array.is_tracer();
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);
@@ -104,10 +108,24 @@ fn eval_node(array: &Array) -> Result<()> {
     Ok(())
 }
 
-/// Runs one primitive: a view when the layout allows, else the device's kernel.
+/// Buffer donation: whether `input`'s buffer is referenced by nothing but the call being
+/// run, so the kernel may write an output into it. The call's handle must be the only one
+/// to the node (no array the user holds, not passed twice, no other pending graph; no weak
+/// handle that could revive it) and the node's the only one to the buffer (no view, no
+/// numpy export). Both counts only grow through the node, which only this call reaches.
+fn sole_owner(input: &Array, data: &ArrayData) -> bool {
+    Arc::strong_count(&input.0) == 1
+        && Arc::weak_count(&input.0) == 0
+        && !input.is_tracer()
+        && data.buffer.handle_count() == 1
+}
+
+/// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:
+/// see `sole_owner`).
 fn run(
     prim: &Primitive,
     inputs: &[ArrayData],
+    donated: &[bool],
     outputs: &[(Shape, DType)],
     device: kiln_base::Device,
 ) -> Result<Vec<ArrayData>> {
@@ -122,6 +140,13 @@ fn run(
     }
     if let Primitive::Custom { num_primals, .. } = prim {
         return Ok(inputs[*num_primals..].to_vec()); // the function's outputs, as they are
+    }
+    // Only fused kernels write into donated buffers so far.
+    if device.kind == DeviceKind::Cpu
+        && matches!(prim, Primitive::Fused(_))
+        && donated.contains(&true)
+    {
+        return kiln_cpu::CpuBackend.eval_donating(prim, inputs, donated, outputs);
     }
     let device = backend(device)?;
     if let (Primitive::Reshape { shape }, [input]) = (prim, inputs) {

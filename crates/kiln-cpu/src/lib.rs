@@ -48,6 +48,20 @@ impl Backend for CpuBackend {
         inputs: &[ArrayData],
         outputs: &[(Shape, DType)],
     ) -> Result<Vec<ArrayData>> {
+        self.eval_donating(prim, inputs, &[], outputs)
+    }
+}
+
+impl CpuBackend {
+    /// `eval` where `donated[i]` says input `i`'s buffer is referenced by nothing but this
+    /// call (the caller checked), so a kernel may write an output into it (fused kernels do).
+    pub fn eval_donating(
+        &self,
+        prim: &Primitive,
+        inputs: &[ArrayData],
+        donated: &[bool],
+        outputs: &[(Shape, DType)],
+    ) -> Result<Vec<ArrayData>> {
         let op = prim.name();
         for x in inputs {
             strided::validate(op, x)?;
@@ -107,7 +121,7 @@ impl Backend for CpuBackend {
             Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
             // Its outputs are views of its trailing inputs: the core evaluates it.
             Primitive::Custom { num_primals, .. } => return Ok(inputs[*num_primals..].to_vec()),
-            Primitive::Fused(program) => return fused::eval(program, inputs, shape),
+            Primitive::Fused(program) => return fused::eval(program, inputs, shape, donated),
             Primitive::Fast(f) => return fast::eval(f, inputs, outputs),
             Primitive::Gather { axes, slice_sizes } => {
                 gather::gather(axes, slice_sizes, inputs, shape)

@@ -1,7 +1,8 @@
 //! Scaled dot-product attention, streaming (flash-attention style): for each (batch, head,
 //! block of queries) task, keys and values are visited a block at a time; the block's scores
-//! `S = (scale q) kᵀ` come from one faer product, the running row maxima, sums and output
-//! rows are rescaled when the maximum grows (online softmax), and `P v` is added by a second
+//! `S = (scale q) kᵀ` come from a register-tiled product (`tile.rs`, kept transposed so the
+//! softmax runs vectorised over queries), the running row maxima, sums and output rows are
+//! rescaled when the maximum grows (online softmax), and `P v` is added by a second tiled
 //! product. The full (Lq, Lk) score matrix never exists; memory per task is a few blocks.
 //!
 //! Hidden scores (causal or a false boolean mask) become the lowest finite value, so a row
@@ -9,17 +10,14 @@
 //! by the causal mask are skipped when every query of the block sees at least one key.
 //! Grouped-query attention maps query head `h` to key/value head `h / (Hq / Hk)`.
 
-use super::{dense_as, elements, Real};
+use super::{dense_as, elements, tile, Real};
 use crate::simd;
 use crate::strided::output;
-use faer::{MatMut, MatRef, Par};
 use kiln_base::{ArrayData, AttentionMask, Result};
 use rayon::prelude::*;
 
 const BLOCK_Q: usize = 64;
 const BLOCK_K: usize = 256;
-/// Partial maxima and sums per row: independent lanes let the loops vectorise.
-const LANES: usize = 16;
 
 /// A broadcastable 4-d mask read in place through its strides (0 on broadcast axes).
 struct Mask<'a, M> {
@@ -120,14 +118,56 @@ struct Ctx<'a, C> {
     boolean: Option<&'a Mask<'a, u8>>,
 }
 
-/// One block of query rows against every key block.
+/// One block of query rows against every key block, with tile sizes for the SIMD level.
 fn block<C: Real>(c: &Ctx<'_, C>, q: &[C], k: &[C], v: &[C], scale: C, o: &mut [C]) {
+    // Tiles: (score keys, score queries, output rows, output columns); accumulators
+    // `MR * NC` elements fill about half of the vector registers.
+    let wide = std::mem::size_of::<C>() == 4;
+    match simd::level() {
+        simd::Level::Avx512 if wide => simd::run(
+            #[inline(always)]
+            || block_tiled::<C, 6, 32, 4, 64>(c, q, k, v, scale, o),
+        ),
+        simd::Level::Avx512 => simd::run(
+            #[inline(always)]
+            || block_tiled::<C, 6, 16, 4, 32>(c, q, k, v, scale, o),
+        ),
+        simd::Level::Avx2 if wide => simd::run(
+            #[inline(always)]
+            || block_tiled::<C, 3, 32, 3, 32>(c, q, k, v, scale, o),
+        ),
+        simd::Level::Avx2 => simd::run(
+            #[inline(always)]
+            || block_tiled::<C, 3, 16, 3, 16>(c, q, k, v, scale, o),
+        ),
+        simd::Level::Base => block_tiled::<C, 2, 8, 2, 8>(c, q, k, v, scale, o),
+    }
+}
+
+#[inline(always)]
+fn block_tiled<C: Real, const SMR: usize, const SNC: usize, const OMR: usize, const ONC: usize>(
+    c: &Ctx<'_, C>,
+    q: &[C],
+    k: &[C],
+    v: &[C],
+    scale: C,
+    o: &mut [C],
+) {
     let (dk, dv, lk) = (c.dk, c.dv, c.lk);
     let rows = q.len() / dk;
-    let qs: Vec<C> = q.iter().map(|&x| x * scale).collect();
-    let mut s = vec![C::ZERO; rows * BLOCK_K];
-    let mut m = vec![C::NEG_INF; rows];
-    let mut l = vec![C::ZERO; rows];
+    // Query columns of the transposed tiles, padded with zero queries to whole tiles.
+    let ld = rows.next_multiple_of(SNC);
+    let mut qt = vec![C::ZERO; dk * ld];
+    for (r, qrow) in q.chunks_exact(dk).enumerate() {
+        for (d, &x) in qrow.iter().enumerate() {
+            qt[d * ld + r] = x * scale;
+        }
+    }
+    let mut st = vec![C::ZERO; BLOCK_K * ld];
+    let mut m = vec![C::NEG_INF; ld]; // running maxima
+    let mut l = vec![C::ZERO; ld]; // running sums
+    let (mut bmax, mut base, mut corr, mut sum) =
+        (vec![C::ZERO; ld], vec![C::ZERO; ld], vec![C::ZERO; ld], vec![C::ZERO; ld]);
     o.fill(C::ZERO);
     // Causal: query i sees keys j <= i + lk - lq. Skipping later blocks is exact only when
     // every query of this block sees some key (else its row must average all keys).
@@ -141,64 +181,82 @@ fn block<C: Real>(c: &Ctx<'_, C>, q: &[C], k: &[C], v: &[C], scale: C, o: &mut [
     let mut j0 = 0;
     while j0 < key_end {
         let kb = BLOCK_K.min(key_end - j0);
-        let sb = &mut s[..rows * kb];
-        C::gemm(
-            MatMut::from_row_major_slice_mut(sb, rows, kb),
-            MatRef::from_row_major_slice(&qs, rows, dk),
-            MatRef::from_row_major_slice(&k[j0 * dk..][..kb * dk], kb, dk).transpose(),
-            Par::Seq,
-        );
-        simd::run(
-            #[inline(always)]
-            || {
-                for (r, srow) in sb.chunks_exact_mut(kb).enumerate() {
-                    let i = c.i0 + r;
-                    if let Some(add) = c.add {
-                        let (at, st) = add.row(c.b, c.h, i);
-                        for (jj, x) in srow.iter_mut().enumerate() {
-                            *x = *x + add.data[(at as isize + (j0 + jj) as isize * st) as usize];
-                        }
-                    }
-                    if let Some(bm) = c.boolean {
-                        let (at, st) = bm.row(c.b, c.h, i);
-                        for (jj, x) in srow.iter_mut().enumerate() {
-                            if bm.data[(at as isize + (j0 + jj) as isize * st) as usize] == 0 {
-                                *x = C::LOWEST;
-                            }
-                        }
-                    }
-                    if c.causal {
-                        let last = i as isize + shift; // last visible key
-                        for (jj, x) in srow.iter_mut().enumerate() {
-                            if (j0 + jj) as isize > last {
-                                *x = C::LOWEST;
-                            }
-                        }
-                    }
-                    // Online softmax update of row r (lane-wise, so the loops vectorise).
-                    let mx = row_max(srow, m[r]);
-                    let corr = if mx == m[r] { C::ONE } else { (m[r] - mx).exp() };
-                    let sum = exp_sum(srow, mx);
-                    l[r] = l[r] * corr + sum;
-                    m[r] = mx;
-                    if corr != C::ONE {
-                        for y in o[r * dv..][..dv].iter_mut() {
-                            *y = *y * corr;
-                        }
-                    }
-                }
-            },
-        );
-        C::gemm_add(
-            MatMut::from_row_major_slice_mut(o, rows, dv),
-            MatRef::from_row_major_slice(sb, rows, kb),
-            MatRef::from_row_major_slice(&v[j0 * dv..][..kb * dv], kb, dv),
-        );
+        let sb = &mut st[..kb * ld];
+        tile::scores::<C, SMR, SNC>(sb, &k[j0 * dk..][..kb * dk], &qt, kb, dk, ld);
+        apply_mask(c, sb, j0, kb, rows, ld, shift);
+        // Online softmax, vectorised over the queries (the columns of sᵀ).
+        bmax.copy_from_slice(&m);
+        for srow in sb.chunks_exact(ld) {
+            for (b, &x) in bmax.iter_mut().zip(srow) {
+                *b = max_nan(*b, x);
+            }
+        }
+        for r in 0..ld {
+            corr[r] = if bmax[r] == m[r] { C::ONE } else { (m[r] - bmax[r]).exp() };
+            // Every score so far -inf (an additive mask): exp(-inf - 0) = 0, not NaN.
+            base[r] = if bmax[r] == C::NEG_INF { C::ZERO } else { bmax[r] };
+        }
+        sum.fill(C::ZERO);
+        for srow in sb.chunks_exact_mut(ld) {
+            for ((x, s), &b) in srow.iter_mut().zip(sum.iter_mut()).zip(&base) {
+                *x = (*x - b).exp();
+                *s = *s + *x;
+            }
+        }
+        for r in 0..ld {
+            l[r] = l[r] * corr[r] + sum[r];
+        }
+        m.copy_from_slice(&bmax);
+        for (orow, &cr) in o.chunks_exact_mut(dv).zip(&corr) {
+            if cr != C::ONE {
+                orow.iter_mut().for_each(|y| *y = *y * cr);
+            }
+        }
+        tile::accumulate::<C, OMR, ONC>(o, sb, &v[j0 * dv..][..kb * dv], rows, kb, dv, ld);
         j0 += kb;
     }
     for (orow, &lr) in o.chunks_exact_mut(dv).zip(&l) {
         let inv = C::ONE / lr;
         orow.iter_mut().for_each(|y| *y = *y * inv);
+    }
+}
+
+/// Adds the mask to the block's transposed scores `sb` (keys `j0..j0 + kb`, `rows` queries):
+/// additive values, and the lowest finite value where a boolean mask or causality hides a key.
+#[inline(always)]
+fn apply_mask<C: Real>(
+    c: &Ctx<'_, C>,
+    sb: &mut [C],
+    j0: usize,
+    kb: usize,
+    rows: usize,
+    ld: usize,
+    shift: isize,
+) {
+    for r in 0..rows {
+        let i = c.i0 + r;
+        if let Some(add) = c.add {
+            let (at, st) = add.row(c.b, c.h, i);
+            for jj in 0..kb {
+                let x = &mut sb[jj * ld + r];
+                *x = *x + add.data[(at as isize + (j0 + jj) as isize * st) as usize];
+            }
+        }
+        if let Some(bm) = c.boolean {
+            let (at, st) = bm.row(c.b, c.h, i);
+            for jj in 0..kb {
+                if bm.data[(at as isize + (j0 + jj) as isize * st) as usize] == 0 {
+                    sb[jj * ld + r] = C::LOWEST;
+                }
+            }
+        }
+        if c.causal {
+            // Keys after `i + shift` are hidden.
+            let first_hidden = (i as isize + shift + 1 - j0 as isize).clamp(0, kb as isize);
+            for jj in first_hidden as usize..kb {
+                sb[jj * ld + r] = C::LOWEST;
+            }
+        }
     }
 }
 
@@ -210,37 +268,4 @@ fn max_nan<C: Real>(a: C, v: C) -> C {
     } else {
         a
     }
-}
-
-/// The maximum of `init` and the row.
-#[inline(always)]
-fn row_max<C: Real>(x: &[C], init: C) -> C {
-    let mut lanes = [init; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for c in chunks.by_ref() {
-        for (m, &v) in lanes.iter_mut().zip(c) {
-            *m = max_nan(*m, v);
-        }
-    }
-    let m = lanes.into_iter().fold(init, max_nan);
-    chunks.remainder().iter().fold(m, |a, &v| max_nan(a, v))
-}
-
-/// Replaces the row by `exp(x - mx)` and returns its sum.
-#[inline(always)]
-fn exp_sum<C: Real>(x: &mut [C], mx: C) -> C {
-    let mut sums = [C::ZERO; LANES];
-    let mut chunks = x.chunks_exact_mut(LANES);
-    for c in chunks.by_ref() {
-        for (s, v) in sums.iter_mut().zip(c.iter_mut()) {
-            *v = (*v - mx).exp();
-            *s = *s + *v;
-        }
-    }
-    let mut tail = C::ZERO;
-    for v in chunks.into_remainder() {
-        *v = (*v - mx).exp();
-        tail = tail + *v;
-    }
-    sums.iter().fold(C::ZERO, |a, &b| a + b) + tail
 }

@@ -8,12 +8,12 @@ mod attention;
 mod custom;
 mod norm;
 mod rope;
+mod tile;
 
 pub use custom::{c_kernel_check, c_kernel_source, c_type, TemplateArg};
 
 use crate::cast;
 use crate::matmul::Gemm;
-use faer::{MatMut, MatRef};
 use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
 
 /// The float types the fast kernels compute in.
@@ -36,8 +36,8 @@ pub(crate) trait Real:
     fn sqrt(self) -> Self;
     fn of(v: f64) -> Self;
     fn is_nan(self) -> bool;
-    /// `dst += a b`, on this thread.
-    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>);
+    /// `self * b + c` rounded once (an FMA instruction inside `simd::run`'s AVX copies).
+    fn mul_add(self, b: Self, c: Self) -> Self;
 }
 
 impl Real for f32 {
@@ -61,8 +61,9 @@ impl Real for f32 {
     fn is_nan(self) -> bool {
         f32::is_nan(self)
     }
-    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>) {
-        faer::linalg::matmul::matmul(dst, faer::Accum::Add, a, b, 1.0, faer::Par::Seq);
+    #[inline(always)]
+    fn mul_add(self, b: Self, c: Self) -> Self {
+        f32::mul_add(self, b, c)
     }
 }
 
@@ -87,8 +88,9 @@ impl Real for f64 {
     fn is_nan(self) -> bool {
         f64::is_nan(self)
     }
-    fn gemm_add(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>) {
-        faer::linalg::matmul::matmul(dst, faer::Accum::Add, a, b, 1.0, faer::Par::Seq);
+    #[inline(always)]
+    fn mul_add(self, b: Self, c: Self) -> Self {
+        f64::mul_add(self, b, c)
     }
 }
 

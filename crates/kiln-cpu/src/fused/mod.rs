@@ -1,12 +1,18 @@
 //! Fused elementwise kernels (compile's regions): the generated C kernel when it is built,
 //! the chunked interpreter otherwise. Inputs arrive with the output's shape (broadcasts are
-//! zero-stride views); outputs are fresh row-major buffers.
+//! zero-stride views); outputs are fresh row-major buffers, or a donated input's buffer.
+//!
+//! Donation: when eval says an input's buffer is referenced by nothing but this call (no
+//! array the user holds, no view, no numpy export, not passed twice), an output of the same
+//! element size may be written into it: element `i` of the input is read before element
+//! `i` of the output is written, and no other element is touched in between, so the
+//! kernel computes the same values without a new buffer (`x = f(x)` loops run in place).
 
 mod interp;
 pub mod jit;
 
 use kiln_base::shape::size_of;
-use kiln_base::{bail, ArrayData, FusedProgram, Layout, Result, HOST};
+use kiln_base::{bail, ArrayData, DType, DeviceKind, FusedProgram, Layout, Result, HOST};
 use kiln_codegen::c::{InputKind, Variant};
 use rayon::prelude::*;
 
@@ -36,10 +42,12 @@ pub fn kernel_source(program: &FusedProgram, inputs: &[ArrayData]) -> String {
     kiln_codegen::c::c_kernel(program, &variant_for(inputs))
 }
 
+/// Runs `program`; `donated[i]` (missing: false) says input `i`'s buffer may become an output.
 pub(crate) fn eval(
     program: &FusedProgram,
     inputs: &[ArrayData],
     shape: &[usize],
+    donated: &[bool],
 ) -> Result<Vec<ArrayData>> {
     program.validate()?;
     let n = size_of(shape);
@@ -48,9 +56,21 @@ pub(crate) fn eval(
     }
     let variant = variant_for(inputs);
     match jit::kernel(program, &variant) {
-        Some(kernel) => run_c(&kernel, program, inputs, shape),
+        Some(kernel) => run_c(&kernel, program, inputs, shape, donated),
         None => interp::run(program, inputs, shape),
     }
+}
+
+/// Whether `x` can hold an output of `n` elements of `dtype` in place: its elements are
+/// exactly the buffer's first `n` slots in row-major order, of the same size.
+fn fits_in_place(x: &ArrayData, dtype: DType, n: usize) -> bool {
+    x.dtype.size() == dtype.size()
+        && x.layout.row_contiguous
+        && x.layout.offset == 0
+        && x.layout.size() == n
+        && x.layout.strides.iter().zip(&x.layout.shape).all(|(&s, &d)| s != 0 || d <= 1)
+        && x.buffer.nbytes() >= n * dtype.size()
+        && x.buffer.device().kind == DeviceKind::Cpu
 }
 
 /// Pointers into the buffers, shared by the tasks of one kernel run.
@@ -67,7 +87,9 @@ impl Args {
 }
 
 // SAFETY: the pointers stay valid for the whole run (the caller holds the buffers), inputs
-// are only read, and each task writes the outputs at its own disjoint index range.
+// are only read, and each task writes the outputs at its own disjoint index range; a
+// donated input shares its buffer with one output, and each task reads an element of it
+// only at indices of its own range, before writing that index.
 unsafe impl Sync for Args {}
 
 fn run_c(
@@ -75,26 +97,38 @@ fn run_c(
     program: &FusedProgram,
     inputs: &[ArrayData],
     shape: &[usize],
+    donated: &[bool],
 ) -> Result<Vec<ArrayData>> {
     let n = size_of(shape);
     let mut outputs = Vec::with_capacity(program.outputs.len());
+    let mut out_ptrs = Vec::with_capacity(program.outputs.len());
+    let mut taken = vec![false; inputs.len()];
     for dtype in program.output_dtypes() {
-        let buffer = HOST.alloc_for_overwrite(n * dtype.size())?;
-        outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
-    }
-    let mut out_ptrs = Vec::with_capacity(outputs.len());
-    for out in outputs.iter_mut() {
-        let Some(slice) = out.buffer.host_slice_mut::<u8>() else {
-            bail!(Runtime, "compile", "Fused output buffer is shared.");
-        };
-        out_ptrs.push(slice.as_mut_ptr());
+        let donor = (0..inputs.len()).find(|&i| {
+            !taken[i] && donated.get(i) == Some(&true) && fits_in_place(&inputs[i], dtype, n)
+        });
+        let layout = Layout::contiguous(shape);
+        if let Some(i) = donor {
+            taken[i] = true;
+            let buffer = inputs[i].buffer.clone();
+            // The allocation's own pointer (not one derived from a shared slice): eval
+            // guarantees nothing else reads or writes this buffer while the kernel runs.
+            out_ptrs.push(buffer.as_ptr() as *mut u8);
+            outputs.push(ArrayData { buffer, layout, dtype });
+        } else {
+            let mut buffer = HOST.alloc_for_overwrite(n * dtype.size())?;
+            let Some(slice) = buffer.host_slice_mut::<u8>() else {
+                bail!(Runtime, "compile", "Fused output buffer is shared.");
+            };
+            out_ptrs.push(slice.as_mut_ptr());
+            outputs.push(ArrayData { buffer, layout, dtype });
+        }
     }
     let in_ptrs = inputs
         .iter()
         // `wrapping_add`: the offset is inside the buffer (kiln-cpu validated the layout).
-        .map(|x| {
-            x.buffer.host_slice::<u8>().as_ptr().wrapping_add(x.layout.offset * x.dtype.size())
-        })
+        // Raw pointers throughout, since a donated buffer is written through `out_ptrs`.
+        .map(|x| x.buffer.as_ptr().wrapping_add(x.layout.offset * x.dtype.size()))
         .collect();
     let args = Args { inputs: in_ptrs, outputs: out_ptrs };
     // Strided: shape and per-input strides of the (at least 1-d) iteration space.
