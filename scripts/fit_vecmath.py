@@ -55,7 +55,7 @@ def fit_rational(f, hi, pdeg, qdeg, n=6000, iters=60):
             w = w * err / np.sum(w * err)
         return sol, err.max()
 
-    powers = lambda deg: np.stack([s**j for j in range(1, deg + 1)], 1)  # noqa: E731
+    powers = lambda deg: np.stack([s**j for j in range(1, deg + 1)], 1)
     # P - f Q = f - 1 is linear in the free coefficients.
     sol, _ = solve(np.concatenate([powers(pdeg), -y[:, None] * powers(qdeg)], 1), y - 1, None)
     q = np.concatenate([[1.0], sol[pdeg:]]) / hi ** np.arange(qdeg + 1)

@@ -1,6 +1,6 @@
-//! Matmul `(..., m, k) @ (..., k, n)` through faer. f32/f64 operands are passed to faer
-//! as strided views of the input buffers (transposed, sliced, reversed and broadcast
-//! operands are read in place). f16/bf16 are converted to f32 in bulk, multiplied, and
+//! Matmul `(..., m, k) @ (..., k, n)` through faer. f32/f64 operands with a unit stride
+//! are passed to faer as strided views of the input buffers (transposed, row-sliced and
+//! broadcast operands are read in place); reversed or doubly strided ones are copied. f16/bf16 are converted to f32 in bulk, multiplied, and
 //! rounded back in bulk.
 
 use crate::element::Element;
@@ -120,24 +120,27 @@ fn batched<T: Gemm>(a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [T]) {
         return;
     }
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
-    let one = |dst: &mut [T], oa: usize, ob: usize, par: Par| {
-        let (ma, mb) = (matrix(a, la, oa), matrix(b, lb, ob));
+    let one = |dst: &mut [T], oa: usize, ob: usize, par: Par, scratch: &mut [Vec<T>; 2]| {
+        let [sa, sb] = scratch;
+        let (ma, mb) = (matrix(a, la, oa, sa), matrix(b, lb, ob, sb));
         T::gemm(MatMut::from_row_major_slice_mut(dst, m, n), ma, mb, par);
     };
     let flops = m * n * k;
     if flops >= PARALLEL_FLOPS || oa.len() < 2 || flops * oa.len() < PARALLEL_FLOPS {
         let par = if flops >= PARALLEL_FLOPS { Par::rayon(0) } else { Par::Seq };
+        let mut scratch = [Vec::new(), Vec::new()];
         for ((dst, &oa), &ob) in out.chunks_mut(m * n).zip(&oa).zip(&ob) {
-            one(dst, oa, ob, par);
+            one(dst, oa, ob, par, &mut scratch);
         }
         return;
     }
     // Enough batch elements of PARALLEL_FLOPS / 4 or more per task to pay for it.
     let per_task = (PARALLEL_FLOPS / 4).div_ceil(flops);
     out.par_chunks_mut(m * n * per_task).enumerate().for_each(|(t, chunk)| {
+        let mut scratch = [Vec::new(), Vec::new()];
         for (j, dst) in chunk.chunks_mut(m * n).enumerate() {
             let e = t * per_task + j;
-            one(dst, oa[e], ob[e], Par::Seq);
+            one(dst, oa[e], ob[e], Par::Seq, &mut scratch);
         }
     });
 }
@@ -149,20 +152,38 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
     batch.indices().collect()
 }
 
-/// The matrix whose (0, 0) element is `src[offset]`, as a faer view with the layout's
-/// last two strides (any: negative, zero for a broadcast axis, or a step); faer reads it in
-/// place, packing it as its kernels need.
-fn matrix<'a, T>(src: &'a [T], l: &Layout, offset: usize) -> MatRef<'a, T> {
+/// The matrix whose (0, 0) element is `src[offset]`, as a faer view. faer reads a matrix
+/// with one unit stride and no negative one (row- or column-major, maybe with a longer
+/// leading dimension or a broadcast axis) in place at full speed; other views (a reversed
+/// axis, two non-unit strides) take its generic path, about 3x slower at 1024^3
+/// (measured), so they are copied row-major into `scratch` first.
+fn matrix<'a, T: Copy>(
+    src: &'a [T],
+    l: &Layout,
+    offset: usize,
+    scratch: &'a mut Vec<T>,
+) -> MatRef<'a, T> {
     let nd = l.ndim();
     let (rows, cols) = (l.shape[nd - 2], l.shape[nd - 1]);
     let (rs, cs) = (l.strides[nd - 2], l.strides[nd - 1]);
     if rows == 0 || cols == 0 {
         return MatRef::from_row_major_slice(&src[..0], rows, cols);
     }
-    // SAFETY: kiln-cpu validates every input layout against its buffer before a kernel runs
-    // (`strided::validate`), so `offset + i * rs + j * cs` lies inside `src` for every
-    // `i < rows`, `j < cols`: the pointer to element (0, 0) plus those offsets stays inside
-    // the slice's one allocation, is aligned (an element of a `&[T]`), initialised, and
-    // only read (the output is a different buffer) for the borrow's lifetime.
-    unsafe { MatRef::from_raw_parts(src.as_ptr().add(offset), rows, cols, rs, cs) }
+    let unit = cs == 1 || rs == 1 || rows == 1 || cols == 1;
+    if unit && rs >= 0 && cs >= 0 {
+        // SAFETY: kiln-cpu validates every input layout against its buffer before a kernel
+        // runs (`strided::validate`), so `offset + i * rs + j * cs` lies inside `src` for
+        // every `i < rows`, `j < cols`: the pointer to element (0, 0) plus those offsets
+        // stays inside the slice's one allocation, is aligned (an element of a `&[T]`),
+        // initialised, and only read (the output is another buffer) for the borrow's life.
+        return unsafe { MatRef::from_raw_parts(src.as_ptr().add(offset), rows, cols, rs, cs) };
+    }
+    scratch.clear();
+    for i in 0..rows {
+        let start = (offset as isize).wrapping_add((i as isize).wrapping_mul(rs));
+        scratch.extend(
+            (0..cols).map(|j| src[start.wrapping_add((j as isize).wrapping_mul(cs)) as usize]),
+        );
+    }
+    MatRef::from_row_major_slice(scratch.as_slice(), rows, cols)
 }

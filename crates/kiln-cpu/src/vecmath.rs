@@ -86,7 +86,7 @@ const ERF_TAIL: [f32; 11] = [
 /// (2.2e-8); P(0) = Q(0) = 1 exactly, so tiny x gives tanh(x) = x. All coefficients are
 /// positive, so Horner's rule on t >= 0 never cancels.
 const TANH_P: [f32; 5] = [1.341_966_2e-8, 2.066_124_4e-5, 3.498_996_1e-3, 1.338_398_2e-1, 1.0];
-const TANH_Q: [f32; 5] = [7.804_702e-7, 3.291_037_6e-4, 2.589_021_1e-2, 4.671_730_4e-1, 1.0];
+const TANH_Q: [f32; 5] = [7.804_702e-7, 3.291_037_6e-4, 2.589_021e-2, 4.671_730_4e-1, 1.0];
 
 /// Horner's rule with fused multiply-adds; `c` from the highest degree down.
 #[inline(always)]
