@@ -8,10 +8,10 @@ process, one table of times and ratios.
         --gelu-shape 32 1000 4096     # + first calls, host time per call, MLX's gelu
 
 Workloads (shared/bench/PEERS.md): gelu_erf, gelu_tanh, silu_mul, relu_chain, adam on 2^n
-float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax over
-(4096, 4096), and train_step (one step of a GPT-style LM in kiln.nn / mlx.nn, sized by
-`--train-size small|anchor`). Systems: kiln (eager), numpy, numexpr, jax.jit, mlx (each when
-installed), the `floor` (a memcpy of the same bytes split over all cores with numpy in
+float32 (n = 24 by default), a plain add and a copy, sgemm at 1024^3 and 4096^3, softmax and
+cumsum (along either axis) over (4096, 4096), and train_step (one step of a GPT-style LM in
+kiln.nn / mlx.nn, sized by `--train-size small|anchor`). Systems: kiln (eager), numpy,
+numexpr, jax.jit, mlx (each when installed), the `floor` (a memcpy of the same bytes split over all cores with numpy in
 threads, the bandwidth bound of the elementwise rows), and `faer` (the sgemm rows from faer itself, a
 Rust example: `cargo build --release --example sgemm_faer -p kiln-cpu`).
 
@@ -49,7 +49,7 @@ def adam(xp, sqrt, p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
 
 @dataclass
 class Workload:
-    kind: str  # "elementwise", "sgemm" or "softmax"
+    kind: str  # "elementwise", "sgemm", "softmax" or "rows" (like softmax: one (4096, 4096) input)
     inputs: int = 1
     outputs: int = 1
     size: int = 0  # sgemm: n of n^3
@@ -87,6 +87,9 @@ WORKLOADS: dict[str, Workload] = {
     "sgemm_1024": Workload("sgemm", 2, 1, size=1024, fn=lambda o: lambda a, b: a @ b),
     "sgemm_4096": Workload("sgemm", 2, 1, size=4096, fn=lambda o: lambda a, b: a @ b),
     "softmax": Workload("softmax", 1, 1, fn=lambda o: lambda x: softmax_composed(o, x)),
+    # Scans on the softmax shape: along rows, and down columns (a strided axis).
+    "cumsum": Workload("rows", 1, 1, fn=lambda o: lambda x: o.xp.cumsum(x, axis=-1)),
+    "cumsum_axis0": Workload("rows", 1, 1, fn=lambda o: lambda x: o.xp.cumsum(x, axis=0)),
     "train_step": Workload("train"),  # runner.train_step(), see the train_step block below
 }
 
@@ -237,7 +240,7 @@ class Runner:
                         for _ in range(2))
                 sec = timeit(lambda: g(a, b), self.sync, max(3, reps // 2), warm=1)
                 results[name] = {"sec": sec, "flops": 2 * wl.size**3}
-            elif wl.kind == "softmax":
+            elif wl.kind in ("softmax", "rows"):
                 x = self.convert(rng.standard_normal(SOFTMAX_SHAPE, dtype=np.float32))
                 sec = timeit(lambda: g(x), self.sync, reps)
                 results[name] = {"sec": sec, "bytes": 2 * x.size * 4}
