@@ -147,7 +147,7 @@ def pytest_configure(config):
 # Tests of the CPU's own kernels (SIMD paths, error bounds, host buffer export) and of
 # transforms checked by float64 finite differences stay on the CPU on a GPU machine.
 CPU_MODULES = {"test_kernels", "test_buffer", "test_transforms", "test_transforms_rules",
-               "test_transforms_complex"}
+               "test_transforms_complex", "test_donation"}  # donation: CPU fused kernels only
 _USES_FLOAT64 = {}
 
 
