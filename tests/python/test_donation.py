@@ -15,7 +15,11 @@ def sync_kernels(monkeypatch, tmp_path):
     # Donation is the C kernel's: build it on first use, in a fresh disk cache.
     monkeypatch.setenv("KILN_CPU_JIT", "sync")
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kernels"))
+    # Donation is the CPU backend's so far; the memory counters report the default device.
+    previous = mx.default_device()
+    mx.set_default_device(mx.cpu)
     yield
+    mx.set_default_device(previous)
 
 
 def step(x):
