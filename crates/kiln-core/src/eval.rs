@@ -63,7 +63,7 @@ fn eval_node(array: &Array) -> Result<()> {
     // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
     // device that runs the call.
     let device = match array.stream().device.kind {
-        DeviceKind::Gpu if !gpu_runs(&call) => {
+        DeviceKind::Gpu if !call_runs_on_gpu(&call) => {
             log_cpu_fallback(&call);
             kiln_base::Device::CPU
         }
@@ -122,7 +122,7 @@ fn sole_owner(input: &Array, data: &ArrayData) -> bool {
 
 /// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:
 /// see `sole_owner`).
-fn run(
+pub(crate) fn run(
     prim: &Primitive,
     inputs: &[ArrayData],
     donated: &[bool],
@@ -182,13 +182,18 @@ fn log_cpu_fallback(call: &crate::array::OpCall) {
     }
 }
 
-/// Whether a call runs on the GPU (the others run on the CPU for now); a reshape that is not
-/// a view runs as the backend's copy.
-fn gpu_runs(call: &crate::array::OpCall) -> bool {
+/// Whether a call runs on the GPU (the others run on the CPU for now).
+fn call_runs_on_gpu(call: &crate::array::OpCall) -> bool {
     let dtypes = call.inputs.iter().map(|x| x.dtype()).chain(call.output_meta.iter().map(|o| o.1));
-    let prim = match call.prim {
+    gpu_runs(&call.prim, dtypes)
+}
+
+/// Whether the GPU has a kernel for `prim` over these dtypes; a reshape that is not a view
+/// runs as the backend's copy.
+pub(crate) fn gpu_runs(prim: &Primitive, dtypes: impl Iterator<Item = DType>) -> bool {
+    let prim = match prim {
         Primitive::Reshape { .. } => &Primitive::Copy,
-        ref p => p,
+        p => p,
     };
     kiln_cuda::supports(prim, dtypes)
 }

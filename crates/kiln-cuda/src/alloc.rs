@@ -2,11 +2,16 @@
 //! as the host allocator does. Every GPU kernel runs on the one stream, so a block freed by
 //! the host can be handed to the next kernel at once: stream order runs that kernel after
 //! every earlier user of the block.
+//!
+//! While a thread captures a CUDA graph (`graph.rs`), the blocks it frees are not cached for
+//! everyone: the graph will write them again at each launch, so they stay reserved for the
+//! graph (and are reused by the capture's own later allocations, in capture order).
 
 use crate::runtime::gpu;
 use cudarc::driver::result;
 use kiln_base::buffer::{size_class, Allocator, MemoryCounters};
 use kiln_base::{bail, Buffer, Device, Result};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicUsize;
@@ -35,6 +40,33 @@ const MIN_BLOCK: usize = 256;
 
 static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// The blocks freed during this thread's graph capture, by size class (see the module
+    /// doc). `None` when the thread is not capturing.
+    static CAPTURED: RefCell<Option<BTreeMap<usize, Vec<u64>>>> = const { RefCell::new(None) };
+}
+
+/// Starts reserving the blocks this thread frees for a graph being captured.
+pub(crate) fn begin_capture() {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(BTreeMap::new()));
+}
+
+/// Stops reserving; returns the reserved blocks as (pointer, size class). They still count
+/// as active memory until `release` gives them back.
+pub(crate) fn end_capture() -> Vec<(u64, usize)> {
+    let blocks = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    blocks.into_iter().flat_map(|(class, ptrs)| ptrs.into_iter().map(move |p| (p, class))).collect()
+}
+
+/// Gives blocks reserved by a graph back to the cache.
+pub(crate) fn release(blocks: Vec<(u64, usize)>) {
+    for (ptr, class) in blocks {
+        let ptr = NonNull::new(ptr as *mut u8).expect("device blocks are never null");
+        // SAFETY: the block came from this allocator and its owner (a graph) is gone.
+        unsafe { DEVICE.return_block(ptr, class) };
+    }
+}
+
 impl Cache {
     fn release_all(&mut self) {
         for (_, blocks) in std::mem::take(&mut self.free) {
@@ -57,6 +89,18 @@ impl DeviceAllocator {
     pub fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
         let class = size_class(nbytes.max(MIN_BLOCK));
         let gpu = gpu()?;
+        let reserved = CAPTURED
+            .try_with(|c| {
+                c.borrow_mut().as_mut().and_then(|b| b.get_mut(&class).and_then(Vec::pop))
+            })
+            .ok()
+            .flatten();
+        if let Some(ptr) = reserved {
+            // Still counted as active: reserved blocks never left the counters.
+            let ptr = NonNull::new(ptr as *mut u8).expect("device blocks are never null");
+            // SAFETY: a block of `class` bytes from this allocator that nothing else holds.
+            return Ok(unsafe { Buffer::from_raw(ptr, class, self) });
+        }
         let reused = {
             let mut cache = self.cache();
             let reused = cache.free.get_mut(&class).and_then(Vec::pop);
@@ -140,6 +184,29 @@ impl Allocator for DeviceAllocator {
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, nbytes: usize) {
+        // `try_with`: buffers may be dropped while the thread's locals are torn down.
+        let reserved = CAPTURED
+            .try_with(|c| match c.borrow_mut().as_mut() {
+                Some(blocks) => {
+                    blocks.entry(nbytes).or_default().push(ptr.as_ptr() as u64);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false);
+        if !reserved {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { self.return_block(ptr, nbytes) }
+        }
+    }
+}
+
+impl DeviceAllocator {
+    /// Returns a block whose last owner is gone to the cache (or the driver, over the limit).
+    ///
+    /// # Safety
+    /// `ptr` is a live block of `nbytes` from this allocator that nothing references.
+    unsafe fn return_block(&self, ptr: NonNull<u8>, nbytes: usize) {
         self.counters.sub(nbytes);
         LIVE_BLOCKS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         let mut cache = self.cache();

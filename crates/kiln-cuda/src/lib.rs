@@ -13,6 +13,7 @@
 //!   `matmul` (cuBLAS): the other computing primitives;
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
 //!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
+//! - `graph`: CUDA graphs (capture, launch) for compiled replays;
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
@@ -20,6 +21,7 @@ pub mod backend;
 pub mod copy;
 pub mod creation;
 pub mod elementwise;
+pub mod graph;
 pub mod indexing;
 pub mod launch;
 pub mod matmul;

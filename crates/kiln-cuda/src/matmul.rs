@@ -11,6 +11,8 @@ use cudarc::driver::result as driver;
 use kiln_base::{bail, ArrayData, DType, Layout, Primitive, Result};
 use std::sync::{Arc, OnceLock};
 
+/// The cuBLAS handle and the fixed workspace it is given, so that no call allocates (CUDA-graph
+/// capture must not).
 struct Handle(bsys::cublasHandle_t);
 // SAFETY: the handle is only used under cuBLAS's thread-safety rules: one handle bound to
 // the one stream; calls are serialised by the `HANDLE` mutex below.
@@ -25,6 +27,18 @@ fn handle() -> Result<std::sync::MutexGuard<'static, Handle>> {
         // SAFETY: live handle and stream; the runtime stream type is the driver's.
         unsafe { blas::set_stream(h, gpu.stream as bsys::cudaStream_t) }
             .map_err(|e| e.to_string())?;
+        // 32 MiB, as NVIDIA recommends for Hopper.
+        const WORKSPACE: usize = 32 << 20;
+        // Outside the allocator's counters: it is cuBLAS's, held for the process.
+        // SAFETY: the context is current (gpu()); a plain device allocation, never freed.
+        let workspace = unsafe { driver::malloc_sync(WORKSPACE) }.map_err(|e| e.to_string())?;
+        // SAFETY: live handle; the workspace lives as long as the handle (the process).
+        let status = unsafe {
+            bsys::cublasSetWorkspace_v2(h, workspace as *mut std::ffi::c_void, WORKSPACE)
+        };
+        if status != bsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasSetWorkspace failed: {status:?}"));
+        }
         if std::env::var("KILN_CUDA_TF32").is_ok_and(|v| v == "1") {
             // SAFETY: live handle.
             unsafe { bsys::cublasSetMathMode(h, bsys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) };

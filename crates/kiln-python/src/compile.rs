@@ -49,6 +49,17 @@ impl PyCompiled {
             regions.append(rd)?;
         }
         d.set_item("regions", regions)?;
+        let graph = match self.0.cuda_graph_status() {
+            Some(s) => {
+                let g = PyDict::new(py);
+                g.set_item("state", s.state)?;
+                g.set_item("nodes", s.nodes)?;
+                g.set_item("launches", s.launches)?;
+                Some(g)
+            }
+            None => None,
+        };
+        d.set_item("cuda_graph", graph)?;
         Ok(d)
     }
 }

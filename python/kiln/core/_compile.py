@@ -240,8 +240,9 @@ class _CompiledFunction:
     def explain(self) -> dict:
         """What compile did, as data: one dict per cache entry (its key, the graph as
         traced, after simplify and after fusion, the fused regions with the reason fusion
-        stopped at each border), why the last call traced again, call and trace counts,
-        and the kernel builder's counters."""
+        stopped at each border; on the GPU, ``cuda_graph``: the state of the entry's CUDA
+        graph, its node count and launches), why the last call traced again, call and trace
+        counts, and the kernel builder's counters."""
         _core._wait_for_builds()
         entries = []
         for graph, _, n_out, key in self._cache.values():

@@ -4,16 +4,19 @@
 //! - `graph.rs`: the captured graph (numbered inputs, frozen constants, nodes in order);
 //! - `simplify.rs`: no-op removal, scalar merging, CSE, dead-code removal (linear time);
 //! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
+//! - `cuda_graph.rs`: GPU entries replayed as one captured CUDA graph;
 //! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
 //!
 //! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
 //! and constants, and uses [`trace`] and [`Compiled::replay`] underneath.
 
+mod cuda_graph;
 mod dot;
 mod fuse;
 mod graph;
 mod simplify;
 
+pub use cuda_graph::GraphStatus;
 pub use dot::to_dot;
 pub use fuse::{Region, MAX_KERNEL_INPUTS};
 pub use graph::{Graph, Node, Value};
@@ -76,6 +79,8 @@ pub struct Compiled {
     pub traced: Vec<String>,
     pub simplified: Vec<String>,
     pub regions: Vec<Region>,
+    /// GPU entries: the CUDA-graph replay (none for shapeless or CPU entries).
+    cuda_graph: Option<cuda_graph::GraphReplay>,
 }
 
 /// Traces `fun` on placeholders shaped like `inputs` and optimises the graph.
@@ -115,7 +120,9 @@ where
         (simplified.clone(), Vec::new())
     };
     let broadcast_like = if shapeless { broadcast_partners(&graph) } else { Vec::new() };
+    let cuda_graph = if shapeless { None } else { cuda_graph::GraphReplay::new(&graph) };
     Ok(Compiled {
+        cuda_graph,
         broadcast_like,
         traced: traced.describe(),
         simplified: simplified.describe(),
@@ -157,6 +164,11 @@ impl Compiled {
         &self.graph
     }
 
+    /// The entry's CUDA graph (GPU entries that are not shapeless).
+    pub fn cuda_graph_status(&self) -> Option<GraphStatus> {
+        self.cuda_graph.as_ref().map(cuda_graph::GraphReplay::status)
+    }
+
     /// Number of primitive calls one replay records.
     pub fn num_nodes(&self) -> usize {
         self.graph.nodes.len()
@@ -192,6 +204,11 @@ impl Compiled {
                     a.shape(),
                     shape
                 );
+            }
+        }
+        if let Some(replay) = &self.cuda_graph {
+            if let Some(outputs) = replay.call(g, inputs)? {
+                return Ok(outputs);
             }
         }
         let mut values: Vec<Vec<Array>> = Vec::with_capacity(g.nodes.len());

@@ -1,0 +1,298 @@
+//! Replaying a compiled GPU function as one CUDA graph (DESIGN.md section 5.3).
+//!
+//! A compiled call normally rebuilds its graph as lazy arrays and evaluates them, launching
+//! each kernel from the host: about 8 us per kernel, far more than most kernels run. Here the
+//! entry's kernel sequence is captured once into a CUDA graph and relaunched per call:
+//!
+//! 1. the first call replays lazily, as on the CPU (kernels get built);
+//! 2. the second runs the nodes directly, without lazy arrays; an op with no GPU kernel
+//!    turns the graph off for this entry (the lazy replay takes over);
+//! 3. the third copies the inputs into buffers the entry owns (its staging buffers), captures
+//!    the nodes over them, and launches the graph;
+//! 4. every later call copies the inputs in, launches, and copies the outputs out to fresh
+//!    buffers (the graph writes the same buffers at every launch).
+//!
+//! The memory plan is fixed at capture: the graph reserves every block freed while it was
+//! recorded (kiln-cuda's allocator), the plan keeps its staging, constants and outputs.
+//! Calls are serialised by the entry's lock; the work itself stays asynchronous.
+//! `KILN_CUDA_GRAPHS=0` turns graphs off (the lazy replay runs every call).
+
+use super::graph::{Graph, Value};
+use crate::array::Array;
+use crate::eval::{eval_async, gpu_runs, run};
+use kiln_base::{bail, ArrayData, DType, Device, Layout, Result, Shape, Stream};
+use kiln_cuda::graph::{capture, copy_row_major, CudaGraph};
+use std::sync::Mutex;
+
+/// A compiled entry's graph replay state.
+pub(crate) struct GraphReplay {
+    device: Device,
+    stream: Stream,
+    /// For each node, the last node reading one of its outputs (`usize::MAX`: an output of
+    /// the function, kept to the end).
+    last_use: Vec<usize>,
+    state: Mutex<State>,
+}
+
+enum State {
+    /// Calls replayed lazily so far.
+    Lazy(u32),
+    /// The direct run worked; the next call captures.
+    Warm,
+    Ready(Plan),
+    /// Not possible for this entry (an op without a GPU kernel, a failed capture).
+    Off,
+}
+
+/// What a captured graph reads and writes.
+struct Plan {
+    graph: CudaGraph,
+    /// Row-major copies of the inputs, the buffers the graph reads.
+    staging: Vec<ArrayData>,
+    /// The input each staging buffer holds a copy of. Arrays never change once computed,
+    /// so the same buffer and layout again (weights passed on every call) needs no copy;
+    /// holding the buffer keeps its memory from being reused meanwhile.
+    copied: Mutex<Vec<Option<ArrayData>>>,
+    /// Constants on the GPU (the graph reads their buffers).
+    _consts: Vec<ArrayData>,
+    /// The graph's results: where each function output is found after a launch.
+    outputs: Vec<ArrayData>,
+    launches: u64,
+}
+
+/// What explain reports about an entry's CUDA graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphStatus {
+    /// "lazy" (not tried yet), "warm" (captures on the next call), "captured", "off".
+    pub state: &'static str,
+    /// Nodes in the captured graph.
+    pub nodes: usize,
+    /// Launches so far.
+    pub launches: u64,
+}
+
+fn graphs_enabled() -> bool {
+    !std::env::var("KILN_CUDA_GRAPHS").is_ok_and(|v| v == "0")
+}
+
+impl GraphReplay {
+    /// A replay state for `graph` when every node runs on one GPU stream.
+    pub(crate) fn new(graph: &Graph) -> Option<GraphReplay> {
+        let stream = graph.nodes.first()?.stream;
+        let on_gpu = stream.device.kind == kiln_base::DeviceKind::Gpu;
+        if !on_gpu || graph.nodes.iter().any(|n| n.stream != stream) {
+            return None;
+        }
+        let mut last_use = vec![0; graph.nodes.len()];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            for v in &node.inputs {
+                if let Value::Node(n, _) = v {
+                    last_use[*n] = i;
+                }
+            }
+        }
+        for v in &graph.outputs {
+            if let Value::Node(n, _) = v {
+                last_use[*n] = usize::MAX;
+            }
+        }
+        Some(GraphReplay {
+            device: stream.device,
+            stream,
+            last_use,
+            state: Mutex::new(State::Lazy(0)),
+        })
+    }
+
+    pub(crate) fn status(&self) -> GraphStatus {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (state, nodes, launches) = match &*state {
+            State::Lazy(_) => ("lazy", 0, 0),
+            State::Warm => ("warm", 0, 0),
+            State::Ready(plan) => ("captured", plan.graph.nodes(), plan.launches),
+            State::Off => ("off", 0, 0),
+        };
+        GraphStatus { state, nodes, launches }
+    }
+
+    /// This call's outputs, or `None` when the lazy replay should run it.
+    pub(crate) fn call(&self, graph: &Graph, inputs: &[Array]) -> Result<Option<Vec<Array>>> {
+        if !graphs_enabled() || inputs.iter().any(|a| a.is_tracer() || a.is_placeholder()) {
+            return Ok(None);
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &*state {
+            State::Off => return Ok(None),
+            State::Lazy(0) => {
+                *state = State::Lazy(1);
+                return Ok(None);
+            }
+            _ => {}
+        }
+        let data = self.input_data(inputs)?;
+        let consts = self.consts(graph)?;
+        match std::mem::replace(&mut *state, State::Off) {
+            State::Lazy(_) => match self.execute(graph, &data, &consts) {
+                Ok(values) => {
+                    *state = State::Warm;
+                    let arrays = values.into_iter().map(|d| Array::from_data(d, self.stream));
+                    Ok(Some(self.outputs(graph, inputs, arrays.collect())))
+                }
+                // No GPU kernel for some node: the lazy replay runs it (on the CPU).
+                Err(kiln_base::Error::Unsupported { .. }) => Ok(None),
+                Err(e) => Err(e),
+            },
+            State::Warm => match self.capture(graph, &data, consts) {
+                Ok(mut plan) => {
+                    plan.launches += 1;
+                    let out = self.launch(&plan, graph, inputs, &data)?;
+                    *state = State::Ready(plan);
+                    Ok(Some(out))
+                }
+                Err(e) => {
+                    log(&format!("no CUDA graph for this entry: {e}"));
+                    Ok(None)
+                }
+            },
+            State::Ready(mut plan) => {
+                plan.launches += 1;
+                let out = self.launch(&plan, graph, inputs, &data);
+                *state = State::Ready(plan);
+                out.map(Some)
+            }
+            State::Off => unreachable!("handled above"),
+        }
+    }
+
+    /// The inputs' data on the GPU, their pending work issued (without waiting for it).
+    fn input_data(&self, inputs: &[Array]) -> Result<Vec<ArrayData>> {
+        let pending: Vec<Array> = inputs.iter().filter(|a| !a.is_evaluated()).cloned().collect();
+        eval_async(&pending)?;
+        inputs.iter().map(|a| a.data_on(self.device)).collect()
+    }
+
+    fn consts(&self, graph: &Graph) -> Result<Vec<ArrayData>> {
+        let pending: Vec<Array> =
+            graph.consts.iter().filter(|a| !a.is_evaluated()).cloned().collect();
+        eval_async(&pending)?;
+        graph.consts.iter().map(|a| a.data_on(self.device)).collect()
+    }
+
+    /// Runs the nodes in order straight on the backend, releasing each value after its last
+    /// reader; returns the graph outputs' data (inputs and constants included).
+    fn execute(
+        &self,
+        graph: &Graph,
+        inputs: &[ArrayData],
+        consts: &[ArrayData],
+    ) -> Result<Vec<ArrayData>> {
+        let mut values: Vec<Option<Vec<ArrayData>>> = vec![None; graph.nodes.len()];
+        let get = |v: &Value, values: &[Option<Vec<ArrayData>>]| match *v {
+            Value::Input(i) => inputs[i].clone(),
+            Value::Const(c) => consts[c].clone(),
+            Value::Node(n, k) => values[n].as_ref().expect("computed before its users")[k].clone(),
+        };
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let args: Vec<ArrayData> = node.inputs.iter().map(|v| get(v, &values)).collect();
+            let view = matches!(args.as_slice(), [x] if node.prim.view_layout(&x.layout).is_some());
+            let dtypes = args.iter().map(|a| a.dtype).chain(node.outputs.iter().map(|o| o.1));
+            if !view && !gpu_runs(&node.prim, dtypes) {
+                bail!(Unsupported, "compile", "{} has no GPU kernel.", node.prim.name());
+            }
+            let donated = vec![false; args.len()];
+            values[i] = Some(run(&node.prim, &args, &donated, &node.outputs, self.device)?);
+            drop(args);
+            for v in &node.inputs {
+                if let Value::Node(n, _) = *v {
+                    if self.last_use[n] == i {
+                        values[n] = None;
+                    }
+                }
+            }
+        }
+        Ok(graph.outputs.iter().map(|v| get(v, &values)).collect())
+    }
+
+    /// Records the nodes over fresh staging buffers into a CUDA graph.
+    fn capture(&self, graph: &Graph, inputs: &[ArrayData], consts: Vec<ArrayData>) -> Result<Plan> {
+        let staging = inputs
+            .iter()
+            .map(|x| row_major_buffer(&x.layout.shape, x.dtype))
+            .collect::<Result<Vec<_>>>()?;
+        let (cuda_graph, outputs) = capture(|| self.execute(graph, &staging, &consts))?;
+        log(&format!("captured a CUDA graph of {} nodes", cuda_graph.nodes()));
+        let copied = Mutex::new(vec![None; staging.len()]);
+        Ok(Plan { graph: cuda_graph, staging, copied, _consts: consts, outputs, launches: 0 })
+    }
+
+    /// One graph run: inputs copied in, the graph launched, outputs copied out.
+    fn launch(
+        &self,
+        plan: &Plan,
+        graph: &Graph,
+        inputs: &[Array],
+        data: &[ArrayData],
+    ) -> Result<Vec<Array>> {
+        let mut copied = plan.copied.lock().unwrap_or_else(|e| e.into_inner());
+        for ((x, staging), last) in data.iter().zip(&plan.staging).zip(copied.iter_mut()) {
+            let same =
+                last.as_ref().is_some_and(|l| l.buffer.same(&x.buffer) && l.layout == x.layout);
+            if !same {
+                *last = None;
+                copy_row_major(x, &staging.buffer)?;
+                *last = Some(x.clone());
+            }
+        }
+        plan.graph.launch()?;
+        let mut results = Vec::with_capacity(plan.outputs.len());
+        for (value, out) in graph.outputs.iter().zip(&plan.outputs) {
+            // Inputs and constants are returned as they are; only node results are copied.
+            let array = match value {
+                Value::Node(..) => {
+                    let fresh = row_major_buffer(&out.layout.shape, out.dtype)?;
+                    copy_row_major(out, &fresh.buffer)?;
+                    Array::from_data(fresh, self.stream)
+                }
+                _ => Array::from_data(out.clone(), self.stream),
+            };
+            results.push(array);
+        }
+        Ok(self.outputs(graph, inputs, results))
+    }
+
+    /// The function's outputs: its inputs and constants as the caller's own arrays.
+    fn outputs(&self, graph: &Graph, inputs: &[Array], computed: Vec<Array>) -> Vec<Array> {
+        graph
+            .outputs
+            .iter()
+            .zip(computed)
+            .map(|(v, a)| match *v {
+                Value::Input(i) => inputs[i].clone(),
+                Value::Const(c) => graph.consts[c].clone(),
+                Value::Node(..) => a,
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for GraphReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GraphReplay")
+    }
+}
+
+fn row_major_buffer(shape: &Shape, dtype: DType) -> Result<ArrayData> {
+    let n: usize = shape.iter().product();
+    Ok(ArrayData {
+        buffer: kiln_cuda::alloc::DEVICE.alloc(n * dtype.size())?,
+        layout: Layout::contiguous(shape),
+        dtype,
+    })
+}
+
+/// `KILN_LOG=compile` reports graph captures.
+fn log(msg: &str) {
+    if std::env::var("KILN_LOG").is_ok_and(|v| v.contains("compile")) {
+        eprintln!("kiln compile: {msg}");
+    }
+}

@@ -1,0 +1,142 @@
+//! CUDA graphs: a sequence of GPU work captured once from the stream and relaunched as one
+//! unit, so a compiled function's hundreds of kernels cost one launch per call.
+//!
+//! Capture records the launches instead of running them, so every buffer a captured kernel
+//! touches must stay put for the graph's life: the caller keeps its inputs and outputs, and
+//! the blocks freed during capture (intermediates) are reserved for the graph by the
+//! allocator (see `alloc.rs`). Capture is "relaxed" so that a block the cache lacks can still
+//! be allocated; nothing else may touch the stream meanwhile, which the one-stream design and
+//! the caller's lock on its plan guarantee.
+
+use crate::alloc;
+use crate::runtime::{driver_error, gpu};
+use cudarc::driver::{result, sys};
+use kiln_base::Result;
+
+/// An instantiated graph and the blocks it owns.
+pub struct CudaGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    blocks: Vec<(u64, usize)>,
+    nodes: usize,
+}
+
+// SAFETY: graph handles are driver objects usable from any thread with the context bound
+// (`gpu()` binds it before every use).
+unsafe impl Send for CudaGraph {}
+// SAFETY: as for Send; launching takes `&self` but the driver serialises launches itself.
+unsafe impl Sync for CudaGraph {}
+
+/// Records `work`'s GPU launches into a graph instead of running them. On any failure the
+/// capture is abandoned and the blocks it reserved go back to the cache.
+pub fn capture<T>(work: impl FnOnce() -> Result<T>) -> Result<(CudaGraph, T)> {
+    let gpu = gpu()?;
+    alloc::begin_capture();
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: the stream is live; capture mode only changes what the stream records.
+    if let Err(e) = unsafe { result::stream::begin_capture(gpu.stream, mode) } {
+        alloc::release(alloc::end_capture());
+        return Err(driver_error("compile", e));
+    }
+    let value = work();
+    // SAFETY: the stream is capturing (begun above); ending returns the recorded graph.
+    let ended = unsafe { result::stream::end_capture(gpu.stream) };
+    let blocks = alloc::end_capture();
+    let built = match (value, ended) {
+        (Ok(value), Ok(graph)) => {
+            instantiate(graph).map(|(exec, nodes)| (graph, exec, nodes, value))
+        }
+        (Err(e), ended) => {
+            if let Ok(graph) = ended {
+                // SAFETY: a graph just returned by end_capture, used nowhere else.
+                let _ = unsafe { result::graph::destroy(graph) };
+            }
+            Err(e)
+        }
+        (Ok(_), Err(e)) => Err(driver_error("compile", e)),
+    };
+    match built {
+        Ok((graph, exec, nodes, value)) => Ok((CudaGraph { graph, exec, blocks, nodes }, value)),
+        Err(e) => {
+            alloc::release(blocks);
+            Err(e)
+        }
+    }
+}
+
+fn instantiate(graph: sys::CUgraph) -> Result<(sys::CUgraphExec, usize)> {
+    let mut nodes = 0usize;
+    // SAFETY: `graph` is live; a null node array asks only for the count.
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) }
+        .result()
+        .map_err(|e| driver_error("compile", e))?;
+    // SAFETY: `graph` is live and complete (capture ended).
+    let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
+    match exec {
+        Ok(exec) => Ok((exec, nodes)),
+        Err(e) => {
+            // SAFETY: nothing else holds the graph.
+            let _ = unsafe { result::graph::destroy(graph) };
+            Err(driver_error("compile", e))
+        }
+    }
+}
+
+impl CudaGraph {
+    /// Queues one run of the graph on the stream.
+    pub fn launch(&self) -> Result<()> {
+        let gpu = gpu()?;
+        // SAFETY: the executable graph is live, and every buffer it touches is kept by its
+        // owner (the reserved blocks here, the rest by the caller) while it may run.
+        unsafe { result::graph::launch(self.exec, gpu.stream) }
+            .map_err(|e| driver_error("compile", e))
+    }
+
+    /// Number of nodes (kernels, copies, memsets) the graph runs.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        // A launch may still be running: stream order hands the blocks to later work only,
+        // but destroying a graph in flight is not allowed, so wait for it first.
+        let _ = crate::runtime::synchronize();
+        // SAFETY: both handles are live and owned here; nothing runs the graph any more.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+        alloc::release(std::mem::take(&mut self.blocks));
+    }
+}
+
+/// Copies `nbytes` between device buffers on the stream.
+pub fn copy_device(dst: u64, src: u64, nbytes: usize) -> Result<()> {
+    if nbytes == 0 {
+        return Ok(());
+    }
+    let gpu = gpu()?;
+    // SAFETY: both ranges lie in live device allocations kept by the caller until the
+    // stream reaches the copy.
+    unsafe { result::memcpy_dtod_async(dst, src, nbytes, gpu.stream) }
+        .map_err(|e| driver_error("copy", e))
+}
+
+/// Writes `src`'s elements row-major into `dst` (at least `src`'s bytes): one copy when
+/// `src` is row-major already, the strided copy kernel otherwise.
+pub fn copy_row_major(src: &kiln_base::ArrayData, dst: &kiln_base::Buffer) -> Result<()> {
+    let layout = &src.layout;
+    let size = src.dtype.size();
+    let dense = layout
+        .shape
+        .iter()
+        .zip(kiln_base::shape::row_major_strides(&layout.shape).iter().zip(&layout.strides))
+        .all(|(&n, (want, have))| n == 1 || want == have);
+    if dense {
+        let from = alloc::device_ptr(&src.buffer, layout.offset as isize, size);
+        return copy_device(dst.as_ptr() as u64, from, layout.size() * size);
+    }
+    crate::copy::copy_into(src, dst, &kiln_base::Layout::contiguous(&layout.shape))
+}
