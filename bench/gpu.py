@@ -1,23 +1,53 @@
-"""GPU rows of the benchmark harness (DESIGN.md section 7): kiln eager and compiled, torch
-eager and torch.compile, jax.jit, on the five elementwise workloads of PEERS.md at 2^26
-elements (fp32 and bf16), a transformer MLP block, host time per call on 1024 elements and
-kiln's first-call compile time, and the training step of bench/harness.py at
-shared/bench/train_anchors.py's size (kiln eager and compiled, torch eager and torch.compile),
-each system in its own process, one table.
+"""GPU rows of the benchmark harness (DESIGN.md section 7, issue 7): kiln eager and compiled,
+torch eager and torch.compile, jax.jit and MLX-CUDA (lazy and mx.compile), each system in its
+own process, one table (and --json). What is measured:
+
+- the five elementwise workloads of PEERS.md (gelu_erf, gelu_tanh, silu_mul, relu_chain, adam)
+  at 2^--n elements per array (26 by default), fp32 and bf16, eager and compiled;
+- the copy floor: torch's device `copy_` of each row's byte count (inputs + outputs), in the same
+  run; `floor` is that copy's time over the row's time (1.00 = at memory bandwidth);
+- a transformer MLP block, y = x + (silu(g) * u) @ w_out with [g | u] = x @ w_in (matmul,
+  SiLU-gated multiply, matmul, residual add) on --mlp-shape M D F (x is (M, D)), fp32 and bf16;
+- matmul --matmul-n ^3 (4096 by default), fp32 and bf16: TFLOP/s and the ratio to torch's
+  cuBLAS call (fp32 strict, no TF32, in every system: torch allow_tf32 off, jax precision
+  "highest", MLX_ENABLE_TF32=0 unless set);
+- host time per call, silu_mul on 1024 fp32 elements, eager and compiled, both ways: back to
+  back (each call issued with async_eval, one synchronize at the end) and eval after every call;
+- first calls: each workload row's first call (trace + codegen + build + run, in the column
+  `first`; each system's process starts with an empty kernel cache, and the first kiln row
+  also pays the one-time NVRTC library load), and a probe in two fresh processes sharing one
+  disk cache, cold then warm (first call minus the steady-state call of a compiled function;
+  kiln: KILN_CACHE_DIR, MLX: MLX_PTX_CACHE_DIR);
+- the training step of bench/harness.py at shared/bench/train_anchors.py's size (`--train-size`),
+  kiln, torch and MLX, eager and compiled.
+
+Workload, MLP and matmul times: 10 calls issued back to back, one synchronize, divided by 10
+(host and device overlap as in real use), median of --reps such groups (a quarter as many for
+the MLP block and matmul).
 
     python3 bench/gpu.py                         # every installed system
-    python3 bench/gpu.py --systems kiln torch --n 26 --reps 20
-    python3 bench/gpu.py --systems kiln-train torch-train   # the training-step rows only
+    python3 bench/gpu.py --systems kiln torch --n 26 --reps 20 --json $OUT/gpu.json
+    python3 bench/gpu.py --systems kiln-train torch-train mlx-train   # training-step rows only
+    python3 bench/gpu.py --device cpu --n 16 --reps 3 --mlp-shape 64 128 256 --matmul-n 256 \\
+        --train-size small                       # a smoke test on a machine without a GPU
 
-Workload times: 10 calls issued back to back, one synchronize, divided by 10 (host and device
-overlap as in real use), median of --reps such groups. The floor of each row is a device copy
-of the same number of bytes (torch's `copy_`, measured in the same run); `floor` is that
-copy's time over the row's time.
+Systems (--systems): kiln, kiln-first-call, kiln-train, torch, torch-train, jax, mlx,
+mlx-first-call, mlx-train. A system whose package is not installed is skipped with a note.
+--device auto (default) runs each system on its GPU when it finds one and on the CPU otherwise
+(rows not on a GPU are marked "(cpu)"); --device gpu fails a system that finds no GPU.
+
+MLX-CUDA on the GPU machine: its 90 MB wheels travel in two calls (scripts/mlx_cuda_pack.sh
+here, scripts/mlx_cuda_unpack.sh there; the top of the latter gives the calls); then
+`. /root/mlx_site/env.sh` (PYTHONPATH) and the mlx, mlx-first-call and mlx-train rows run.
+--system-timeout bounds each system; --json is rewritten after each one, so a call stopped at
+its limit keeps the rows measured so far. Adding another
+system: one run_<system>(args, out) appending rows, an entry in RUNNERS and in PACKAGES.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -29,6 +59,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INNER = 10
+HOST_N = 1024  # elements of the host-time rows
 
 
 def adam(xp_sqrt, p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
@@ -45,6 +76,42 @@ def workloads(maximum, tanh, erf, sigmoid, sqrt):
         "relu_chain": (3, 1, lambda x, y, z: maximum(x * y + z, 0) * 0.5 + x),
         "adam": (4, 3, lambda p, g, m, v: adam(sqrt, p, g, m, v)),
     }
+
+
+def mlp_block(sigmoid):
+    """The transformer MLP block: one matmul to [gate | up], SiLU-gated multiply, matmul back,
+    residual add."""
+
+    def f(x, w_in, w_out):
+        h = x @ w_in
+        half = h.shape[-1] // 2
+        g, u = h[:, :half], h[:, half:]
+        return x + (g * sigmoid(g) * u) @ w_out
+
+    return f
+
+
+def mlp_flops(m, d, f):
+    return 2 * m * d * (2 * f) + 2 * m * f * d
+
+
+def mlp_inputs(shape):
+    """numpy float32 inputs of the MLP block, scaled so bf16 stays in range."""
+    import numpy as np
+
+    m, d, f = shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, d), dtype=np.float32)
+    w_in = rng.standard_normal((d, 2 * f), dtype=np.float32) * np.float32(d**-0.5)
+    w_out = rng.standard_normal((f, d), dtype=np.float32) * np.float32(f**-0.5)
+    return x, w_in, w_out
+
+
+def matmul_inputs(n):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    return [rng.standard_normal((n, n), dtype=np.float32) for _ in range(2)]
 
 
 def timed(call, sync, reps):
@@ -76,142 +143,316 @@ def host_time(call, sync, each):
     return (time.perf_counter() - t) / n
 
 
-def run_kiln(args, out):
-    import numpy as np
-    import kiln.core as mx
+def label(system, device):
+    return system if device == "gpu" else f"{system} ({device})"
 
-    assert mx.default_device() == mx.gpu, "kiln found no GPU"
+
+# ---- kiln and MLX: one runner for both (the same mlx.core API) --------------------------------
+
+
+def pick_device(mx, want, name):
+    """Sets the default device of an mlx.core-like module from --device; returns 'gpu'/'cpu'."""
+    has_gpu = mx.is_available(mx.gpu)
+    if want == "gpu" and not has_gpu:
+        raise SystemExit(f"[{name}] --device gpu but {name} finds no GPU")
+    dev = "gpu" if (want != "cpu" and has_gpu) else "cpu"
+    mx.set_default_device(mx.gpu if dev == "gpu" else mx.cpu)
+    return dev
+
+
+def run_mx(args, out, mx, name, modes):
+    """Workload, MLP, matmul and host-time rows of kiln or MLX; `modes` names the uncompiled
+    and compiled variants ("eager"/"compiled" for kiln, "lazy"/"compile" for MLX)."""
+    import numpy as np
+
+    dev = pick_device(mx, args.device, name)
     n = 1 << args.n
     wls = workloads(mx.maximum, mx.tanh, mx.erf, mx.sigmoid, mx.sqrt)
     rng = np.random.default_rng(0)
-    for dtype_name, dtype in (("fp32", mx.float32), ("bf16", mx.bfloat16)):
-        for name, (nin, nout, f) in wls.items():
-            if args.workloads and name not in args.workloads:
+    dtypes = (("fp32", mx.float32), ("bf16", mx.bfloat16))
+
+    def variants(f):
+        return ((modes[0], f), (modes[1], mx.compile(f)))
+
+    def measure(g, xs, reps):
+        def call():
+            mx.async_eval(g(*xs))
+
+        first = time.perf_counter()
+        mx.eval(g(*xs))
+        first = time.perf_counter() - first
+        return timed(call, mx.synchronize, reps), first
+
+    for dtype_name, dtype in dtypes:
+        for wname, (nin, nout, f) in wls.items():
+            if args.workloads and wname not in args.workloads:
                 continue
             xs = [mx.array(np.abs(rng.standard_normal(n, dtype=np.float32)) + 0.1).astype(dtype) for _ in range(nin)]
             mx.eval(*xs)
-            for label, g in (("eager", f), ("compiled", mx.compile(f))):
-                def call(g=g):
-                    r = g(*xs)
-                    mx.async_eval(r)
-                first = time.perf_counter()
-                mx.eval(g(*xs))
-                first = time.perf_counter() - first
-                sec = timed(call, mx.synchronize, args.reps)
-                out.append({"workload": name, "system": f"kiln {label} {dtype_name}", "ms": sec * 1e3,
+            for mode, g in variants(f):
+                sec, first = measure(g, xs, args.reps)
+                out.append({"workload": wname, "system": label(f"{name} {mode} {dtype_name}", dev), "ms": sec * 1e3,
                             "bytes": (nin + nout) * n * dtype.size, "first_s": first})
             del xs
             mx.clear_cache()
-    small = [mx.ones((1024,)) for _ in range(2)]
-    f = mx.compile(wls["silu_mul"][2])
-    for each in (False, True):
-        def call():
-            mx.async_eval(f(*small))
-        us = host_time(call, mx.synchronize, each) * 1e6
-        out.append({"workload": "host_us_silu_1024", "system": "kiln compiled" + (" eval each" if each else " back to back"), "us": us})
+    few = max(3, args.reps // 4)
+    if not args.workloads or "mlp" in args.workloads:
+        base = mlp_inputs(args.mlp_shape)
+        for dtype_name, dtype in dtypes:
+            xs = [mx.array(a).astype(dtype) for a in base]
+            mx.eval(*xs)
+            for mode, g in variants(mlp_block(mx.sigmoid)):
+                sec, first = measure(g, xs, few)
+                out.append({"workload": "mlp_block", "system": label(f"{name} {mode} {dtype_name}", dev),
+                            "ms": sec * 1e3, "flops": mlp_flops(*args.mlp_shape), "dtype": dtype_name,
+                            "first_s": first})
+            del xs
+            mx.clear_cache()
+    if not args.workloads or "matmul" in args.workloads:
+        base = matmul_inputs(args.matmul_n)
+        for dtype_name, dtype in dtypes:
+            a, b = (mx.array(x).astype(dtype) for x in base)
+            mx.eval(a, b)
+            sec, _ = measure(lambda a, b: a @ b, (a, b), few)
+            out.append({"workload": "matmul", "system": label(f"{name} {dtype_name}", dev), "ms": sec * 1e3,
+                        "flops": 2 * args.matmul_n**3, "dtype": dtype_name})
+            del a, b
+            mx.clear_cache()
+    small = [mx.ones((HOST_N,)) for _ in range(2)]
+    mx.eval(*small)
+    for mode, g in variants(wls["silu_mul"][2]):
+        for each in (False, True):
+            def call(g=g):
+                mx.async_eval(g(*small))
+
+            us = host_time(call, mx.synchronize, each) * 1e6
+            out.append({"workload": f"host_us_silu_{HOST_N}",
+                        "system": label(f"{name} {mode}" + (" eval each" if each else " back to back"), dev),
+                        "us": us})
+
+
+def run_kiln(args, out):
+    import kiln.core as mx
+
+    run_mx(args, out, mx, "kiln", ("eager", "compiled"))
+
+
+def run_mlx(args, out):
+    # Strict fp32 matmuls, as kiln's and torch's (MLX-CUDA's default is TF32).
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
+    import mlx.core as mx
+
+    run_mx(args, out, mx, "mlx", ("lazy", "compile"))
+
+
+FIRST_CALL_PROBE = (
+    "import sys, time, statistics, {lib}.core as mx\n"
+    "if sys.argv[1] == 'cpu' or not mx.is_available(mx.gpu): mx.set_default_device(mx.cpu)\n"
+    "x = mx.ones(({n},)); mx.eval(x)\n"
+    "f = mx.compile(lambda a: a * mx.sigmoid(a) * 1.5 + 0.25)\n"
+    "t = time.perf_counter(); mx.eval(f(x)); first = time.perf_counter() - t\n"
+    "ts = []\n"
+    "for _ in range(50):\n"
+    "    t = time.perf_counter(); mx.eval(f(x)); ts.append(time.perf_counter() - t)\n"
+    "print(first - statistics.median(ts), mx.default_device())\n"
+)
+
+
+def first_call_probe(args, out, lib, cache_var, name):
+    """First call of a compiled function in two fresh processes sharing one disk cache (empty
+    for the first: cold, filled by it for the second: warm), minus the steady-state call."""
+    code = FIRST_CALL_PROBE.format(lib=lib, n=HOST_N)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, **{cache_var: cache})
+        for which in ("cold", "warm"):
+            r = subprocess.run([sys.executable, "-c", code, args.device], env=env, capture_output=True, text=True,
+                               check=False)
+            if r.returncode != 0:
+                raise SystemExit(f"[{name}] first-call probe failed:\n{r.stderr[-2000:]}")
+            extra, device = r.stdout.split(maxsplit=1)
+            dev = "gpu" if "gpu" in device else "cpu"
+            out.append({"workload": "first_call_extra_ms", "system": label(f"{name} {which} disk cache", dev),
+                        "ms": float(extra) * 1e3})
+
+
+def run_kiln_first_call(args, out):
+    first_call_probe(args, out, "kiln", "KILN_CACHE_DIR", "kiln compiled")
+
+
+def run_mlx_first_call(args, out):
+    first_call_probe(args, out, "mlx", "MLX_PTX_CACHE_DIR", "mlx compile")
+
+
+def train_rows(args, out, lib, name, modes):
+    """The harness's train_step (bench/harness.py) at --train-size, uncompiled and compiled,
+    on the library's default device (its GPU when it has one)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import importlib
+
+    import harness
+
+    mx = importlib.import_module(f"{lib}.core")
+    dev = pick_device(mx, args.device, name)
+    harness.TRAIN_SIZE = args.train_size
+    for compiled in (False, True):
+        r = harness.train_step_bench(lib, compiled)
+        out.append({"workload": f"train_step_{args.train_size}", "system": label(f"{name} {modes[compiled]}", dev),
+                    "ms": r["sec"] * 1e3, "ktok_s": r["tokens"] / r["sec"] / 1e3, "first_s": r["first"]})
+
+
+def run_kiln_train(args, out):
+    train_rows(args, out, "kiln", "kiln", ("eager", "compiled"))
+
+
+def run_mlx_train(args, out):
+    train_rows(args, out, "mlx", "mlx", ("lazy", "compile"))
+
+
+# ---- torch and jax ---------------------------------------------------------------------------
+
+
+def torch_device(torch, want):
+    has_gpu = torch.cuda.is_available()
+    if want == "gpu" and not has_gpu:
+        raise SystemExit("[torch] --device gpu but torch finds no GPU")
+    if want != "cpu" and has_gpu:
+        return "cuda", "gpu", torch.cuda.synchronize
+    return "cpu", "cpu", lambda: None
 
 
 def run_torch(args, out):
     import torch
 
+    where, dev, sync = torch_device(torch, args.device)
+    torch.backends.cuda.matmul.allow_tf32 = False  # strict fp32, as kiln's default
     n = 1 << args.n
-    sync = torch.cuda.synchronize
     # The floor of a row moving B bytes: copying B / 2 bytes (read + write = B).
-    x = torch.randint(0, 255, (n * 14,), dtype=torch.uint8, device="cuda")
+    x = torch.randint(0, 255, (n * 14,), dtype=torch.uint8, device=where)
     y = torch.empty_like(x)
     for k in (4, 6, 8, 12, 14, 16, 28):
         src, dst = x[: n * k // 2], y[: n * k // 2]
-        sec = timed(lambda: dst.copy_(src), sync, args.reps)
-        out.append({"workload": f"copy_{k}n_bytes", "system": "torch", "ms": sec * 1e3, "bytes": n * k})
+        sec = timed(lambda src=src, dst=dst: dst.copy_(src), sync, args.reps)
+        out.append({"workload": f"copy_{k}n_bytes", "system": label("torch", dev), "ms": sec * 1e3, "bytes": n * k})
     del x, y
     wls = workloads(torch.clamp_min, torch.tanh, torch.erf, torch.sigmoid, torch.sqrt)
     wls["relu_chain"] = (3, 1, lambda x, y, z: torch.relu(x * y + z) * 0.5 + x)
-    for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    dtypes = (("fp32", torch.float32), ("bf16", torch.bfloat16))
+
+    def measure(g, xs, reps):
+        first = time.perf_counter()
+        g(*xs)
+        sync()
+        first = time.perf_counter() - first
+        return timed(lambda: g(*xs), sync, reps), first
+
+    for dtype_name, dtype in dtypes:
         for name, (nin, nout, f) in wls.items():
             if args.workloads and name not in args.workloads:
                 continue
-            xs = [(torch.randn(n, device="cuda").abs() + 0.1).to(dtype) for _ in range(nin)]
-            for label, g in (("eager", f), ("compile", torch.compile(f))):
-                first = time.perf_counter()
-                g(*xs)
-                sync()
-                first = time.perf_counter() - first
-                sec = timed(lambda g=g: g(*xs), sync, args.reps)
-                out.append({"workload": name, "system": f"torch {label} {dtype_name}", "ms": sec * 1e3,
-                            "bytes": (nin + nout) * n * (4 if dtype_name == "fp32" else 2), "first_s": first})
-    small = [torch.ones(1024, device="cuda") for _ in range(2)]
-    f = torch.compile(wls["silu_mul"][2])
-    for each in (False, True):
-        us = host_time(lambda: f(*small), sync, each) * 1e6
-        out.append({"workload": "host_us_silu_1024", "system": "torch.compile" + (" eval each" if each else " back to back"), "us": us})
+            xs = [(torch.randn(n, device=where).abs() + 0.1).to(dtype) for _ in range(nin)]
+            for mode, g in (("eager", f), ("compile", torch.compile(f))):
+                sec, first = measure(g, xs, args.reps)
+                out.append({"workload": name, "system": label(f"torch {mode} {dtype_name}", dev), "ms": sec * 1e3,
+                            "bytes": (nin + nout) * n * dtype.itemsize, "first_s": first})
+            del xs
+    few = max(3, args.reps // 4)
+    with torch.no_grad():
+        if not args.workloads or "mlp" in args.workloads:
+            base = [torch.from_numpy(a) for a in mlp_inputs(args.mlp_shape)]
+            f = mlp_block(torch.sigmoid)
+            for dtype_name, dtype in dtypes:
+                xs = [a.to(where, dtype) for a in base]
+                for mode, g in (("eager", f), ("compile", torch.compile(f))):
+                    sec, first = measure(g, xs, few)
+                    out.append({"workload": "mlp_block", "system": label(f"torch {mode} {dtype_name}", dev),
+                                "ms": sec * 1e3, "flops": mlp_flops(*args.mlp_shape), "dtype": dtype_name,
+                                "first_s": first})
+                del xs
+        if not args.workloads or "matmul" in args.workloads:
+            base = [torch.from_numpy(a) for a in matmul_inputs(args.matmul_n)]
+            for dtype_name, dtype in dtypes:
+                a, b = (t.to(where, dtype) for t in base)
+                sec, _ = measure(lambda a, b: a @ b, (a, b), few)
+                out.append({"workload": "matmul", "system": label(f"torch {dtype_name}", dev), "ms": sec * 1e3,
+                            "flops": 2 * args.matmul_n**3, "dtype": dtype_name})
+    small = [torch.ones(HOST_N, device=where) for _ in range(2)]
+    f = wls["silu_mul"][2]
+    for mode, g in (("eager", f), ("compile", torch.compile(f))):
+        for each in (False, True):
+            us = host_time(lambda g=g: g(*small), sync, each) * 1e6
+            out.append({"workload": f"host_us_silu_{HOST_N}",
+                        "system": label(f"torch {mode}" + (" eval each" if each else " back to back"), dev), "us": us})
 
 
 def run_jax(args, out):
     import jax
+
+    if args.device == "cpu":
+        jax.config.update("jax_platforms", "cpu")
     import jax.numpy as jnp
     from jax.scipy.special import erf
 
+    dev = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    if args.device == "gpu" and dev != "gpu":
+        raise SystemExit("[jax] --device gpu but jax finds no GPU")
     n = 1 << args.n
     wls = workloads(jnp.maximum, jnp.tanh, erf, jax.nn.sigmoid, jnp.sqrt)
     key = jax.random.PRNGKey(0)
-    for dtype_name, dtype in (("fp32", jnp.float32), ("bf16", jnp.bfloat16)):
+    dtypes = (("fp32", jnp.float32), ("bf16", jnp.bfloat16))
+
+    def measure(f, xs, reps):
+        jf = jax.jit(f)
+        last = [None]
+
+        def call():
+            last[0] = jf(*xs)
+
+        def sync():
+            jax.block_until_ready(last[0])
+
+        first = time.perf_counter()
+        jax.block_until_ready(jf(*xs))
+        first = time.perf_counter() - first
+        return timed(call, sync, reps), first, call, sync
+
+    for dtype_name, dtype in dtypes:
         for name, (nin, nout, f) in wls.items():
             if args.workloads and name not in args.workloads:
                 continue
             xs = [(jnp.abs(jax.random.normal(jax.random.fold_in(key, i), (n,))) + 0.1).astype(dtype) for i in range(nin)]
-            jf = jax.jit(f)
-            last = [None]
-
-            def call():
-                last[0] = jf(*xs)
-
-            def sync():
-                jax.block_until_ready(last[0])
-
-            first = time.perf_counter()
-            jax.block_until_ready(jf(*xs))
-            first = time.perf_counter() - first
-            sec = timed(call, sync, args.reps)
-            out.append({"workload": name, "system": f"jax.jit {dtype_name}", "ms": sec * 1e3,
-                        "bytes": (nin + nout) * n * (4 if dtype_name == "fp32" else 2), "first_s": first})
-
-
-def run_kiln_first_call(args, out):
-    """First call of a compiled function in fresh processes: cold disk cache, then warm."""
-    code = (
-        "import time, kiln.core as mx\n"
-        "x = mx.ones((1024,)); mx.eval(x)\n"
-        "f = mx.compile(lambda a: a * mx.sigmoid(a) * 1.5 + 0.25)\n"
-        "t = time.perf_counter(); mx.eval(f(x)); first = time.perf_counter() - t\n"
-        "t = time.perf_counter(); mx.eval(f(x)); steady = time.perf_counter() - t\n"
-        "print(first - steady)\n"
-    )
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, KILN_CACHE_DIR=cache)
-        for label in ("cold", "warm"):
-            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-            if r.returncode == 0:
-                out.append({"workload": "first_call_extra_ms", "system": f"kiln compiled {label} disk cache",
-                            "ms": float(r.stdout.strip()) * 1e3})
-            else:
-                print(r.stderr, file=sys.stderr)
-
-
-def run_kiln_train(args, out):
-    """The harness's train_step at train_anchors.py's size, uncompiled and compiled."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import harness
-
-    harness.TRAIN_SIZE = "anchor"
-    for compiled in (False, True):
-        r = harness.train_step_bench("kiln", compiled)
-        out.append({"workload": "train_step", "system": "kiln compiled" if compiled else "kiln eager",
-                    "ms": r["sec"] * 1e3, "first_s": r["first"]})
+            sec, first, _, _ = measure(f, xs, args.reps)
+            out.append({"workload": name, "system": label(f"jax.jit {dtype_name}", dev), "ms": sec * 1e3,
+                        "bytes": (nin + nout) * n * jnp.dtype(dtype).itemsize, "first_s": first})
+            del xs
+    few = max(3, args.reps // 4)
+    # Matmuls at the precision asked for (jax's GPU default for fp32 is TF32).
+    with jax.default_matmul_precision("highest"):
+        if not args.workloads or "mlp" in args.workloads:
+            base = mlp_inputs(args.mlp_shape)
+            for dtype_name, dtype in dtypes:
+                xs = [jnp.asarray(a).astype(dtype) for a in base]
+                sec, first, _, _ = measure(mlp_block(jax.nn.sigmoid), xs, few)
+                out.append({"workload": "mlp_block", "system": label(f"jax.jit {dtype_name}", dev), "ms": sec * 1e3,
+                            "flops": mlp_flops(*args.mlp_shape), "dtype": dtype_name, "first_s": first})
+                del xs
+        if not args.workloads or "matmul" in args.workloads:
+            base = matmul_inputs(args.matmul_n)
+            for dtype_name, dtype in dtypes:
+                xs = [jnp.asarray(a).astype(dtype) for a in base]
+                sec, _, _, _ = measure(lambda a, b: a @ b, xs, few)
+                out.append({"workload": "matmul", "system": label(f"jax.jit {dtype_name}", dev), "ms": sec * 1e3,
+                            "flops": 2 * args.matmul_n**3, "dtype": dtype_name})
+    small = [jnp.ones(HOST_N) for _ in range(2)]
+    _, _, call, sync = measure(wls["silu_mul"][2], small, 1)
+    for each in (False, True):
+        us = host_time(call, sync, each) * 1e6
+        out.append({"workload": f"host_us_silu_{HOST_N}",
+                    "system": label("jax.jit" + (" eval each" if each else " back to back"), dev), "us": us})
 
 
 def run_torch_train(args, out):
-    """The same model and step in torch: eager and torch.compile (AdamW, bf16 parameters,
-    cross-entropy in float32), timed as the harness times kiln's."""
+    """The harness's model and step in torch: eager and torch.compile (AdamW, parameters in
+    the --train-size dtype, cross-entropy in float32), timed as the harness times kiln's."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -219,7 +460,8 @@ def run_torch_train(args, out):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import harness
 
-    c = harness.TRAIN_SIZES["anchor"]
+    where, dev, sync = torch_device(torch, args.device)
+    c = harness.TRAIN_SIZES[args.train_size]
     V, D, L, H, T, B = (c[k] for k in "VDLHTB")
 
     class Block(nn.Module):
@@ -250,12 +492,7 @@ def run_torch_train(args, out):
                 x = b(x)
             return s.out(s.n(x))
 
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        m = LM().cuda().bfloat16()
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-        idx = torch.randint(0, V, (B, T + 1), device="cuda")
-
+    def make_step(m, opt, idx):
         def step():
             logits = m(idx[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, V).float(), idx[:, 1:].reshape(-1))
@@ -264,10 +501,17 @@ def run_torch_train(args, out):
             opt.zero_grad(set_to_none=True)
             return loss
 
+        return step
+
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        m = LM().to(where, getattr(torch, c["dtype"]))
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        step = make_step(m, opt, torch.randint(0, V, (B, T + 1), device=where))
         f = torch.compile(step) if compiled else step
         t = time.perf_counter()
         f()
-        torch.cuda.synchronize()
+        sync()
         first = time.perf_counter() - t
         for _ in range(harness.TRAIN_WARM):
             f()
@@ -275,23 +519,43 @@ def run_torch_train(args, out):
         for _ in range(harness.TRAIN_STEPS):
             t = time.perf_counter()
             f()
-            torch.cuda.synchronize()
+            sync()
             times.append(time.perf_counter() - t)
-        out.append({"workload": "train_step", "system": "torch.compile" if compiled else "torch eager",
-                    "ms": statistics.median(times) * 1e3, "first_s": first})
+        sec = statistics.median(times)
+        out.append({"workload": f"train_step_{args.train_size}",
+                    "system": label("torch.compile" if compiled else "torch eager", dev),
+                    "ms": sec * 1e3, "ktok_s": B * T / sec / 1e3, "first_s": first})
 
 
 RUNNERS = {"kiln": run_kiln, "kiln-first-call": run_kiln_first_call, "torch": run_torch, "jax": run_jax,
-           "kiln-train": run_kiln_train, "torch-train": run_torch_train}
+           "mlx": run_mlx, "mlx-first-call": run_mlx_first_call,
+           "kiln-train": run_kiln_train, "torch-train": run_torch_train, "mlx-train": run_mlx_train}
+# The module each system needs; a system without it is skipped with a note.
+PACKAGES = {"kiln": "kiln", "torch": "torch", "jax": "jax", "mlx": "mlx"}
+
+
+def installed(system):
+    package = PACKAGES[system.split("-")[0]]
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--systems", nargs="*", default=list(RUNNERS))
-    p.add_argument("--workloads", nargs="*", default=None)
-    p.add_argument("--n", type=int, default=26)
+    p.add_argument("--systems", nargs="*", default=list(RUNNERS), choices=list(RUNNERS))
+    p.add_argument("--workloads", nargs="*", default=None,
+                   help="a subset of gelu_erf gelu_tanh silu_mul relu_chain adam mlp matmul")
+    p.add_argument("--n", type=int, default=26, help="log2 of the elements per array")
     p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--json", default=None)
+    p.add_argument("--mlp-shape", type=int, nargs=3, default=[4096, 4096, 16384], metavar=("M", "D", "F"))
+    p.add_argument("--matmul-n", type=int, default=4096)
+    p.add_argument("--train-size", default="anchor", choices=["anchor", "small"])
+    p.add_argument("--device", default="auto", choices=["auto", "gpu", "cpu"])
+    p.add_argument("--json", default=None, help="write the rows here (rewritten after each system)")
+    p.add_argument("--system-timeout", type=float, default=None,
+                   help="seconds a system may run before it is stopped and noted")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -299,40 +563,125 @@ def main():
         RUNNERS[args.one](args, out)
         print("JSON" + json.dumps(out))
         return
-    rows = []
+    rows, notes = [], []
     for system in args.systems:
-        cmd = [sys.executable, __file__, "--one", system, "--n", str(args.n), "--reps", str(args.reps)]
+        if not installed(system):
+            notes.append(f"{system}: skipped, {PACKAGES[system.split('-')[0]]} not installed"
+                         + (" (MLX-CUDA: scripts/mlx_cuda_unpack.sh)" if system.startswith("mlx") else ""))
+            continue
+        cmd = [sys.executable, __file__, "--one", system, "--n", str(args.n), "--reps", str(args.reps),
+               "--mlp-shape", *map(str, args.mlp_shape), "--matmul-n", str(args.matmul_n),
+               "--train-size", args.train_size, "--device", args.device]
         if args.workloads:
             cmd += ["--workloads", *args.workloads]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [l for l in r.stdout.splitlines() if l.startswith("JSON")]
+        t = time.perf_counter()
+        with tempfile.TemporaryDirectory() as cache:
+            # A fresh kernel cache for each system's process, so the `first call` column is a
+            # cold one however often the machine ran this before (unless the caller set one).
+            env = dict(os.environ)
+            for var in ("KILN_CACHE_DIR", "MLX_PTX_CACHE_DIR"):
+                env.setdefault(var, os.path.join(cache, var.lower()))
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.system_timeout, env=env,
+                                   check=False)
+            except subprocess.TimeoutExpired:
+                notes.append(f"{system}: stopped after --system-timeout {args.system_timeout} s")
+                continue
+        lines = [line for line in r.stdout.splitlines() if line.startswith("JSON")]
         if r.returncode != 0 or not lines:
             print(f"[{system}] failed:\n{r.stderr[-3000:]}", file=sys.stderr)
+            notes.append(f"{system}: failed (stderr above)")
             continue
         rows += json.loads(lines[-1][4:])
-    print_table(rows, args.n)
+        print(f"[{system}] done in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        write_json(args, rows, notes)
+    print_table(rows, args)
+    for note in notes:
+        print(note)
+    write_json(args, rows, notes)
+
+
+def write_json(args, rows, notes):
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"n": args.n, "reps": args.reps, "mlp_shape": args.mlp_shape, "matmul_n": args.matmul_n,
+                       "train_size": args.train_size, "device": args.device, "rows": rows, "notes": notes},
+                      f, indent=1)
 
 
-def print_table(rows, n):
-    copies = {r["bytes"]: r["ms"] for r in rows if r["workload"].startswith("copy_")}
-    print(f"\nGPU rows, 2^{n} elements per array; ms per call (10 issued back to back, median); "
-          "floor = device copy of the same bytes / time")
-    print(f"{'workload':22s} {'system':32s} {'ms':>9s} {'floor':>6s} {'first call':>11s}")
+def _copies(rows):
+    """Copy-floor ms by byte count, from torch's copy rows (on the GPU when there)."""
+    copies = {}
+    for r in rows:
+        if r["workload"].startswith("copy_"):
+            copies.setdefault(r["bytes"], r["ms"])
+    return copies
+
+
+def _torch_ref(rows, r):
+    """torch's time for the row's matmul or MLP block (compiled when there is one)."""
+    for mode in ("compile ", "eager ", ""):
+        for t in rows:
+            if t["workload"] == r["workload"] and t["system"].startswith(f"torch {mode}{r['dtype']}"):
+                return t["ms"]
+    return None
+
+
+def print_table(rows, args):
+    copies = _copies(rows)
+    print(f"\nGPU rows, 2^{args.n} elements per array; ms per call (10 issued back to back, median of groups); "
+          "floor = device copy of the same bytes / time (torch copy_); TF/s for the MLP block "
+          f"{tuple(args.mlp_shape)} and matmul {args.matmul_n}^3, x torch = torch's time (torch.compile where "
+          "it has one) / the row's time")
+    print(f"{'workload':22s} {'system':36s} {'ms':>9s} {'floor':>6s} {'TF/s':>7s} {'x torch':>7s} {'first call':>11s}")
     for r in rows:
         if "ms" not in r or r["workload"].startswith("copy_") or r["workload"] == "first_call_extra_ms":
             continue
         floor = copies.get(r.get("bytes"))
-        frac = f"{floor / r['ms']:.2f}" if floor else "-"
+        frac = f"{floor / r['ms']:.2f}" if floor else ("-" if "bytes" in r else "")
+        tfs = f"{r['flops'] / r['ms'] / 1e9:.1f}" if "flops" in r else ""
+        ref = _torch_ref(rows, r) if "flops" in r else None
+        vs = f"{ref / r['ms']:.2f}" if ref else ""
         first = f"{r['first_s']:.3f} s" if "first_s" in r else ""
-        print(f"{r['workload']:22s} {r['system']:32s} {r['ms']:9.4f} {frac:>6s} {first:>11s}")
+        if "ktok_s" in r:
+            tfs = ""
+            frac = ""
+            vs = f"{r['ktok_s']:.0f}kt/s"
+        print(f"{r['workload']:22s} {r['system']:36s} {r['ms']:9.4f} {frac:>6s} {tfs:>7s} {vs:>7s} {first:>11s}")
     for r in rows:
         if r["workload"] == "first_call_extra_ms":
-            print(f"{'first call extra':22s} {r['system']:32s} {r['ms']:9.2f} ms")
+            print(f"{'first call - steady':22s} {r['system']:36s} {r['ms']:9.2f} ms")
+    for r in rows:
         if "us" in r:
-            print(f"{'host us/call silu 1024':22s} {r['system']:32s} {r['us']:9.1f} us")
+            print(f"{'host us/call ' + r['workload'][8:]:22s} {r['system']:36s} {r['us']:9.1f} us")
+    for r in rows:
+        if r["workload"].startswith("copy_"):
+            gbs = r["bytes"] / r["ms"] / 1e6
+            print(f"{'copy floor':22s} {r['system'] + ' ' + str(r['bytes'] >> 20) + ' MiB':36s} {r['ms']:9.4f} ms "
+                  f"{gbs:7.0f} GB/s")
+    print_targets(rows)
+
+
+def print_targets(rows):
+    """kiln compiled against torch.compile and MLX compile per workload (issue 7's targets:
+    >= 0.90 of the floor, >= 0.97 of torch.compile's speed, faster than MLX compile)."""
+    copies = _copies(rows)
+    by = {(r["workload"], r["system"]): r["ms"] for r in rows if "ms" in r}
+    lines = []
+    for r in rows:
+        parts = r["system"].split()
+        if parts[:2] != ["kiln", "compiled"] or "bytes" not in r:
+            continue
+        rest = " ".join(parts[2:])  # dtype, and "(cpu)" off the GPU
+        floor = copies.get(r["bytes"])
+        cells = [f"floor {floor / r['ms']:.2f}" if floor else "floor -"]
+        for peer in ("torch compile", "mlx compile"):
+            other = by.get((r["workload"], f"{peer} {rest}"))
+            cells.append(f"x {peer} {other / r['ms']:.2f}" if other else f"x {peer} -")
+        lines.append(f"{r['workload']:12s} {rest:12s} " + "  ".join(cells))
+    if lines:
+        print("\nkiln compiled (speed ratios: > 1 = kiln faster)")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
