@@ -40,7 +40,7 @@ MLX-CUDA on the GPU machine: its 90 MB wheels travel in two calls (scripts/mlx_c
 here, scripts/mlx_cuda_unpack.sh there; the top of the latter gives the calls); then
 `. /root/mlx_site/env.sh` (PYTHONPATH) and the mlx, mlx-first-call and mlx-train rows run.
 --system-timeout bounds each system; --json is rewritten after each one, so a call stopped at
-its limit keeps the rows measured so far. Adding another
+its limit keeps the rows measured so far (`--table FILE...` prints them, merged). Adding another
 system: one run_<system>(args, out) appending rows, an entry in RUNNERS and in PACKAGES.
 """
 
@@ -556,8 +556,21 @@ def main():
     p.add_argument("--json", default=None, help="write the rows here (rewritten after each system)")
     p.add_argument("--system-timeout", type=float, default=None,
                    help="seconds a system may run before it is stopped and noted")
+    p.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                   help="print the table of --json files (rows of several runs merged) and exit")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.table:
+        rows, notes = [], []
+        for path in args.table:
+            with open(path) as f:
+                saved = json.load(f)
+            rows += saved["rows"]
+            notes += saved["notes"]
+        print_table(rows, argparse.Namespace(**{k: saved[k] for k in ("n", "mlp_shape", "matmul_n")}))
+        for note in notes:
+            print(note)
+        return
     if args.one:
         out = []
         RUNNERS[args.one](args, out)
