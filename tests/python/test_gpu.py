@@ -192,6 +192,29 @@ def test_matmul_transposed_and_sliced_operands():
     np.testing.assert_array_equal(g, np.zeros((4, 3)))
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_batches_without_one_stride(dtype):
+    """Attention's heads split out of a fused qkv row: batch dims (B, H) with no single
+    stride, read in place through pointer arrays; also a broadcast and a reversed batch."""
+    B, T, H, D = 3, 10, 4, 8
+    qkv = rand((B, T, 3, H, D), dtype, -1, 1)
+    q, k, v = (qkv.transpose(2, 0, 3, 1, 4)[i] for i in range(3))  # (B, H, T, D) views
+    w = rand((1, H, D, 5), dtype, -1, 1)
+    ref = lambda x: np.array(x.astype(mx.float32)).astype(np.float64)
+    tol = {mx.float32: 1e-4, mx.float16: 1e-2, mx.bfloat16: 5e-2}[dtype]
+    cases = [
+        (lambda: q @ k.swapaxes(-1, -2), ref(q) @ ref(k).swapaxes(-1, -2)),
+        (lambda: (q @ k.swapaxes(-1, -2)) @ v, (ref(q) @ ref(k).swapaxes(-1, -2)) @ ref(v)),
+        (lambda: q @ w, ref(q) @ ref(w)),
+        (lambda: q[::-1] @ k.swapaxes(-1, -2)[::-1], ref(q)[::-1] @ ref(k).swapaxes(-1, -2)[::-1]),
+    ]
+    for fn, want in cases:
+        g, c = both(fn)
+        np.testing.assert_allclose(g, c, rtol=tol * 4, atol=tol * 4)
+        if want is not None:
+            np.testing.assert_allclose(g, want, rtol=tol * 4, atol=tol * 4)
+
+
 def test_ops_without_gpu_kernels_still_run():
     x = rand((9, 13))
     for fn in (lambda v: mx.abs(mx.fft.fft(v)), lambda v: mx.cumsum(v, axis=0),

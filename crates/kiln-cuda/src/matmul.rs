@@ -1,14 +1,20 @@
 //! Matmul through cuBLAS (`cublasGemmStridedBatchedEx`): float32, float16 and bfloat16,
 //! accumulated in float32 (TF32 off unless KILN_CUDA_TF32=1). Operands are read in place
-//! when each matrix is row- or column-major and the batch has one stride (broadcast batches
-//! have stride 0); other layouts are copied row-major first.
+//! when each matrix is row- or column-major: with one stride through the batch (stride 0 for
+//! a broadcast batch) as a strided batch, otherwise (attention's heads split out of a wider
+//! row) through per-matrix pointer arrays that a small kernel fills (`cublasGemmBatchedEx`).
+//! Other layouts are copied row-major first.
 
 use crate::alloc::{device_ptr, DEVICE};
 use crate::elementwise::{run_program, single_op_program};
+use crate::launch::{blocks_for, launch, Args, BLOCK};
+use crate::nvrtc::KernelCache;
 use crate::runtime::gpu;
 use cudarc::cublas::{result as blas, sys as bsys};
 use cudarc::driver::result as driver;
+use kiln_base::Buffer;
 use kiln_base::{bail, ArrayData, DType, Layout, Primitive, Result};
+use std::fmt::Write;
 use std::sync::{Arc, OnceLock};
 
 /// The cuBLAS handle and the fixed workspace it is given, so that no call allocates (CUDA-graph
@@ -57,8 +63,10 @@ struct Operand {
     ptr: u64,
     transposed: bool,
     ld: i64,
-    batch_stride: i64,
-    _keep: ArrayData,
+    /// `None` when no single stride steps through the batch (a transposed head split):
+    /// the matrices are then found through a pointer array (`batch_pointers`).
+    batch_stride: Option<i64>,
+    keep: ArrayData,
 }
 
 /// The single stride stepping through every batch element in row-major batch order.
@@ -84,32 +92,85 @@ fn operand(x: &ArrayData) -> Result<Operand> {
     let nd = x.layout.ndim();
     let (rows, cols) = (x.layout.shape[nd - 2], x.layout.shape[nd - 1]);
     let (sr, sc) = (x.layout.strides[nd - 2] as i64, x.layout.strides[nd - 1] as i64);
-    let batch = batch_stride(&x.layout.shape[..nd - 2], &x.layout.strides[..nd - 2]);
+    let batch_stride = batch_stride(&x.layout.shape[..nd - 2], &x.layout.strides[..nd - 2]);
     let row_major = (sc == 1 || cols == 1) && (rows == 1 || sr >= cols as i64);
     let col_major = (sr == 1 || rows == 1) && (cols == 1 || sc >= rows as i64);
+    let negative = x.layout.strides[..nd - 2].iter().any(|&s| s < 0);
     let ptr = device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size());
-    match batch {
-        Some(b) if row_major => Ok(Operand {
-            ptr,
-            transposed: false,
-            ld: if rows == 1 { cols as i64 } else { sr }.max(cols as i64).max(1),
-            batch_stride: b,
-            _keep: x.clone(),
-        }),
-        Some(b) if col_major => Ok(Operand {
-            ptr,
-            transposed: true,
-            ld: if cols == 1 { rows as i64 } else { sc }.max(rows as i64).max(1),
-            batch_stride: b,
-            _keep: x.clone(),
-        }),
-        _ => {
-            let program =
-                Arc::new(single_op_program(&Primitive::Copy, &[x.dtype], x.dtype).expect("copy"));
-            let copy = run_program(&program, std::slice::from_ref(x), &x.layout.shape)?.remove(0);
-            operand(&copy)
-        }
+    let (transposed, ld) = if negative || !(row_major || col_major) {
+        // Copied row-major, which always qualifies.
+        let program =
+            Arc::new(single_op_program(&Primitive::Copy, &[x.dtype], x.dtype).expect("copy"));
+        let copy = run_program(&program, std::slice::from_ref(x), &x.layout.shape)?.remove(0);
+        return operand(&copy);
+    } else if row_major {
+        (false, if rows == 1 { cols as i64 } else { sr }.max(cols as i64))
+    } else {
+        (true, if cols == 1 { rows as i64 } else { sc }.max(rows as i64))
+    };
+    Ok(Operand { ptr, transposed, ld: ld.max(1), batch_stride, keep: x.clone() })
+}
+
+/// Fills a device array with each batch element's matrix pointers: A's, then B's, then C's
+/// (`batch` each), from the batch dims and each operand's element strides along them.
+fn pointers_source(dims: usize) -> String {
+    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let _ = write!(
+        s,
+        r#"
+struct KTable {{ int64_t v[{three}]; }};
+extern "C" __global__ void {POINTERS}(const int64_t batch, const int64_t width, const char *a,
+                                     const char *b, char *c, const int64_t c_step,
+                                     const KTable t, const char **out) {{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < batch;
+         i += (int64_t)gridDim.x * blockDim.x) {{
+        int64_t r = i, oa = 0, ob = 0;
+        for (int d = {last}; d >= 0; --d) {{
+            const int64_t j = r % t.v[d];
+            r /= t.v[d];
+            oa += j * t.v[{dims} + d];
+            ob += j * t.v[{two} + d];
+        }}
+        out[i] = a + oa * width;
+        out[batch + i] = b + ob * width;
+        out[2 * batch + i] = c + i * c_step;
+    }}
+}}
+"#,
+        three = 3 * dims,
+        two = 2 * dims,
+        last = dims - 1,
+    );
+    s
+}
+
+const POINTERS: &str = "kiln_matmul_pointers";
+static POINTER_KERNELS: KernelCache<usize> = KernelCache::new();
+
+/// The pointer arrays of a batched product whose operands have no single batch stride.
+fn batch_pointers(a: &Operand, b: &Operand, out: &ArrayData, m: usize, n: usize) -> Result<Buffer> {
+    let nd = out.layout.ndim();
+    let batch_shape = &out.layout.shape[..nd - 2];
+    let batch: usize = batch_shape.iter().product();
+    let dims = batch_shape.len();
+    let mut table: Vec<i64> = batch_shape.iter().map(|&d| d as i64).collect();
+    for x in [&a.keep, &b.keep] {
+        table.extend(x.layout.strides[..nd - 2].iter().map(|&s| s as i64));
     }
+    let width = out.dtype.size();
+    let pointers = DEVICE.alloc(3 * batch * 8)?;
+    let f = POINTER_KERNELS.get(&dims, POINTERS, || pointers_source(dims))?;
+    let mut args = Args::new();
+    args.i64(batch as i64)
+        .i64(width as i64)
+        .ptr(a.ptr)
+        .ptr(b.ptr)
+        .ptr(out.buffer.as_ptr() as u64)
+        .i64((m * n * width) as i64)
+        .i64_struct(&table)
+        .ptr(pointers.as_ptr() as u64);
+    launch("matmul", f, blocks_for(batch as u64, BLOCK as u64), BLOCK, 0, &mut args)?;
+    Ok(pointers)
 }
 
 fn data_type(op: &'static str, dtype: DType) -> Result<bsys::cudaDataType> {
@@ -164,38 +225,89 @@ pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData
         }
     };
     let (alpha, beta) = (1.0f32, 0.0f32);
+    let (alpha, beta) = (&alpha as *const f32 as *const _, &beta as *const f32 as *const _);
+    let (ta, tb) = (op(ob.transposed), op(oa.transposed));
+    let (n32, m32, k32) = (n as i32, m as i32, k as i32);
+    let (compute, algo) = (
+        bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+    );
     let h = handle()?;
     // Row-major C = A B is column-major C^T = B^T A^T: B's buffer is the first operand.
-    // SAFETY: pointers are live device blocks kept alive by `oa`, `ob` and `out` until the
-    // stream runs the call (their buffers are only reused by later stream work); sizes and
-    // leading dimensions describe those blocks; alpha/beta are host floats (compute 32F).
-    unsafe {
-        blas::gemm_strided_batched_ex(
-            h.0,
-            op(ob.transposed),
-            op(oa.transposed),
-            n as i32,
-            m as i32,
-            k as i32,
-            &alpha as *const f32 as *const _,
-            ob.ptr as *const _,
-            ty,
-            ob.ld as i32,
-            ob.batch_stride,
-            oa.ptr as *const _,
-            ty,
-            oa.ld as i32,
-            oa.batch_stride,
-            &beta as *const f32 as *const _,
-            out.buffer.as_ptr() as *mut _,
-            ty,
-            n as i32,
-            (m * n) as i64,
-            batch as i32,
-            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-        )
-    }
-    .map_err(|e| kiln_base::Error::Runtime { op: "matmul", msg: format!("cuBLAS failed: {e}") })?;
+    let status = match (oa.batch_stride, ob.batch_stride) {
+        (Some(sa), Some(sb)) => {
+            // SAFETY: pointers are live device blocks kept alive by `oa`, `ob` and `out`
+            // until the stream runs the call (their buffers are only reused by later stream
+            // work); sizes and leading dimensions describe those blocks; alpha/beta are host
+            // floats (compute 32F).
+            unsafe {
+                blas::gemm_strided_batched_ex(
+                    h.0,
+                    ta,
+                    tb,
+                    n32,
+                    m32,
+                    k32,
+                    alpha,
+                    ob.ptr as *const _,
+                    ty,
+                    ob.ld as i32,
+                    sb,
+                    oa.ptr as *const _,
+                    ty,
+                    oa.ld as i32,
+                    sa,
+                    beta,
+                    out.buffer.as_ptr() as *mut _,
+                    ty,
+                    n32,
+                    (m * n) as i64,
+                    batch as i32,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(|e| e.to_string())
+        }
+        _ => {
+            let pointers = batch_pointers(&oa, &ob, &out, m, n)?;
+            let base = pointers.as_ptr() as *const *const std::ffi::c_void;
+            // SAFETY: as above; the three pointer arrays (A's, B's, C's, `batch` each) were
+            // written by the kernel just queued on the same stream, and `pointers` is only
+            // reused by later stream work.
+            let status = unsafe {
+                bsys::cublasGemmBatchedEx(
+                    h.0,
+                    ta,
+                    tb,
+                    n32,
+                    m32,
+                    k32,
+                    alpha,
+                    base.add(batch),
+                    ty,
+                    ob.ld as i32,
+                    base,
+                    ty,
+                    oa.ld as i32,
+                    beta,
+                    base.add(2 * batch) as *const *mut std::ffi::c_void,
+                    ty,
+                    n32,
+                    batch as i32,
+                    compute,
+                    algo,
+                )
+            };
+            match status {
+                bsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+                s => Err(format!("{s:?}")),
+            }
+        }
+    };
+    status.map_err(|e| kiln_base::Error::Runtime {
+        op: "matmul",
+        msg: format!("cuBLAS failed: {e}"),
+    })?;
     Ok(out)
 }

@@ -3,6 +3,7 @@
 //!
 //! - `graph.rs`: the captured graph (numbered inputs, frozen constants, nodes in order);
 //! - `simplify.rs`: no-op removal, scalar merging, CSE, dead-code removal (linear time);
+//! - `concat.rs`: sums of zero-padded slices (split gradients) -> one concatenate;
 //! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
 //! - `cuda_graph.rs`: GPU entries replayed as one captured CUDA graph;
 //! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
@@ -10,6 +11,7 @@
 //! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
 //! and constants, and uses [`trace`] and [`Compiled::replay`] underneath.
 
+mod concat;
 mod cuda_graph;
 mod dot;
 mod fuse;
@@ -111,7 +113,15 @@ where
         );
     }
     let passes = Passes::from_env();
-    let simplified = if passes.simplify { simplify::simplify(&traced) } else { traced.clone() };
+    let simplified = if passes.simplify {
+        let mut merged = simplify::simplify(&traced);
+        if concat::sums_of_padded_slices(&mut merged) > 0 {
+            merged = simplify::remove_dead(&merged);
+        }
+        merged
+    } else {
+        traced.clone()
+    };
     let (graph, regions) = if passes.fuse {
         let (fused, regions) = fuse::fuse(&simplified);
         // Broadcast scalars folded into kernels as literals are dead now.
