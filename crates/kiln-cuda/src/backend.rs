@@ -11,6 +11,10 @@ pub struct CudaBackend;
 /// Whether the GPU has a kernel for `prim` on these dtypes (the others run on the CPU for
 /// now; complex64 has no GPU kernels yet).
 pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bool {
+    if let Primitive::Fast(op) = prim {
+        // float32 and the half floats (float64 and complex stay on the CPU).
+        return crate::fast::supports(op) && dtypes.all(|d| !matches!(d, DType::F64 | DType::C64));
+    }
     !dtypes.any(|d| d == DType::C64)
         && matches!(
             prim,
@@ -68,6 +72,7 @@ impl Backend for CudaBackend {
                 Ok(vec![rows::arg_reduce(*op, *axis, &inputs[0], &outputs[0].0)?])
             }
             Primitive::Softmax { .. } => Ok(vec![rows::softmax(&inputs[0], &outputs[0].0)?]),
+            Primitive::Fast(op) => crate::fast::eval(op, inputs, outputs),
             _ => {
                 let (shape, dtype) = &outputs[0];
                 let out = match prim {

@@ -11,6 +11,7 @@
 //!   every eager elementwise primitive;
 //! - `reduce`, `rows` (arg reductions, softmax), `scan`, `sort` (bitonic, stable by index),
 //!   `matmul` (cuBLAS): the other computing primitives;
+//! - `fast`: mx.fast's fused kernels (layer_norm, rms_norm, RoPE, attention);
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
 //!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
 //! - `graph`: CUDA graphs (capture, launch) for compiled replays;
@@ -21,6 +22,7 @@ pub mod backend;
 pub mod copy;
 pub mod creation;
 pub mod elementwise;
+pub mod fast;
 pub mod graph;
 pub mod indexing;
 pub mod launch;

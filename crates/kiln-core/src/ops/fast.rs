@@ -9,10 +9,13 @@ use kiln_base::{bail, ensure, AttentionMask, CKernelSpec, DType, FastOp, Primiti
 use kiln_base::{Scalar, Shape};
 use std::sync::Arc;
 
-/// Records a fast op; on the GPU, which has no fused kernels for these yet, its composition
-/// of basic ops instead (GPU elementwise kernels and cuBLAS, not a trip to the CPU).
+/// Records a fast op. On the GPU, cases without a fused kernel (float64, head dims too large
+/// for the attention kernels' shared memory) record their composition of basic ops instead
+/// (GPU elementwise kernels and cuBLAS, not a trip to the CPU).
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
-    if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu {
+    if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
+        && !gpu_fused(&fop, &inputs)
+    {
         // The primitive's checks first, so errors are the same on every device.
         let metas: Vec<(&[usize], DType)> = inputs.iter().map(|x| (x.shape(), x.dtype())).collect();
         Primitive::Fast(fop.clone()).output_shapes(&metas)?;
@@ -21,6 +24,23 @@ fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
         }
     }
     record(Primitive::Fast(fop), inputs)
+}
+
+/// Whether the GPU's fused kernel takes this call (see kiln-cuda's `fast` module): float32
+/// or half-float data (an attention mask may be bool), attention head dims that fit.
+fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
+    let gpu_float = |x: &Array| matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    let fits = match fop {
+        FastOp::Attention { .. } => {
+            let (q, v) = (inputs[0].shape(), inputs[2].shape());
+            inputs[..3].iter().all(gpu_float)
+                && q.len() == 4
+                && v.len() == 4
+                && kiln_cuda::fast::attention_fits(q[3], v[3])
+        }
+        _ => inputs.iter().all(gpu_float),
+    };
+    fits && kiln_cuda::supports(&Primitive::Fast(fop.clone()), inputs.iter().map(|x| x.dtype()))
 }
 
 /// Checks a norm's weight or bias and returns the dtype it promotes with.

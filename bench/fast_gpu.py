@@ -1,0 +1,192 @@
+"""mx.fast on the GPU beside torch, one run: layer_norm and rms_norm on (8192, 8192) and
+(32, 1024, 4096), rope on (8, 32, 2048, 128), attention forward on (8, 16, 2048, 128) and
+(8, 16, 2048, 64) causal and not, in bf16 (and fp32 for the norms).
+
+    python3 bench/fast_gpu.py                 # kiln and, where installed, torch
+    python3 bench/fast_gpu.py --reps 10 --only norm attention
+    KILN_CUDA_ATTENTION=simple python3 bench/fast_gpu.py --only attention   # the simple path
+
+Times: 10 calls issued back to back, one synchronize, divided by 10; median of --reps such
+groups. Norm and rope rows print GB/s (bytes read + written) and `floor`: the time of a
+device-to-device copy of the same bytes (torch's `copy_` when torch is installed, else a
+kiln elementwise negate of the input) over the row's time. Attention rows print TFLOP/s
+(4 B H Lq Lk D, halved under the causal mask) and the ratio to torch's flash backend
+(`torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)`). torch rows are skipped
+cleanly where torch (or CUDA in it) is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+INNER = 10
+
+
+def timed(call, sync, reps):
+    for _ in range(3):
+        call()
+    sync()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(INNER):
+            call()
+        sync()
+        times.append((time.perf_counter() - t) / INNER)
+    return statistics.median(times)
+
+
+NORM_SHAPES = [(8192, 8192), (32, 1024, 4096)]
+ROPE_SHAPE = (8, 32, 2048, 128)
+ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
+
+
+def load_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def kiln_rows(args, rows):
+    import numpy as np
+    import kiln.core as mx
+
+    if not mx.is_available(mx.gpu):
+        print("kiln found no GPU; nothing to time")
+        return
+    mx.set_default_device(mx.gpu)
+    rng = np.random.default_rng(0)
+    dtypes = {"bf16": mx.bfloat16, "fp32": mx.float32}
+
+    def run(fn, *xs):
+        def call():
+            mx.async_eval(fn(*xs))
+        return timed(call, mx.synchronize, args.reps)
+
+    def randn(shape, dtype):
+        return mx.array(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+    if "norm" in args.only:
+        for shape in NORM_SHAPES:
+            for dn, dt in dtypes.items():
+                x, w, b = randn(shape, dt), randn(shape[-1:], dt), randn(shape[-1:], dt)
+                mx.eval(x, w, b)
+                nbytes = 2 * x.size * x.itemsize
+                rows.append(("copy floor", shape, dn, "kiln negate", run(mx.negative, x), nbytes))
+                rows.append(("layer_norm", shape, dn, "kiln",
+                             run(lambda x: mx.fast.layer_norm(x, w, b, 1e-5), x), nbytes))
+                rows.append(("rms_norm", shape, dn, "kiln",
+                             run(lambda x: mx.fast.rms_norm(x, w, 1e-5), x), nbytes))
+                del x
+                mx.clear_cache()
+    if "rope" in args.only:
+        x = randn(ROPE_SHAPE, mx.bfloat16)
+        mx.eval(x)
+        nbytes = 2 * x.size * x.itemsize
+        for trad in (False, True):
+            f = lambda x, t=trad: mx.fast.rope(x, 128, traditional=t, base=1e4, scale=1.0, offset=7)  # noqa: E731
+            rows.append(("rope" + (" trad" if trad else ""), ROPE_SHAPE, "bf16", "kiln", run(f, x), nbytes))
+        del x
+        mx.clear_cache()
+    if "attention" in args.only:
+        for shape in ATTN_SHAPES:
+            b, h, l, d = shape
+            q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
+            mx.eval(q, k, v)
+            for causal in (False, True):
+                f = lambda q, k, v, c=causal: mx.fast.scaled_dot_product_attention(  # noqa: E731
+                    q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
+                flops = 4 * b * h * l * l * d / (2 if causal else 1)
+                rows.append(("attention" + (" causal" if causal else ""), shape, "bf16", "kiln",
+                             run(f, q, k, v), -flops))
+            del q, k, v
+            mx.clear_cache()
+
+
+def torch_rows(args, rows, torch):
+    sync = torch.cuda.synchronize
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    F = torch.nn.functional
+
+    def run(fn, *xs):
+        return timed(lambda: fn(*xs), sync, args.reps)
+
+    if "norm" in args.only:
+        for shape in NORM_SHAPES:
+            for dn, dt in dtypes.items():
+                x = torch.randn(shape, device="cuda", dtype=dt)
+                w, b = torch.randn(shape[-1], device="cuda", dtype=dt), torch.randn(shape[-1], device="cuda", dtype=dt)
+                y = torch.empty_like(x)
+                nbytes = 2 * x.numel() * x.element_size()
+                rows.append(("copy floor", shape, dn, "torch copy_", run(lambda: y.copy_(x)), nbytes))
+                ln = lambda x: F.layer_norm(x, shape[-1:], w, b, 1e-5)  # noqa: E731
+                rms = lambda x: F.rms_norm(x, shape[-1:], w, 1e-5)  # noqa: E731
+                for name, f in (("layer_norm", ln), ("rms_norm", rms)):
+                    rows.append((name, shape, dn, "torch eager", run(f, x), nbytes))
+                    rows.append((name, shape, dn, "torch.compile", run(torch.compile(f), x), nbytes))
+                del x, y
+                torch.cuda.empty_cache()
+    if "attention" in args.only:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        for shape in ATTN_SHAPES:
+            b, h, l, d = shape
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            for causal in (False, True):
+                flops = 4 * b * h * l * l * d / (2 if causal else 1)
+                f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    rows.append(("attention" + (" causal" if causal else ""), shape, "bf16",
+                                 "torch flash", run(f), -flops))
+                rows.append(("attention" + (" causal" if causal else ""), shape, "bf16",
+                             "torch default", run(f), -flops))
+
+
+def report(rows):
+    floors = {(s, d): t for (w, s, d, sysname, t, _) in rows if w == "copy floor" and "torch" in sysname}
+    floors_k = {(s, d): t for (w, s, d, sysname, t, _) in rows if w == "copy floor" and "kiln" in sysname}
+    flash = {(w, s): t for (w, s, d, sysname, t, _) in rows if sysname == "torch flash"}
+    best_torch = {}
+    for (w, s, d, sysname, t, _) in rows:
+        if sysname.startswith("torch") and w != "copy floor":
+            key = (w, s, d)
+            best_torch[key] = min(t, best_torch.get(key, math.inf))
+    print(f"{'workload':<18} {'shape':<18} {'dtype':<5} {'system':<14} {'ms':>9} {'rate':>14} {'vs':>22}")
+    for (w, s, d, sysname, t, work) in rows:
+        if work >= 0:
+            rate = f"{work / t / 1e9:8.1f} GB/s"
+            floor = floors.get((s, d), floors_k.get((s, d)))
+            vs = f"floor {floor / t:5.2f}" if floor and w != "copy floor" else ""
+            bt = best_torch.get((w, s, d))
+            if bt and sysname == "kiln":
+                vs += f" torch {bt / t:5.2f}"
+        else:
+            rate = f"{-work / t / 1e12:7.1f} TFLOP/s"
+            fl = flash.get((w, s))
+            vs = f"flash {fl / t:5.2f}" if fl and sysname == "kiln" else ""
+        print(f"{w:<18} {str(s):<18} {d:<5} {sysname:<14} {t * 1e3:9.3f} {rate:>14} {vs:>22}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--only", nargs="*", default=["norm", "rope", "attention"])
+    p.add_argument("--no-torch", action="store_true")
+    args = p.parse_args()
+    rows = []
+    kiln_rows(args, rows)
+    torch = None if args.no_torch else load_torch()
+    if torch is None:
+        print("torch with CUDA is not installed: torch rows skipped")
+    else:
+        torch_rows(args, rows, torch)
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,504 @@
+//! Scaled dot-product attention, streaming: the (Lq, Lk) scores never exist in memory. Two
+//! kernels:
+//! - `flash` (float16 / bfloat16, head dim 64 or 128 for q, k and v): a block of 4 warps
+//!   takes 64 queries of one (batch, head); 64-key tiles of K and V stream through shared
+//!   memory (`cp.async`, XOR-swizzled 16-byte chunks so `ldmatrix` is conflict-free; V's
+//!   load overlaps the scores, the next K's the `P V` product). Each warp owns 16 query rows:
+//!   `S = Q Kᵀ` and `O += P V` run on tensor cores (`mma.sync.m16n8k16`, float32
+//!   accumulation), the online softmax in registers in base-2 units (scores times
+//!   `scale * log2 e`).
+//! - `simple` (everything else, and every case under `KILN_CUDA_ATTENTION=simple`): a warp
+//!   per query row in float32, 32 keys per step (a lane each), the row's scaled query and
+//!   output accumulator in shared memory. Slow but obviously correct: the reference for
+//!   diagnosing the fast path on a device.
+//!
+//! Both follow kiln-cpu's semantics: hidden scores (causal, a false boolean mask) are the
+//! lowest finite float, so a fully hidden row averages every value; the causal mask is
+//! lower-right aligned (query `i` sees key `j` when `j <= i + Lk - Lq`); no keys gives
+//! zeros; grouped-query attention maps query head `h` to key/value head `h / (Hq / Hk)`.
+
+use super::{dense, dense_aligned, header, ptr};
+use crate::copy::empty;
+use crate::launch::{launch, Args};
+use crate::nvrtc::{check_grid, Function, KernelCache};
+use kiln_base::{ArrayData, AttentionMask, DType, Result};
+use std::fmt::Write;
+
+const SIMPLE: &str = "kiln_attn_simple";
+const FLASH: &str = "kiln_attn_flash";
+
+/// Queries per block and keys per tile of the flash kernel.
+const BM: usize = 64;
+/// Warps per block of the flash kernel (16 query rows each).
+const FLASH_WARPS: u32 = 4;
+/// Dynamic shared memory available without opting in.
+const SHARED_LIMIT: usize = 48 * 1024;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Variant {
+    Simple,
+    /// The flash kernel for this head dim.
+    Flash(usize),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Key {
+    pub dtype: DType,
+    pub mask: AttentionMask,
+    pub variant: Variant,
+}
+
+/// Shared floats per warp of the simple kernel: the scaled query, the output row, 32
+/// probabilities.
+fn simple_floats(dk: usize, dv: usize) -> usize {
+    dk + dv + 32
+}
+
+/// Whether the GPU kernels take head dims `dk` (q, k) and `dv` (v): the simple kernel's
+/// per-warp rows must fit in shared memory.
+pub fn fits(dk: usize, dv: usize) -> bool {
+    simple_floats(dk, dv).checked_mul(4).is_some_and(|b| b <= SHARED_LIMIT)
+}
+
+/// Shared by both kernels: mask mode, the lowest float, the NaN-propagating maximum.
+fn common(key: &Key) -> String {
+    let mut s = header(key.dtype);
+    let (mode, mtype) = match key.mask {
+        AttentionMask::None => (0, "S"),
+        AttentionMask::Causal => (1, "S"),
+        AttentionMask::Additive => (2, "S"),
+        AttentionMask::Boolean => (3, "uint8_t"),
+    };
+    let _ = write!(
+        s,
+        r#"
+#define MASK {mode}
+typedef {mtype} M;
+#define LOWEST (-3.40282347e+38f)
+#define LOG2E 1.4426950408889634f
+struct KStrides {{ int64_t v[4]; }};
+/* max(a, v) that keeps a NaN from either side (kiln-cpu's max_nan). */
+K_INLINE float k_max_nan(float a, float v) {{ return (v > a || v != v) ? v : a; }}
+"#
+    );
+    s
+}
+
+const SIMPLE_BODY: &str = r#"
+/* One warp per query row `row` of (B, Hq, Lq); lanes take keys, then output features. */
+extern "C" __global__ void kiln_attn_simple(const int64_t rows, const int64_t hq, const int64_t lq,
+        const int64_t lk, const int64_t dk, const int64_t dv, const int64_t group, const int64_t hk,
+        const S *__restrict__ q, const S *__restrict__ k, const S *__restrict__ v,
+        const M *__restrict__ mask, S *__restrict__ out, const KStrides ms, const double scale) {
+    extern __shared__ float smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x >> 5) + warp;
+    if (row >= rows) return; /* the whole warp: this kernel has no block barriers */
+    float *qs = smem + (int64_t)warp * (dk + dv + 32);
+    float *os = qs + dk;
+    float *ps = os + dv;
+    const int64_t i = row % lq, bh = row / lq, h = bh % hq, b = bh / hq;
+    const int64_t kvh = b * hk + h / group;
+    const S *kp = k + kvh * lk * dk;
+    const S *vp = v + kvh * lk * dv;
+    const float sc = (float)scale;
+    for (int64_t d = lane; d < dk; d += 32) qs[d] = k_load(q[row * dk + d]) * sc;
+    for (int64_t d = lane; d < dv; d += 32) os[d] = 0.0f;
+    __syncwarp();
+    const int64_t shift = lk - lq;
+    int64_t key_end = lk;
+#if MASK == 1
+    /* Later keys are hidden; a row that sees none averages them all (so visits them all). */
+    if (i + shift >= 0) key_end = min(lk, i + shift + 1);
+#endif
+#if MASK >= 2
+    const M *mrow = mask + b * ms.v[0] + h * ms.v[1] + i * ms.v[2];
+#endif
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = 0; j0 < key_end; j0 += 32) {
+        const int64_t j = j0 + lane;
+        float s = -INFINITY;
+        if (j < key_end) {
+            const S *kr = kp + j * dk;
+            float acc = 0.0f;
+            for (int64_t d = 0; d < dk; ++d) acc = fmaf(k_load(kr[d]), qs[d], acc);
+            s = acc;
+#if MASK == 1
+            if (j > i + shift) s = LOWEST;
+#elif MASK == 2
+            s = s + k_load(mrow[j * ms.v[3]]);
+#elif MASK == 3
+            if (!mrow[j * ms.v[3]]) s = LOWEST;
+#endif
+        }
+        float bmax = k_max_nan(m, s);
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) bmax = k_max_nan(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
+        const float corr = bmax == m ? 1.0f : expf(m - bmax);
+        /* Every score so far -inf (an additive mask): exp(-inf - 0) = 0, not NaN. */
+        const float base = bmax == -INFINITY ? 0.0f : bmax;
+        const float p = j < key_end ? expf(s - base) : 0.0f;
+        float sum = p;
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        l = l * corr + sum;
+        m = bmax;
+        ps[lane] = p;
+        __syncwarp();
+        const int kb = (int)min((int64_t)32, key_end - j0);
+        for (int64_t d = lane; d < dv; d += 32) {
+            float acc = os[d] * corr;
+            for (int jj = 0; jj < kb; ++jj) acc = fmaf(ps[jj], k_load(vp[(j0 + jj) * dv + d]), acc);
+            os[d] = acc;
+        }
+        __syncwarp(); /* ps is rewritten by the next step */
+    }
+    const float inv = lk == 0 ? 0.0f : 1.0f / l;
+    for (int64_t d = lane; d < dv; d += 32) out[row * dv + d] = k_store(lk == 0 ? 0.0f : os[d] * inv);
+}
+"#;
+
+const FLASH_BODY: &str = r#"
+#define BM 64
+#define BN 64
+#define WARPS 4
+
+K_INLINE uint32_t k_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read). */
+K_INLINE void k_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+K_INLINE void k_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+K_INLINE void k_cp_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/* Four 8x8 b16 matrices; lanes 8m..8m+7 address the rows of matrix m. */
+K_INLINE void k_ldm4(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+K_INLINE void k_ldm4t(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+/* c (16x8, f32) += a (16x16, row) b (16x8, col). */
+K_INLINE void k_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Two floats as one register of two halves: `lo` (the lower column) in the low bits. */
+K_INLINE uint32_t k_pack(float lo, float hi) {
+    return (uint32_t)k_store(lo) | ((uint32_t)k_store(hi) << 16);
+}
+/* Element (r, c) of a tile of D columns: the 16-byte chunk index is XORed with r % 8, so the
+   8 rows one ldmatrix reads (same chunk column, row stride a multiple of 128 bytes) fall in
+   distinct banks. D >= 64 keeps the XOR inside the row. */
+K_INLINE int k_sw(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
+
+/* Rows [r0, r0 + 64) of a row-major (rows, D) matrix into a tile; rows past the end are zeros
+   (so padded keys and queries hold no garbage: 0 * NaN would poison P V). */
+K_INLINE void k_load_tile(uint16_t *tile, const S *src, int64_t r0, int64_t rows) {
+    #pragma unroll
+    for (int e = threadIdx.x; e < BM * (D / 8); e += WARPS * 32) {
+        const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+        const bool valid = r0 + r < rows;
+        k_cp16(k_smem(tile + k_sw(r, c)), src + (valid ? (r0 + r) * D + c : 0), valid);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_flash(
+        const int64_t hq, const int64_t lq, const int64_t lk, const int64_t group, const int64_t hk,
+        const int64_t q_blocks, const S *__restrict__ q, const S *__restrict__ k,
+        const S *__restrict__ v, const M *__restrict__ mask, S *__restrict__ out,
+        const KStrides ms, const double scale) {
+    __shared__ __align__(128) uint16_t sq[BM * D];
+    __shared__ __align__(128) uint16_t sk[BN * D];
+    __shared__ __align__(128) uint16_t sv[BN * D];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tq = lane & 3; /* fragment row group, thread in group */
+    /* Later query blocks first: under the causal mask they have the most keys. */
+    const int64_t qb = q_blocks - 1 - (int64_t)(blockIdx.x % q_blocks);
+    const int64_t bh = blockIdx.x / q_blocks, h = bh % hq, b = bh / hq;
+    const int64_t kvh = b * hk + h / group;
+    const int64_t i0 = qb * BM;
+    const S *qp = q + bh * lq * D;
+    const S *kp = k + kvh * lk * D;
+    const S *vp = v + kvh * lk * D;
+    const int64_t shift = lk - lq;
+    int64_t key_end = lk;
+#if MASK == 1
+    /* Keys after the block's last query's are hidden from every row, so skipped, unless
+       some row sees no key (it must average them all). */
+    if (i0 + shift >= 0) key_end = min(lk, min(lq, i0 + BM) - 1 + shift + 1);
+#endif
+    const int n_blocks = (int)((key_end + BN - 1) / BN);
+
+    k_load_tile(sq, qp, i0, lq);
+    if (n_blocks > 0) k_load_tile(sk, kp, 0, lk);
+    k_cp_commit();
+    k_cp_wait();
+    __syncthreads();
+
+    /* The warp's 16 query rows as A fragments, one per 16 features. */
+    uint32_t qf[D / 16][4];
+    #pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+        k_ldm4(qf[kc], k_smem(sq + k_sw(warp * 16 + (lane & 15), kc * 16 + (lane >> 4) * 8)));
+
+    float o[D / 8][4];
+    #pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl = (float)scale * LOG2E;
+    const int64_t row0 = i0 + warp * 16 + g; /* this thread's rows: row0 and row0 + 8 */
+
+    for (int nb = 0; nb < n_blocks; ++nb) {
+        const int64_t j0 = (int64_t)nb * BN;
+        k_load_tile(sv, vp, j0, lk);
+        k_cp_commit();
+
+        /* S = Q K^T: 8 tiles of 8 keys; one ldmatrix.x4 feeds two (keys 0-7 | 8-15 of 16,
+           features 0-7 | 8-15 of the chunk). */
+        float s[BN / 8][4];
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        #pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) {
+            #pragma unroll
+            for (int np = 0; np < BN / 16; ++np) {
+                uint32_t kf[4];
+                k_ldm4(kf, k_smem(sk + k_sw(np * 16 + ((lane >> 4) << 3) + (lane & 7),
+                                             kc * 16 + ((lane >> 3) & 1) * 8)));
+                k_mma(s[2 * np], qf[kc], kf[0], kf[1]);
+                k_mma(s[2 * np + 1], qf[kc], kf[2], kf[3]);
+            }
+        }
+
+        /* Scores in base-2 units with the mask; keys past the end are -inf (weight 0). */
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t i = row0 + (e >> 1) * 8;
+                const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
+                float x = s[n][e] * sl;
+#if MASK == 1
+                if (j > i + shift) x = LOWEST;
+#elif MASK == 2
+                if (i < lq && j < lk)
+                    x = x + k_load(mask[b * ms.v[0] + h * ms.v[1] + i * ms.v[2] + j * ms.v[3]]) * LOG2E;
+#elif MASK == 3
+                if (i < lq && j < lk && !mask[b * ms.v[0] + h * ms.v[1] + i * ms.v[2] + j * ms.v[3]])
+                    x = LOWEST;
+#endif
+                s[n][e] = j < lk ? x : -INFINITY;
+            }
+        }
+
+        /* Online softmax per row; the 4 threads of a group share a row. */
+        #pragma unroll
+        for (int rh = 0; rh < 2; ++rh) {
+            float mx = m[rh];
+            #pragma unroll
+            for (int n = 0; n < BN / 8; ++n)
+                mx = k_max_nan(k_max_nan(mx, s[n][2 * rh]), s[n][2 * rh + 1]);
+            mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float corr = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
+            const float base = mx == -INFINITY ? 0.0f : mx;
+            float sum = 0.0f;
+            #pragma unroll
+            for (int n = 0; n < BN / 8; ++n) {
+                s[n][2 * rh] = exp2f(s[n][2 * rh] - base);
+                s[n][2 * rh + 1] = exp2f(s[n][2 * rh + 1] - base);
+                sum += s[n][2 * rh] + s[n][2 * rh + 1];
+            }
+            l[rh] = l[rh] * corr + sum; /* this thread's columns; summed over the group at the end */
+            m[rh] = mx;
+            #pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                o[n][2 * rh] *= corr;
+                o[n][2 * rh + 1] *= corr;
+            }
+        }
+
+        /* P as A fragments: the C fragments of key tiles 2c and 2c + 1 are exactly the
+           (row g | g + 8) x (keys 2t, 2t + 1 | 2t + 8, 2t + 9) pairs A wants. */
+        uint32_t pf[BN / 16][4];
+        #pragma unroll
+        for (int c = 0; c < BN / 16; ++c) {
+            pf[c][0] = k_pack(s[2 * c][0], s[2 * c][1]);
+            pf[c][1] = k_pack(s[2 * c][2], s[2 * c][3]);
+            pf[c][2] = k_pack(s[2 * c + 1][0], s[2 * c + 1][1]);
+            pf[c][3] = k_pack(s[2 * c + 1][2], s[2 * c + 1][3]);
+        }
+
+        k_cp_wait();
+        __syncthreads(); /* V is in; every warp is done reading K */
+        if (nb + 1 < n_blocks) k_load_tile(sk, kp, j0 + BN, lk);
+        k_cp_commit();
+
+        /* O += P V: ldmatrix.trans of V rows (keys) gives B fragments (keys 2t, 2t + 1 of
+           feature g); one x4 feeds two 8-feature tiles. */
+        #pragma unroll
+        for (int c = 0; c < BN / 16; ++c) {
+            #pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                uint32_t vf[4];
+                k_ldm4t(vf, k_smem(sv + k_sw(c * 16 + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                              dp * 16 + (lane >> 4) * 8)));
+                k_mma(o[2 * dp], pf[c], vf[0], vf[1]);
+                k_mma(o[2 * dp + 1], pf[c], vf[2], vf[3]);
+            }
+        }
+        k_cp_wait();
+        __syncthreads(); /* the next K is in; every warp is done reading V */
+    }
+
+    #pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 1);
+        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 2);
+        const int64_t i = row0 + rh * 8;
+        if (i >= lq) continue;
+        const float inv = lk == 0 ? 0.0f : 1.0f / l[rh];
+        uint32_t *orow = (uint32_t *)(out + (bh * lq + i) * D);
+        #pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            orow[n * 4 + tq] = k_pack(o[n][2 * rh] * inv, o[n][2 * rh + 1] * inv);
+    }
+}
+"#;
+
+pub(crate) fn source(key: &Key) -> String {
+    let mut s = common(key);
+    match key.variant {
+        Variant::Simple => s.push_str(SIMPLE_BODY),
+        Variant::Flash(d) => {
+            let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
+            let _ = writeln!(s, "#define D {d}\n#define MMA_T \"{t}\"");
+            s.push_str(FLASH_BODY);
+        }
+    }
+    s
+}
+
+static KERNELS: KernelCache<Key> = KernelCache::new();
+
+fn kernel(key: &Key) -> Result<Function> {
+    let symbol = match key.variant {
+        Variant::Simple => SIMPLE,
+        Variant::Flash(_) => FLASH,
+    };
+    KERNELS.get(key, symbol, || source(key))
+}
+
+/// The kernel for these inputs: flash for half floats with equal head dims of 64 or 128.
+pub(crate) fn variant(dtype: DType, dk: usize, dv: usize, simple: bool) -> Variant {
+    let half = matches!(dtype, DType::F16 | DType::BF16);
+    if !simple && half && dk == dv && matches!(dk, 64 | 128) {
+        Variant::Flash(dk)
+    } else {
+        Variant::Simple
+    }
+}
+
+/// Element strides of a 4-d mask with broadcast (size-1) axes at 0.
+fn mask_strides(m: &ArrayData) -> [i64; 4] {
+    let mut s = [0i64; 4];
+    for (ax, st) in s.iter_mut().enumerate() {
+        if m.layout.shape[ax] > 1 {
+            *st = m.layout.strides[ax] as i64;
+        }
+    }
+    s
+}
+
+pub(crate) fn attention(
+    inputs: &[ArrayData],
+    mask: AttentionMask,
+    scale: f64,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let op = "scaled_dot_product_attention";
+    let out = empty(shape, inputs[0].dtype)?;
+    let [b_n, hq, lq, dk] = [0, 1, 2, 3].map(|a| inputs[0].layout.shape[a]);
+    let (hk, lk, dv) =
+        (inputs[1].layout.shape[1], inputs[1].layout.shape[2], inputs[2].layout.shape[3]);
+    if out.layout.size() == 0 {
+        return Ok(out);
+    }
+    if !fits(dk, dv) {
+        kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
+    }
+    let simple = std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple");
+    let variant = variant(inputs[0].dtype, dk, dv, simple);
+    let prep = if matches!(variant, Variant::Flash(_)) { dense_aligned } else { dense };
+    let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
+    // The mask is read in place through its strides.
+    let (mptr, mstrides) = match mask {
+        AttentionMask::Additive | AttentionMask::Boolean => {
+            (ptr(&inputs[3]), mask_strides(&inputs[3]))
+        }
+        _ => (0, [0; 4]),
+    };
+    let key = Key { dtype: q.dtype, mask, variant };
+    let group = (hq / hk.max(1)) as i64;
+    let mut args = Args::new();
+    match variant {
+        Variant::Simple => {
+            let rows = b_n * hq * lq;
+            let per_warp = simple_floats(dk, dv) * 4;
+            let warps = if 4 * per_warp <= SHARED_LIMIT { 4 } else { 1 };
+            args.i64(rows as i64).i64(hq as i64).i64(lq as i64).i64(lk as i64);
+            args.i64(dk as i64).i64(dv as i64).i64(group).i64(hk as i64);
+            args.ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
+            args.ptr(out.buffer.as_ptr() as u64).i64_struct(&mstrides);
+            args.i64(scale.to_bits() as i64);
+            let blocks = check_grid(op, rows.div_ceil(warps) as u64)?;
+            let shared = (warps * per_warp) as u32;
+            launch(SIMPLE, kernel(&key)?, blocks, 32 * warps as u32, shared, &mut args)?;
+        }
+        Variant::Flash(_) => {
+            let q_blocks = lq.div_ceil(BM);
+            args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
+            args.i64(q_blocks as i64).ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
+            args.ptr(out.buffer.as_ptr() as u64).i64_struct(&mstrides);
+            args.i64(scale.to_bits() as i64);
+            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
+            launch(FLASH, kernel(&key)?, blocks, 32 * FLASH_WARPS, 0, &mut args)?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants() {
+        assert_eq!(variant(DType::BF16, 128, 128, false), Variant::Flash(128));
+        assert_eq!(variant(DType::F16, 64, 64, false), Variant::Flash(64));
+        assert_eq!(variant(DType::F16, 64, 64, true), Variant::Simple);
+        assert_eq!(variant(DType::F32, 64, 64, false), Variant::Simple);
+        assert_eq!(variant(DType::BF16, 80, 80, false), Variant::Simple);
+        assert_eq!(variant(DType::BF16, 128, 64, false), Variant::Simple);
+        assert!(fits(128, 128) && fits(4096, 4096) && !fits(8192, 8192));
+    }
+
+    #[test]
+    fn sources() {
+        let key =
+            Key { dtype: DType::BF16, mask: AttentionMask::Boolean, variant: Variant::Flash(128) };
+        let s = source(&key);
+        assert!(s.contains("#define MASK 3\ntypedef uint8_t M;"));
+        assert!(s.contains("#define D 128\n#define MMA_T \"bf16\""));
+        let s = source(&Key {
+            dtype: DType::F32,
+            mask: AttentionMask::Causal,
+            variant: Variant::Simple,
+        });
+        assert!(s.contains("kiln_attn_simple") && !s.contains("kiln_attn_flash"));
+    }
+}

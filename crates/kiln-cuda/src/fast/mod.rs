@@ -1,0 +1,150 @@
+//! `mx.fast`'s fused GPU kernels: layer_norm and rms_norm (`norm`), RoPE (`rope`) and
+//! scaled dot-product attention (`attention`: a flash-style tensor-core kernel for half
+//! floats with head dim 64 or 128, and a simple warp-per-query kernel for everything else).
+//! Each computes in float32 and rounds once on the way out, as kiln-cpu's kernels do.
+//! User C kernels (`CKernel`) stay on the CPU.
+
+mod attention;
+mod norm;
+mod rope;
+
+use crate::alloc::device_ptr;
+use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
+
+pub use attention::fits as attention_fits;
+
+/// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
+pub fn supports(op: &FastOp) -> bool {
+    !matches!(op, FastOp::CKernel(_))
+}
+
+/// The storage type, `k_load` (to float) and `k_store` (from float) of a float dtype, after
+/// the common preamble: every fast kernel's source starts with this.
+pub(crate) fn header(dtype: DType) -> String {
+    let (storage, load, store) = match dtype {
+        DType::F16 => ("uint16_t", "k_f16_to_f32(x)", "k_f32_to_f16(v)"),
+        DType::BF16 => ("uint16_t", "k_bf16_to_f32(x)", "k_f32_to_bf16(v)"),
+        _ => ("float", "x", "v"),
+    };
+    format!(
+        "{}\ntypedef {storage} S;\nK_INLINE float k_load(S x) {{ return {load}; }}\n\
+         K_INLINE S k_store(float v) {{ return {store}; }}\n",
+        kiln_codegen::cuda::PREAMBLE
+    )
+}
+
+/// The device address of `x`'s first element.
+pub(crate) fn ptr(x: &ArrayData) -> u64 {
+    device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())
+}
+
+/// `x` row-major (a copy only when it is not).
+pub(crate) fn dense(x: &ArrayData) -> Result<ArrayData> {
+    crate::copy::contiguous(x)
+}
+
+/// `x` row-major and 16-byte aligned (a copy into a fresh block when it is not): what vector
+/// loads and `cp.async` need.
+pub(crate) fn dense_aligned(x: &ArrayData) -> Result<ArrayData> {
+    let d = dense(x)?;
+    if ptr(&d).is_multiple_of(16) {
+        return Ok(d);
+    }
+    let out = crate::copy::empty(&d.layout.shape, d.dtype)?;
+    crate::copy::copy_into(&d, &out.buffer, &out.layout)?;
+    Ok(out)
+}
+
+/// The fused forward of `op` on `inputs` (already on the GPU).
+pub fn eval(
+    op: &FastOp,
+    inputs: &[ArrayData],
+    outputs: &[(Shape, DType)],
+) -> Result<Vec<ArrayData>> {
+    let name = op.name();
+    let (shape, dtype) = (&outputs[0].0, outputs[0].1);
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        bail!(Type, name, "The GPU kernel supports float32, float16 and bfloat16, got {dtype}.");
+    }
+    let out = match op {
+        FastOp::LayerNorm { eps, weight, bias } => {
+            let w = weight.then(|| &inputs[1]);
+            let b = bias.then(|| &inputs[1 + *weight as usize]);
+            norm::norm(norm::Kind::Layer, &inputs[0], w, b, eps.as_f64(), shape)?
+        }
+        FastOp::RmsNorm { eps, weight } => {
+            let w = weight.then(|| &inputs[1]);
+            norm::norm(norm::Kind::Rms, &inputs[0], w, None, eps.as_f64(), shape)?
+        }
+        FastOp::Rope { dims, traditional, base, scale, freqs, inverse } => {
+            let p = rope::Params {
+                dims: *dims,
+                traditional: *traditional,
+                base: base.as_f64(),
+                scale: scale.as_f64(),
+                inverse: *inverse,
+            };
+            rope::rope(&inputs[0], &inputs[1], freqs.then(|| &inputs[2]), &p, shape)?
+        }
+        FastOp::Attention { scale, mask } => {
+            attention::attention(inputs, *mask, scale.as_f64(), shape)?
+        }
+        FastOp::CKernel(_) => bail!(Unsupported, name, "User C kernels run on the CPU."),
+    };
+    Ok(vec![out])
+}
+
+/// Every kernel variant's source, named: `cargo test -p kiln-cuda fast::tests::dump` with
+/// `KILN_CUDA_DUMP=dir` writes them there for an offline NVRTC check (no GPU needed).
+#[cfg(test)]
+pub(crate) fn all_sources() -> Vec<(String, String)> {
+    use kiln_base::AttentionMask as Am;
+    let mut out = Vec::new();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for kind in [norm::Kind::Layer, norm::Kind::Rms] {
+            for (weight, bias) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (vec, items, warp) in
+                    [(1, 0, false), (1, 3, true), (16 / dtype.size(), 8, false)]
+                {
+                    let key = norm::Key { dtype, kind, weight, bias, vec, items, warp };
+                    out.push((format!("{key:?}"), norm::source(&key)));
+                }
+            }
+        }
+        for offset in [DType::I32, DType::I64] {
+            for (traditional, freqs) in [(false, false), (true, true)] {
+                let key = rope::Key { dtype, offset, traditional, freqs };
+                out.push((format!("{key:?}"), rope::source(&key)));
+            }
+        }
+        for mask in [Am::None, Am::Causal, Am::Additive, Am::Boolean] {
+            let mut variants = vec![attention::Variant::Simple];
+            if dtype != DType::F32 {
+                variants.extend([attention::Variant::Flash(64), attention::Variant::Flash(128)]);
+            }
+            for variant in variants {
+                let key = attention::Key { dtype, mask, variant };
+                out.push((format!("{key:?}"), attention::source(&key)));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dump() {
+        let sources = super::all_sources();
+        assert!(sources.len() > 100);
+        if let Some(dir) = std::env::var_os("KILN_CUDA_DUMP") {
+            let dir = std::path::PathBuf::from(dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, src) in &sources {
+                let file: String =
+                    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                std::fs::write(dir.join(format!("{file}.cu")), src).unwrap();
+            }
+        }
+    }
+}

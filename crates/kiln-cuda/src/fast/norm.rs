@@ -1,0 +1,320 @@
+//! layer_norm and rms_norm over the last axis in one read of the data: a warp per row for
+//! short rows, a block per row for long ones, each thread keeping its share of the row in
+//! registers (`ITEMS` vectors of `VEC` elements, 16-byte loads when every pointer is aligned
+//! and the row length a multiple of the vector), so the statistics and the normalised write
+//! need no second read. Rows too long for registers are streamed (read again per pass, from
+//! L2 mostly). Statistics in float32: the mean, then the centred variance (layer_norm) or the
+//! mean square (rms_norm), as kiln-cpu.
+
+use super::{dense, header, ptr};
+use crate::copy::empty;
+use crate::launch::{blocks_for, launch, Args};
+use crate::nvrtc::{Function, KernelCache};
+use kiln_base::{ArrayData, DType, Result};
+use std::fmt::Write;
+
+const SYMBOL: &str = "kiln_norm";
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Kind {
+    Layer,
+    Rms,
+}
+
+/// A compiled variant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Key {
+    pub dtype: DType,
+    pub kind: Kind,
+    pub weight: bool,
+    pub bias: bool,
+    /// Elements per load: 16 bytes' worth, or 1.
+    pub vec: usize,
+    /// Vectors per thread kept in registers; 0 streams the row.
+    pub items: usize,
+    /// A warp per row (else a block per row).
+    pub warp: bool,
+}
+
+/// Most vectors a thread keeps in registers (8 x 16 bytes: 32 to 64 floats).
+const MAX_ITEMS: usize = 8;
+/// Threads per block in warp-per-row mode (8 rows per block).
+const WARP_BLOCK: u32 = 256;
+/// Most threads per block when rows live in registers (up to 64 floats each: 256 threads
+/// leave 255 registers per thread).
+const MAX_REG_BLOCK: u32 = 256;
+/// Threads per block that stream rows too long for registers.
+const STREAM_BLOCK: u32 = 1024;
+
+/// The row kernel's body, after `header`: the mode constants are macros so one text serves
+/// every variant (the compiler drops the dead branches).
+const BODY: &str = r#"
+typedef KVec<S, VEC> V;
+
+/* Sum over the threads sharing a row (a warp, or the whole block); all get the result. */
+K_INLINE float k_row_sum(float a, float *scratch) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+#if !WARP_ROWS
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) scratch[warp] = a;
+    __syncthreads();
+    a = lane < warps ? scratch[lane] : 0.0f;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    __syncthreads(); /* scratch is reused by the next sum */
+#endif
+    return a;
+}
+
+/* One output element: (v - mean) r w + b, or v r w for rms_norm (kiln-cpu's order). */
+K_INLINE float k_out(float v, float mean, float r, const S *w, const S *b, int64_t j) {
+    float y = RMS ? v * r : (v - mean) * r;
+#if HAS_W
+    y = y * k_load(w[j]);
+#endif
+#if HAS_B
+    y = y + k_load(b[j]);
+#endif
+    return y;
+}
+
+/* Normalises and stores the VEC elements at j. */
+K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, const S *b, int64_t j) {
+    V o;
+    #pragma unroll
+    for (int e = 0; e < VEC; ++e) o.v[e] = k_store(k_out(v[e], mean, r, w, b, j + e));
+    *(V *)(q + j) = o;
+}
+
+K_INLINE void k_read(const S *p, float *v, int64_t j) {
+    const V u = *(const V *)(p + j);
+    #pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = k_load(u.v[e]);
+}
+
+extern "C" __global__ void __launch_bounds__(MAX_THREADS) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
+                                     const S *__restrict__ w, const S *__restrict__ b,
+                                     S *__restrict__ y, const double eps_d) {
+    __shared__ float scratch[32];
+    const float eps = (float)eps_d, n = (float)d;
+#if WARP_ROWS
+    const int t = threadIdx.x & 31, threads = 32;
+    const int64_t first = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    const int64_t stride = ((int64_t)gridDim.x * blockDim.x) >> 5;
+#else
+    const int t = threadIdx.x, threads = blockDim.x;
+    const int64_t first = blockIdx.x, stride = gridDim.x;
+#endif
+    /* The loop bounds are the same for every thread of a row's group, so the group's
+       shuffles and barriers are reached by all of it. */
+    for (int64_t row = first; row < rows; row += stride) {
+        const S *p = x + row * d;
+        S *q = y + row * d;
+#if ITEMS > 0
+        float v[ITEMS][VEC];
+        float sum = 0.0f;
+        #pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int64_t j = ((int64_t)it * threads + t) * VEC;
+            if (j < d) {
+                k_read(p, v[it], j);
+            } else {
+                #pragma unroll
+                for (int e = 0; e < VEC; ++e) v[it][e] = 0.0f;
+            }
+            #pragma unroll
+            for (int e = 0; e < VEC; ++e) sum += RMS ? v[it][e] * v[it][e] : v[it][e];
+        }
+        sum = k_row_sum(sum, scratch);
+        float mean = 0.0f, r;
+        if (RMS) {
+            r = 1.0f / sqrtf(sum / n + eps);
+        } else {
+            mean = sum / n;
+            float sq = 0.0f;
+            #pragma unroll
+            for (int it = 0; it < ITEMS; ++it) {
+                const int64_t j = ((int64_t)it * threads + t) * VEC;
+                if (j < d) {
+                    #pragma unroll
+                    for (int e = 0; e < VEC; ++e) sq += (v[it][e] - mean) * (v[it][e] - mean);
+                }
+            }
+            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
+        }
+        #pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int64_t j = ((int64_t)it * threads + t) * VEC;
+            if (j < d) k_write(q, v[it], mean, r, w, b, j);
+        }
+#else
+        float v[VEC], sum = 0.0f;
+        for (int64_t j = (int64_t)t * VEC; j < d; j += (int64_t)threads * VEC) {
+            k_read(p, v, j);
+            #pragma unroll
+            for (int e = 0; e < VEC; ++e) sum += RMS ? v[e] * v[e] : v[e];
+        }
+        sum = k_row_sum(sum, scratch);
+        float mean = 0.0f, r;
+        if (RMS) {
+            r = 1.0f / sqrtf(sum / n + eps);
+        } else {
+            mean = sum / n;
+            float sq = 0.0f;
+            for (int64_t j = (int64_t)t * VEC; j < d; j += (int64_t)threads * VEC) {
+                k_read(p, v, j);
+                #pragma unroll
+                for (int e = 0; e < VEC; ++e) sq += (v[e] - mean) * (v[e] - mean);
+            }
+            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
+        }
+        for (int64_t j = (int64_t)t * VEC; j < d; j += (int64_t)threads * VEC) {
+            k_read(p, v, j);
+            k_write(q, v, mean, r, w, b, j);
+        }
+#endif
+    }
+}
+"#;
+
+pub(crate) fn source(key: &Key) -> String {
+    let mut s = header(key.dtype);
+    let _ = write!(
+        s,
+        "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
+         #define WARP_ROWS {}\n#define MAX_THREADS {}\n",
+        key.vec,
+        key.items,
+        (key.kind == Kind::Rms) as u8,
+        key.weight as u8,
+        key.bias as u8,
+        key.warp as u8,
+        max_threads(key)
+    );
+    s.push_str(BODY);
+    s
+}
+
+/// The block size a variant is launched with at most (its `__launch_bounds__`, so the
+/// register allocation always fits the block).
+fn max_threads(key: &Key) -> u32 {
+    if key.items == 0 && !key.warp {
+        STREAM_BLOCK
+    } else {
+        WARP_BLOCK.max(MAX_REG_BLOCK)
+    }
+}
+
+static KERNELS: KernelCache<Key> = KernelCache::new();
+
+fn kernel(key: &Key) -> Result<Function> {
+    KERNELS.get(key, SYMBOL, || source(key))
+}
+
+/// The variant and block size for rows of `d` elements (`vec` elements per load).
+pub(crate) fn plan(d: usize, vec: usize) -> (bool, usize, u32) {
+    let n = d.div_ceil(vec); // vectors per row
+    if n <= 32 * MAX_ITEMS {
+        return (true, n.div_ceil(32).max(1), WARP_BLOCK);
+    }
+    // About MAX_ITEMS vectors per thread: many loads in flight, few idle lanes.
+    let threads = n.div_ceil(MAX_ITEMS).next_power_of_two().clamp(64, MAX_REG_BLOCK as usize);
+    let items = n.div_ceil(threads);
+    if items > MAX_ITEMS {
+        return (false, 0, STREAM_BLOCK);
+    }
+    (false, items, threads as u32)
+}
+
+/// Either norm of the rows of `x` (last axis), with optional weight and bias of length `d`.
+pub(crate) fn norm(
+    kind: Kind,
+    x: &ArrayData,
+    w: Option<&ArrayData>,
+    b: Option<&ArrayData>,
+    eps: f64,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let out = empty(shape, x.dtype)?;
+    let d = shape.last().copied().unwrap_or(1);
+    let rows = x.layout.size().checked_div(d).unwrap_or(0);
+    if rows == 0 || d == 0 {
+        return Ok(out);
+    }
+    let x = dense(x)?;
+    let w = w.map(dense).transpose()?;
+    let b = b.map(dense).transpose()?;
+    let width = 16 / x.dtype.size();
+    let ptrs = [Some(&x), w.as_ref(), b.as_ref()];
+    let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
+    let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
+    let (warp, items, threads) = plan(d, vec);
+    let key =
+        Key { dtype: x.dtype, kind, weight: w.is_some(), bias: b.is_some(), vec, items, warp };
+    let mut args = Args::new();
+    args.i64(rows as i64).i64(d as i64).ptr(ptr(&x));
+    // An absent weight or bias is never read: any pointer will do.
+    args.ptr(w.as_ref().map_or(0, ptr)).ptr(b.as_ref().map_or(0, ptr));
+    args.ptr(out.buffer.as_ptr() as u64).i64(eps.to_bits() as i64);
+    let per_block = if warp { (threads / 32) as u64 } else { 1 };
+    launch(SYMBOL, kernel(&key)?, blocks_for(rows as u64, per_block), threads, 0, &mut args)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_for(warp: bool, items: usize) -> Key {
+        Key {
+            dtype: DType::F32,
+            kind: Kind::Layer,
+            weight: false,
+            bias: false,
+            vec: 1,
+            items,
+            warp,
+        }
+    }
+
+    #[test]
+    fn plans_keep_rows_in_registers() {
+        // Short rows: a warp each.
+        assert_eq!(plan(64, 4), (true, 1, WARP_BLOCK));
+        assert_eq!(plan(1024, 4), (true, 8, WARP_BLOCK));
+        assert_eq!(plan(33, 1), (true, 2, WARP_BLOCK));
+        // The benchmark shapes: a block each, 8 vectors per thread, every element covered.
+        for (d, vec) in
+            [(8192, 8), (8192, 4), (4096, 8), (4096, 4), (1000, 1), (100_003, 1), (16384, 4)]
+        {
+            let (warp, items, threads) = plan(d, vec);
+            assert!(!warp);
+            if items > 0 {
+                assert!(items <= MAX_ITEMS && items * threads as usize * vec >= d, "{d}");
+            } else {
+                assert!(d.div_ceil(vec) > MAX_ITEMS * MAX_REG_BLOCK as usize);
+                assert_eq!(threads, STREAM_BLOCK);
+            }
+            assert!(threads % 32 == 0 && threads <= max_threads(&key_for(warp, items)));
+        }
+        assert_eq!(plan(8192, 8), (false, 8, 128));
+    }
+
+    #[test]
+    fn sources_define_the_variant() {
+        let key = Key {
+            dtype: DType::BF16,
+            kind: Kind::Rms,
+            weight: true,
+            bias: false,
+            vec: 8,
+            items: 4,
+            warp: false,
+        };
+        let s = source(&key);
+        assert!(s.contains("#define VEC 8\n#define ITEMS 4\n#define RMS 1\n#define HAS_W 1"));
+        assert!(s.contains("typedef uint16_t S;"));
+        assert!(s.contains("k_bf16_to_f32(x)"));
+    }
+}

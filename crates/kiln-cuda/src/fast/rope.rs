@@ -1,0 +1,145 @@
+//! Rotary positional encoding over the last axis of `(B, ..., T, D)`, as kiln-cpu's kernel:
+//! the angle of pair `i` at position `offset[b] + t` is `(offset + t) * scale * inv_freq[i]`
+//! with the inverse frequency `1 / freqs[i]` or `base^(-i / (dims / 2))`, all in float64,
+//! its cosine and sine rounded to float32 (the sine negated for `inverse`); the rotation
+//! itself is float32. One thread per rotated pair, and per copied feature past `dims`.
+
+use super::{dense, header, ptr};
+use crate::copy::empty;
+use crate::launch::{blocks_for, launch, Args, BLOCK};
+use crate::nvrtc::{Function, KernelCache};
+use kiln_base::{bail, ArrayData, DType, Result};
+use std::fmt::Write;
+
+const SYMBOL: &str = "kiln_rope";
+
+pub(crate) struct Params {
+    pub dims: usize,
+    pub traditional: bool,
+    pub base: f64,
+    pub scale: f64,
+    pub inverse: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Key {
+    pub dtype: DType,
+    /// The offsets' dtype (int32 from the front end; int64 accepted too).
+    pub offset: DType,
+    pub traditional: bool,
+    pub freqs: bool,
+}
+
+const BODY: &str = r#"
+extern "C" __global__ void kiln_rope(const int64_t rows, const int64_t d, const int64_t t_len,
+                                     const int64_t per_b, const int64_t half, const int64_t n_off,
+                                     const S *__restrict__ x, const OFF *__restrict__ offs,
+                                     const float *__restrict__ freqs, S *__restrict__ y,
+                                     const double base_ln, const double scale, const double sign) {
+    const int64_t work = d - half; /* half pairs, then d - 2 half copied features */
+    const int64_t n = rows * work;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = e / work, j = e % work;
+        const S *p = x + row * d;
+        S *q = y + row * d;
+        if (j < half) {
+            const int64_t b = row / per_b, t = row % t_len;
+            const double off = (double)offs[n_off == 1 ? 0 : b];
+#if FREQS
+            const double inv = 1.0 / (double)freqs[j];
+#else
+            const double inv = exp(-(double)j * base_ln / (double)half);
+#endif
+            const double pos = (off + (double)t) * scale;
+            double sd, cd;
+            sincos(pos * inv, &sd, &cd);
+            const float c = (float)cd, s = (float)(sign * sd);
+#if TRADITIONAL
+            const int64_t i0 = 2 * j, i1 = 2 * j + 1;
+#else
+            const int64_t i0 = j, i1 = j + half;
+#endif
+            const float x0 = k_load(p[i0]), x1 = k_load(p[i1]);
+            q[i0] = k_store(x0 * c - x1 * s);
+            q[i1] = k_store(x0 * s + x1 * c);
+        } else {
+            const int64_t k = half + j; /* 2 half + (j - half) */
+            q[k] = p[k];
+        }
+    }
+}
+"#;
+
+pub(crate) fn source(key: &Key) -> String {
+    let mut s = header(key.dtype);
+    let off = if key.offset == DType::I64 { "int64_t" } else { "int32_t" };
+    let _ = writeln!(
+        s,
+        "typedef {off} OFF;\n#define TRADITIONAL {}\n#define FREQS {}",
+        key.traditional as u8, key.freqs as u8
+    );
+    s.push_str(BODY);
+    s
+}
+
+static KERNELS: KernelCache<Key> = KernelCache::new();
+
+fn kernel(key: &Key) -> Result<Function> {
+    KERNELS.get(key, SYMBOL, || source(key))
+}
+
+pub(crate) fn rope(
+    x: &ArrayData,
+    offset: &ArrayData,
+    freqs: Option<&ArrayData>,
+    p: &Params,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let out = empty(shape, x.dtype)?;
+    let nd = shape.len();
+    let (t_len, d) = (shape[nd - 2], shape[nd - 1]);
+    let rows = x.layout.size().checked_div(d).unwrap_or(0);
+    if rows == 0 || d == 0 || t_len == 0 {
+        return Ok(out);
+    }
+    if !matches!(offset.dtype, DType::I32 | DType::I64) {
+        bail!(Type, "rope", "offset must be int32 or int64 on the GPU, got {}.", offset.dtype);
+    }
+    if freqs.is_some_and(|f| f.dtype != DType::F32) {
+        bail!(Type, "rope", "freqs must be float32.");
+    }
+    let (x, offs) = (dense(x)?, dense(offset)?);
+    let freqs = freqs.map(dense).transpose()?;
+    let key = Key {
+        dtype: x.dtype,
+        offset: offs.dtype,
+        traditional: p.traditional,
+        freqs: freqs.is_some(),
+    };
+    let half = p.dims / 2;
+    let per_b = rows / shape[0].max(1);
+    let work = (d - half) as u64;
+    let mut args = Args::new();
+    args.i64(rows as i64).i64(d as i64).i64(t_len as i64).i64(per_b as i64).i64(half as i64);
+    args.i64(offs.layout.size() as i64).ptr(ptr(&x)).ptr(ptr(&offs));
+    args.ptr(freqs.as_ref().map_or(0, ptr)).ptr(out.buffer.as_ptr() as u64);
+    let sign: f64 = if p.inverse { -1.0 } else { 1.0 };
+    args.i64(p.base.ln().to_bits() as i64).i64(p.scale.to_bits() as i64).i64(sign.to_bits() as i64);
+    let blocks = blocks_for(rows as u64 * work, BLOCK as u64);
+    launch(SYMBOL, kernel(&key)?, blocks, BLOCK, 0, &mut args)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_picks_the_variant() {
+        let key = Key { dtype: DType::F16, offset: DType::I32, traditional: true, freqs: false };
+        let s = source(&key);
+        assert!(s.contains("typedef int32_t OFF;\n#define TRADITIONAL 1\n#define FREQS 0"));
+        assert!(s.contains("k_f16_to_f32(x)"));
+    }
+}
