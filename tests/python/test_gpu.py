@@ -143,6 +143,8 @@ def test_reductions_match_cpu(dtype, axes, name):
     ((50_000, 5), 1),         # short rows: a warp per row
     ((7, 3000), 1),           # rows longer than a warp's stride
     ((2, 2000, 3), 1),        # a middle axis: transposed copy, then rows
+    ((4, 1, 5, 6), 1),        # a size-1 axis: one copy
+    ((3, 7, 1, 1), (2, 3)),   # several size-1 axes, trailing
 ])
 @pytest.mark.parametrize("name", ["sum", "max", "min"])
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.int32])

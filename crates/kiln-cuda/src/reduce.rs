@@ -233,6 +233,15 @@ pub fn reduce(op: ReduceOp, axes: &[usize], x: &ArrayData, shape: &[usize]) -> R
     let viewed = ArrayData { layout: x.layout.transpose(&perm), ..x.clone() };
     let rows: usize = kept.iter().map(|&d| x.layout.shape[d]).product();
     let len: usize = axes.iter().map(|&d| x.layout.shape[d]).product();
+    if len == 1 {
+        // One element per output (a size-1 axis, as a gradient's sum over a group of one):
+        // the values themselves, in one copy rather than a reduction per element.
+        let copy = Arc::new(single_op_program(&Primitive::Copy, &[dtype], dtype).expect("copy"));
+        let mut out = run_program(&copy, std::slice::from_ref(&viewed), &viewed.layout.shape)?;
+        let mut out = out.remove(0);
+        out.layout = Layout::contiguous(shape);
+        return Ok(out);
+    }
     let reduced_first: Vec<usize> = axes.iter().chain(kept.iter()).copied().collect();
     let columns = ArrayData { layout: x.layout.transpose(&reduced_first), ..x.clone() };
     if !viewed.layout.row_contiguous && columns.layout.row_contiguous && rows * len > 0 {

@@ -255,7 +255,9 @@ fn attention_vjp(
     let t = |x: &Array| ops::swapaxes(x, -1, -2);
     let dp = a.mm(&go, &t(&a.v)?)?;
     // The scores' gradient without the scale: it is applied to the (L x D) products instead.
-    let ds = a.softmax_apply(&dp)?;
+    // Cast to the products' dtype before transposing: one cast (fused into the softmax
+    // Jacobian's kernel) serves both products, instead of one per view.
+    let ds = ops::astype(&a.softmax_apply(&dp)?, a.operands)?;
     argnums
         .iter()
         .map(|&i| match i {
@@ -264,7 +266,7 @@ fn attention_vjp(
                 a.ungroup(&ops::multiply(&dq, &f(a.scale, &dq)?)?)
             }
             1 => Attn::sum_group(&a.mm(&t(&ds)?, &a.qs)?),
-            2 => Attn::sum_group(&a.mm(&t(&a.p)?, &go)?),
+            2 => Attn::sum_group(&a.mm(&t(&ops::astype(&a.p, a.operands)?)?, &go)?),
             // The mask carries no gradient here.
             _ => ops::zeros_like(&primals[i], None),
         })
