@@ -217,6 +217,40 @@ def test_matmul_batches_without_one_stride(dtype):
             np.testing.assert_allclose(g, want, rtol=tol * 4, atol=tol * 4)
 
 
+CONVS = [
+    # (input shape, weight shape, keyword arguments of conv_general)
+    ((2, 9, 3), (4, 3, 3), {}),
+    ((2, 9, 4), (6, 3, 2), {"stride": 2, "padding": 1, "groups": 2}),
+    ((1, 7, 8, 3), (5, 3, 2, 3), {"stride": (2, 1), "padding": ([1, 0], [2, 1])}),
+    ((2, 6, 5, 4), (4, 2, 2, 1), {"kernel_dilation": 2, "groups": 4, "flip": True}),
+    ((1, 5, 5, 2), (3, 3, 3, 2), {"input_dilation": 2, "padding": 2}),
+    ((1, 8, 2), (3, 3, 2), {"padding": ([-1], [-2])}),
+    ((1, 4, 4, 3, 2), (2, 2, 2, 2, 2), {"stride": 2, "padding": 1}),
+    ((0, 5, 2), (3, 2, 2), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", range(len(CONVS)))
+def test_conv_matches_cpu(dtype, case):
+    xs, ws, kw = CONVS[case]
+    x, w = rand(xs, dtype, -1, 1), rand(ws, dtype, -1, 1)
+    g, c = both(lambda: mx.conv_general(x, w, **kw))
+    tol = {mx.float32: 1e-4, mx.float16: 1e-2, mx.bfloat16: 5e-2}[dtype]
+    np.testing.assert_allclose(g, c, rtol=tol, atol=tol)
+
+
+def test_conv_gradients_match_cpu():
+    x, w = rand((2, 8, 8, 3), lo=-1, hi=1), rand((4, 3, 3, 3), lo=-1, hi=1)
+
+    def loss(x, w):
+        return (mx.conv2d(x, w, stride=2, padding=1) ** 2).sum()
+
+    for argnum in (0, 1):
+        g, c = both(lambda: mx.grad(loss, argnums=argnum)(x, w))
+        np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-4)
+
+
 def test_ops_without_gpu_kernels_still_run():
     x = rand((9, 13))
     for fn in (lambda v: mx.abs(mx.fft.fft(v)), lambda v: mx.cumsum(v, axis=0),

@@ -11,6 +11,7 @@
 //!   every eager elementwise primitive;
 //! - `reduce`, `rows` (arg reductions, softmax), `scan`, `sort` (bitonic, stable by index),
 //!   `matmul` (cuBLAS): the other computing primitives;
+//! - `conv`: convolution (im2col gather + cuBLAS);
 //! - `fast`: mx.fast's fused kernels (layer_norm, rms_norm, RoPE, attention);
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
 //!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
@@ -19,6 +20,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod conv;
 pub mod copy;
 pub mod creation;
 pub mod elementwise;
