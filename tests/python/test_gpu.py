@@ -251,6 +251,28 @@ def test_conv_gradients_match_cpu():
         np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.int64, mx.bool_, mx.uint8])
+def test_masked_scatter_matches_cpu(dtype):
+    x = mx.array(RNG.integers(0, 9, size=(5, 3, 4))).astype(dtype)
+    for mask, vshape in [(RNG.integers(0, 2, size=(5,)).astype(bool), (6, 3, 4)),
+                         (RNG.integers(0, 2, size=(5, 3, 4)).astype(bool), (70,)),
+                         (np.zeros((5, 3), dtype=bool), (1, 4))]:
+        v = mx.array(RNG.integers(10, 20, size=vshape)).astype(dtype)
+
+        def put():
+            y = x[...]
+            y[mx.array(mask)] = v
+            return y
+
+        g, c = both(put)
+        np.testing.assert_array_equal(g, c)
+    with mx.stream(mx.gpu):
+        y = x[...]
+        with pytest.raises(RuntimeError, match="enough"):
+            y[mx.array(np.ones((5,), dtype=bool))] = mx.ones((2, 3, 4), dtype=dtype)
+            mx.eval(y)
+
+
 def test_ops_without_gpu_kernels_still_run():
     x = rand((9, 13))
     for fn in (lambda v: mx.abs(mx.fft.fft(v)), lambda v: mx.cumsum(v, axis=0),

@@ -2,7 +2,7 @@
 //! the CPU, moving their inputs to the host (see `supports`).
 
 use crate::elementwise::{run_program, single_op_program};
-use crate::{conv, copy, creation, indexing, matmul, reduce, rows, scan, sort};
+use crate::{conv, copy, creation, indexing, masked, matmul, reduce, rows, scan, sort};
 use kiln_base::{bail, ArrayData, Backend, DType, Layout, Primitive, Result, Shape};
 use std::sync::Arc;
 
@@ -41,6 +41,7 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
                 | Primitive::View(_)
                 | Primitive::AsStrided { .. }
                 | Primitive::Conv(_)
+                | Primitive::MaskedScatter
         )
 }
 
@@ -85,6 +86,9 @@ impl Backend for CudaBackend {
                     }
                     Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
                     Primitive::Conv(params) => conv::conv(params, &inputs[0], &inputs[1], shape),
+                    Primitive::MaskedScatter => {
+                        masked::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
+                    }
                     Primitive::SliceUpdate { start, step, len } => {
                         copy::slice_update((start, step, len), &inputs[0], &inputs[1], shape)
                     }

@@ -14,7 +14,8 @@
 //! - `conv`: convolution (im2col gather + cuBLAS);
 //! - `fast`: mx.fast's fused kernels (layer_norm, rms_norm, RoPE, attention);
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
-//!   (gather, scatter), `creation` (arange, random bits): data movement and creation;
+//!   (gather, scatter), `masked` (masked scatter), `creation` (arange, random bits): data
+//!   movement and creation;
 //! - `graph`: CUDA graphs (capture, launch) for compiled replays;
 //! - `backend`: the `Backend` implementation.
 
@@ -28,6 +29,7 @@ pub mod fast;
 pub mod graph;
 pub mod indexing;
 pub mod launch;
+pub mod masked;
 pub mod matmul;
 pub mod nvrtc;
 pub mod reduce;
