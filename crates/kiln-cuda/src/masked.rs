@@ -60,7 +60,11 @@ pub(crate) fn masked_scatter(
         ..mask
     };
     let program = single_op_program(&Primitive::AsType(DType::I64), &[DType::Bool], DType::I64);
-    let flags = run_program(&Arc::new(program.expect("bool -> int64")), &[mask.clone()], &[rows])?;
+    let flags = run_program(
+        &Arc::new(program.expect("bool -> int64")),
+        std::slice::from_ref(&mask),
+        &[rows],
+    )?;
     let scan = Primitive::Scan { op: ScanOp::Sum, axis: 0, reverse: false, inclusive: true };
     let count = crate::scan::scan(&scan, (ScanOp::Sum, 0, false, true), &flags[0], &[rows])?;
     let mut total = [0i64];
