@@ -206,3 +206,39 @@ def test_shapeless_entries_keep_the_lazy_replay():
         x = rand((n,))
         np.testing.assert_allclose(np.array(compiled(x)), np.exp(np.array(x)) + 1, rtol=1e-6)
     assert compiled.explain()["entries"][0]["cuda_graph"] is None
+
+
+def test_threads_capture_and_evaluate_side_by_side():
+    """One thread's capture never records another thread's work: both stay correct."""
+    import threading
+
+    errors = []
+    x, w1, w2 = rand((8, 64)), rand((64, 128)), rand((128, 64))
+    want = [np.array(a) for a in gelu_mlp(x, w1, w2)]
+    y = rand((256, 256))
+    want_y = np.array(y) @ np.array(y)
+
+    def compiled_calls():
+        try:
+            for _ in range(3):
+                compiled = mx.compile(gelu_mlp)  # a fresh entry: lazy, direct, capture, ...
+                for _ in range(5):
+                    got = compiled(x, w1, w2)
+                    for g, w in zip(got, want):
+                        np.testing.assert_allclose(np.array(g), w, rtol=1e-4, atol=1e-4)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def eager_calls():
+        try:
+            for _ in range(40):
+                np.testing.assert_allclose(np.array(y @ y), want_y, rtol=1e-3, atol=1e-3)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=compiled_calls), threading.Thread(target=eager_calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

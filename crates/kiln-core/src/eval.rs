@@ -30,6 +30,8 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
 /// Issues the work computing `outputs`; GPU work may still run when this returns. Returns
 /// whether any was issued to the GPU.
 pub fn eval_async(outputs: &[Array]) -> Result<bool> {
+    // No other thread may capture a CUDA graph from the stream meanwhile.
+    let _issuing = kiln_cuda::graph::issuing();
     let order = pending_in_order(outputs);
     let mut on_gpu = false;
     // Consume the order front to back so each node is released once its users are done.

@@ -8,6 +8,7 @@ use kiln_base::{ArrayData, Device, Result, HOST};
 
 /// A device copy of host data.
 pub fn upload(data: &ArrayData) -> Result<ArrayData> {
+    let _issuing = crate::graph::issuing();
     let gpu = gpu()?;
     let bytes = data.buffer.host_slice::<u8>();
     let buffer = DEVICE.alloc(bytes.len())?;
@@ -23,6 +24,7 @@ pub fn upload(data: &ArrayData) -> Result<ArrayData> {
 /// A host copy of device data (waits for the work that produces it).
 pub fn download(data: &ArrayData) -> Result<ArrayData> {
     check_on_gpu("to_host", &data.buffer)?;
+    let _issuing = crate::graph::issuing();
     let gpu = gpu()?;
     let mut buffer = HOST.alloc_for_overwrite(data.buffer.nbytes())?;
     let dst = buffer.host_slice_mut::<u8>().expect("a fresh buffer has one handle");

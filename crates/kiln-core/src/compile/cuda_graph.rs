@@ -132,7 +132,7 @@ impl GraphReplay {
         let data = self.input_data(inputs)?;
         let consts = self.consts(graph)?;
         match std::mem::replace(&mut *state, State::Off) {
-            State::Lazy(_) => match self.execute(graph, &data, &consts) {
+            State::Lazy(_) => match self.run_directly(graph, &data, &consts) {
                 Ok(values) => {
                     *state = State::Warm;
                     let arrays = values.into_iter().map(|d| Array::from_data(d, self.stream));
@@ -176,6 +176,17 @@ impl GraphReplay {
             graph.consts.iter().filter(|a| !a.is_evaluated()).cloned().collect();
         eval_async(&pending)?;
         graph.consts.iter().map(|a| a.data_on(self.device)).collect()
+    }
+
+    /// `execute` outside a capture (marked as issuing GPU work).
+    fn run_directly(
+        &self,
+        graph: &Graph,
+        inputs: &[ArrayData],
+        consts: &[ArrayData],
+    ) -> Result<Vec<ArrayData>> {
+        let _issuing = kiln_cuda::graph::issuing();
+        self.execute(graph, inputs, consts)
     }
 
     /// Runs the nodes in order straight on the backend, releasing each value after its last
@@ -233,6 +244,7 @@ impl GraphReplay {
         inputs: &[Array],
         data: &[ArrayData],
     ) -> Result<Vec<Array>> {
+        let _issuing = kiln_cuda::graph::issuing();
         let mut copied = plan.copied.lock().unwrap_or_else(|e| e.into_inner());
         for ((x, staging), last) in data.iter().zip(&plan.staging).zip(copied.iter_mut()) {
             let same =
