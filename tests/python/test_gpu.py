@@ -362,7 +362,7 @@ def test_softmax_rows(dtype):
     close(g, c, dtype, scale=4)
     g, c = both(lambda v: mx.softmax(v, axis=0), x)  # axis moved last through a copy
     close(g, c, dtype, scale=4)
-    for length in (1, 31, 1024, 1025, 5000):  # a warp per row up to 1024, then a block
+    for length in (1, 31, 32, 64, 256, 257, 1024, 1025, 5000):  # a warp per row up to 1024
         x = rand((7, length), dtype, -20, 20)
         g, c = both(lambda v: mx.softmax(v, axis=-1), x)
         close(g, c, dtype, scale=4)
