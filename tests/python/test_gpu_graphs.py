@@ -196,8 +196,13 @@ def test_explain_reports_the_graph():
     assert compiled.explain()["entries"][0]["cuda_graph"]["state"] == "lazy"
     for _ in range(3):  # direct run, capture + launch, launch
         mx.eval(compiled(x))
-    graph = compiled.explain()["entries"][0]["cuda_graph"]
+    info = compiled.explain()
+    graph = info["entries"][0]["cuda_graph"]
     assert graph["state"] == "captured" and graph["nodes"] >= 1 and graph["launches"] == 2
+    cuda = info["kernels"]["cuda"]
+    fused = [k for k in cuda["kernels"] if k["name"] == "kiln_Compiled_exp_add"]
+    assert fused and "kiln_Compiled_exp_add" in fused[0]["source"]
+    assert cuda["builds"] + cuda["disk_hits"] >= len(cuda["kernels"]) >= 1
 
 
 def test_shapeless_entries_keep_the_lazy_replay():

@@ -41,6 +41,28 @@ pub fn stats() -> Stats {
     STATS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// One kernel built (or loaded from the disk cache) in this process: what explain shows.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub symbol: String,
+    pub source: String,
+    /// NVRTC time (zero when loaded from disk).
+    pub build_ms: f64,
+    pub from_disk: bool,
+}
+
+static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+
+/// Every kernel built or loaded from disk so far, in order.
+pub fn built() -> Vec<Built> {
+    BUILT.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn record(symbol: &str, source: &str, build_ms: f64, from_disk: bool) {
+    let built = Built { symbol: symbol.into(), source: source.into(), build_ms, from_disk };
+    BUILT.lock().unwrap_or_else(|e| e.into_inner()).push(built);
+}
+
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for part in parts {
@@ -89,6 +111,7 @@ pub fn function(source: &str, symbol: &str) -> Result<Function> {
     let image = match cached.as_ref().and_then(|image| load(image, symbol).ok()) {
         Some(f) => {
             STATS.lock().unwrap_or_else(|e| e.into_inner()).disk_hits += 1;
+            record(symbol, source, 0.0, true);
             modules.lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), f);
             return Ok(f);
         }
@@ -98,6 +121,7 @@ pub fn function(source: &str, symbol: &str) -> Result<Function> {
             let mut stats = STATS.lock().unwrap_or_else(|e| e.into_inner());
             stats.compiled += 1;
             stats.compile_time += start.elapsed();
+            record(symbol, source, start.elapsed().as_secs_f64() * 1e3, false);
             image
         }
     };

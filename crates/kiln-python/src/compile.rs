@@ -205,6 +205,28 @@ fn _jit_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     }
     d.set_item("kernels", kernels)?;
     d.set_item("disk_cache_limit", kiln_cpu::fused::jit::disk_cache_limit())?;
+    d.set_item("cuda", cuda_stats(py)?)?;
+    Ok(d)
+}
+
+/// The GPU's kernel builds (NVRTC): counters, and each kernel with its source.
+fn cuda_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = kiln_cuda::nvrtc::stats();
+    let d = PyDict::new(py);
+    d.set_item("builds", s.compiled)?;
+    d.set_item("disk_hits", s.disk_hits)?;
+    d.set_item("memory_hits", s.memory_hits)?;
+    d.set_item("build_ms", s.compile_time.as_secs_f64() * 1e3)?;
+    let kernels = PyList::empty(py);
+    for k in kiln_cuda::nvrtc::built() {
+        let kd = PyDict::new(py);
+        kd.set_item("name", k.symbol)?;
+        kd.set_item("build_ms", k.build_ms)?;
+        kd.set_item("from_disk", k.from_disk)?;
+        kd.set_item("source", k.source)?;
+        kernels.append(kd)?;
+    }
+    d.set_item("kernels", kernels)?;
     Ok(d)
 }
 

@@ -242,7 +242,9 @@ class _CompiledFunction:
         traced, after simplify and after fusion, the fused regions with the reason fusion
         stopped at each border; on the GPU, ``cuda_graph``: the state of the entry's CUDA
         graph, its node count and launches), why the last call traced again, call and trace
-        counts, and the kernel builder's counters."""
+        counts, and the kernel builders' counters (``kernels``; GPU kernels under
+        ``kernels["cuda"]``: NVRTC builds, disk hits, and each kernel's name, source and build
+        time)."""
         _core._wait_for_builds()
         entries = []
         for graph, _, n_out, key in self._cache.values():
