@@ -158,18 +158,15 @@ pub fn conv(
 mod tests {
     use super::*;
 
-    /// With `KILN_CUDA_DUMP=dir`, writes the variants' sources there for an offline NVRTC
-    /// check (no GPU needed).
+    /// The variants' sources for an offline NVRTC check (`nvrtc::dump_sources`).
     #[test]
     fn dump() {
-        if let Some(dir) = std::env::var_os("KILN_CUDA_DUMP") {
-            let dir = std::path::PathBuf::from(dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            for (d, width, flip) in [(1, 4, false), (2, 2, true), (3, 4, true)] {
-                let name = format!("im2col_{d}_{width}_{flip}.cu");
-                std::fs::write(dir.join(name), im2col_source(d, width, flip)).unwrap();
-            }
-        }
+        let variants = [(1, 4, false), (2, 2, true), (3, 4, true)];
+        let sources: Vec<(String, String)> = variants
+            .iter()
+            .map(|&(d, w, f)| (format!("im2col_{d}_{w}_{f}.cu"), im2col_source(d, w, f)))
+            .collect();
+        crate::nvrtc::dump_sources(&sources);
     }
 
     #[test]

@@ -97,13 +97,9 @@ pub(crate) fn masked_scatter(
 
 #[cfg(test)]
 mod tests {
-    /// With `KILN_CUDA_DUMP=dir`, writes the kernel's source there (offline NVRTC check).
+    /// The kernel's source for an offline NVRTC check (`nvrtc::dump_sources`).
     #[test]
     fn dump() {
-        if let Some(dir) = std::env::var_os("KILN_CUDA_DUMP") {
-            let dir = std::path::PathBuf::from(dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("masked_scatter_2.cu"), super::source(2)).unwrap();
-        }
+        crate::nvrtc::dump_sources(&[("masked_scatter_2.cu".into(), super::source(2))]);
     }
 }

@@ -242,3 +242,16 @@ impl<K: std::hash::Hash + Eq + Clone> KernelCache<K> {
         Ok(f)
     }
 }
+
+/// Tests: with `KILN_CUDA_DUMP=dir`, writes each `(file name, source)` there, for an offline
+/// NVRTC check of generated kernels (no GPU needed).
+#[cfg(test)]
+pub(crate) fn dump_sources(sources: &[(String, String)]) {
+    if let Some(dir) = std::env::var_os("KILN_CUDA_DUMP") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, source) in sources {
+            std::fs::write(dir.join(name), source).unwrap();
+        }
+    }
+}

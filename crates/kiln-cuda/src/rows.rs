@@ -287,17 +287,17 @@ pub fn softmax(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
 mod tests {
     use super::*;
 
-    /// With `KILN_CUDA_DUMP=dir`, writes softmax variants there (offline NVRTC check).
+    /// Softmax variants for an offline NVRTC check (`nvrtc::dump_sources`).
     #[test]
     fn dump() {
-        if let Some(dir) = std::env::var_os("KILN_CUDA_DUMP") {
-            let dir = std::path::PathBuf::from(dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            for (name, warp) in [("exact", Some((8, true))), ("ragged", Some((3, false)))] {
-                let src = softmax_source(DType::BF16, warp);
-                std::fs::write(dir.join(format!("softmax_{name}.cu")), src).unwrap();
-            }
-        }
+        let sources: Vec<(String, String)> =
+            [("exact", Some((8, true))), ("ragged", Some((3, false)))]
+                .iter()
+                .map(|&(name, warp)| {
+                    (format!("softmax_{name}.cu"), softmax_source(DType::BF16, warp))
+                })
+                .collect();
+        crate::nvrtc::dump_sources(&sources);
     }
 
     #[test]
