@@ -155,7 +155,8 @@ pub(crate) fn eval(
         }
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
     }?;
-    if out.dtype != DType::F32 && out.dtype != DType::F64 {
+    // Computed in float32 or float64, or (the norms over half floats) already rounded.
+    if out.dtype != DType::F32 && out.dtype != DType::F64 && out.dtype != dtype {
         bail!(Runtime, op.name(), "Unexpected compute dtype {}.", out.dtype);
     }
     Ok(vec![finish(out, dtype)?])

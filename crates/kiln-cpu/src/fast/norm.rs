@@ -3,9 +3,12 @@
 //! normalised, weighted row. Sums use 16 partial lanes so they vectorise.
 
 use super::{dense_as, elements, Real};
+use crate::halfmap::Half;
 use crate::simd;
 use crate::strided::output_full;
 use crate::walk::PARALLEL_ELEMENTS;
+use half::{bf16, f16};
+use kiln_base::DType;
 use kiln_base::{ArrayData, Result};
 use rayon::prelude::*;
 
@@ -25,13 +28,22 @@ fn lane_sum<C: Real>(x: &[C], f: impl Fn(C) -> C) -> C {
     acc.iter().fold(C::ZERO, |a, &b| a + b) + tail
 }
 
-/// Runs `row(x_row, out_row)` on every row of length `d`, rows split over threads.
+/// Runs `row(x_row, out_row)` on every row of length `d`, rows split over threads. Half
+/// floats computed in float32 are widened and rounded back a row at a time, so the whole
+/// array is never held as float32 (a third of the memory traffic).
 fn rows<C: Real>(
     op: &'static str,
     x: &ArrayData,
     shape: &[usize],
     row: impl Fn(&[C], &mut [C]) + Sync,
 ) -> Result<ArrayData> {
+    if C::DTYPE == DType::F32 {
+        match x.dtype {
+            DType::F16 => return half_rows::<f16, C>(op, x, shape, row),
+            DType::BF16 => return half_rows::<bf16, C>(op, x, shape, row),
+            _ => {}
+        }
+    }
     let d = shape.last().copied().unwrap_or(1);
     let xd = dense_as(x, C::DTYPE)?;
     let xs = elements::<C>(&xd);
@@ -46,6 +58,40 @@ fn rows<C: Real>(
                 || {
                     for (orow, xrow) in o.chunks_exact_mut(d).zip(xc.chunks_exact(d)) {
                         row(xrow, orow);
+                    }
+                },
+            )
+        });
+        Ok(())
+    })
+}
+
+/// `rows` for half-float storage `H` with float32 compute (`C` is float32: checked by the
+/// caller, so the slices cast in place).
+fn half_rows<H: Half, C: Real>(
+    op: &'static str,
+    x: &ArrayData,
+    shape: &[usize],
+    row: impl Fn(&[C], &mut [C]) + Sync,
+) -> Result<ArrayData> {
+    let d = shape.last().copied().unwrap_or(1);
+    let xd = dense_as(x, H::DTYPE)?;
+    let xs = elements::<H>(&xd);
+    output_full::<H>(op, shape, |out| {
+        if out.is_empty() || d == 0 {
+            return Ok(());
+        }
+        let per_task = d * (PARALLEL_ELEMENTS / d).max(1);
+        out.par_chunks_mut(per_task).zip(xs.par_chunks(per_task)).for_each(|(o, xc)| {
+            let mut wide = vec![C::ZERO; 2 * d];
+            let (xw, ow) = wide.split_at_mut(d);
+            simd::run(
+                #[inline(always)]
+                || {
+                    for (orow, xrow) in o.chunks_exact_mut(d).zip(xc.chunks_exact(d)) {
+                        H::widen(xrow, bytemuck::cast_slice_mut(xw));
+                        row(xw, ow);
+                        H::narrow(bytemuck::cast_slice(ow), orow);
                     }
                 },
             )
