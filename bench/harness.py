@@ -734,6 +734,36 @@ def main():
                 json.dump(saved, f, indent=1)
 
 
+# Issue 6's targets for kiln.compile: at least 4x jax.jit and 5x mlx.compile on every row,
+# 3x kiln eager on the gelu rows, within 1.5x of the copy floor.
+COMPILE_TARGETS = {"jax.jit": 4.0, "mlx.compile": 5.0, "kiln": 3.0}
+COMPILE_TARGET_ROWS = ["gelu_erf", "gelu_tanh", "silu_mul", "relu_chain", "adam"]
+
+
+def print_compile_targets(table: dict, workloads: list[str]):
+    """kiln.compile against issue 6's targets: speed-ups and time over the floor (the row's
+    bytes at the copy row's floor bandwidth, measured in the same run)."""
+    mine, floor = table.get("kiln.compile", {}), table.get("floor", {}).get("copy")
+    rows = [w for w in COMPILE_TARGET_ROWS if w in workloads and w in mine]
+    if not rows:
+        return
+    peers = [p for p in COMPILE_TARGETS if p in table]
+    print("\nkiln.compile vs issue 6's targets (speed-up over each system; time over the "
+          "copy floor)")
+    print(f"{'workload':12s}" + "".join(f"{p + ' >=' + str(COMPILE_TARGETS[p]):>18s}"
+                                        for p in peers) + f"{'floor <=1.5':>14s}")
+    for w in rows:
+        sec = mine[w]["sec"]
+        cells = []
+        for p in peers:
+            other = table[p].get(w)
+            gelu_only = p == "kiln" and not w.startswith("gelu")
+            cells.append("-" if other is None or gelu_only else f"{other['sec'] / sec:.2f}")
+        over = (f"{sec / (mine[w]['bytes'] * floor['sec'] / floor['bytes']):.2f}"
+                if floor else "-")
+        print(f"{w:12s}" + "".join(f"{c:>18s}" for c in cells) + f"{over:>14s}")
+
+
 def print_table(table: dict, n: int, workloads: list[str]):
     systems = list(table)
     ref = "numpy" if "numpy" in table else systems[0]
@@ -764,6 +794,7 @@ def print_table(table: dict, n: int, workloads: list[str]):
         add = kiln["add"]["bytes"] / kiln["add"]["sec"]
         print(f"\nkiln add moves {add / 1e9:.1f} GB/s: {add / bw:.0%} of the copy floor "
               f"({bw / 1e9:.1f} GB/s, memcpy over {os.cpu_count()} threads)")
+    print_compile_targets(table, workloads)
     firsts = [f"{s} {table[s]['train_step']['first']:.2f} s"
               for s in systems if "train_step" in table[s]]
     if firsts:

@@ -30,6 +30,6 @@ pub use fused::{FusedOp, FusedProgram, FusedStep};
 pub use layout::Layout;
 pub use linalg::LinalgOp;
 pub use primitive::{
-    ArgReduceOp, ComplexOp, FftKind, Opaque, Primitive, ReduceOp, ScanOp, ScatterReduce,
+    ArgReduceOp, ComplexOp, FftKind, Opaque, Primitive, ReduceOp, ReshapeDim, ScanOp, ScatterReduce,
 };
 pub use shape::{Shape, Strides};

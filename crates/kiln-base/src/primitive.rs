@@ -35,6 +35,48 @@ pub enum ScanOp {
     LogAddExp,
 }
 
+/// One axis of a reshape's target as shapeless compile recomputes it from a new input shape
+/// (MLX's squeeze, expand_dims, flatten and `-1` infer their shapes; a literal size stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReshapeDim {
+    /// This size whatever the input.
+    Fixed(usize),
+    /// The product of the input's axes `start..end` (one axis kept, or several flattened).
+    Axes(usize, usize),
+    /// The input's size over the product of the other target axes (a `-1`).
+    Rest,
+}
+
+/// A reshape rule's target for an input of shape `input`: `None` when the rule does not
+/// fit it (axes past its rank, a `-1` that does not divide).
+pub fn resolve_reshape(dims: &[ReshapeDim], input: &[usize]) -> Option<Shape> {
+    let mut out = Shape::with_capacity(dims.len());
+    let mut rest = None;
+    for (i, d) in dims.iter().enumerate() {
+        out.push(match *d {
+            ReshapeDim::Fixed(n) => n,
+            ReshapeDim::Axes(a, b) if a <= b && b <= input.len() => {
+                input[a..b].iter().try_fold(1usize, |acc, &x| acc.checked_mul(x))?
+            }
+            ReshapeDim::Axes(..) => return None,
+            ReshapeDim::Rest if rest.is_none() => {
+                rest = Some(i);
+                1
+            }
+            ReshapeDim::Rest => return None,
+        });
+    }
+    if let Some(i) = rest {
+        let known = out.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x))?;
+        let total = checked_size("reshape", input).ok()?;
+        if known == 0 || total % known != 0 {
+            return None;
+        }
+        out[i] = total / known;
+    }
+    Some(out)
+}
+
 /// Reductions that return an index (uint32, as MLX).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ArgReduceOp {
@@ -102,8 +144,10 @@ pub enum Primitive {
     /// primitive; other axes are transposes around it). `precise` asks half floats to
     /// accumulate in float32 (the CPU kernel always does).
     Softmax { precise: bool },
-    /// New shape of the same size (a view when strides allow, else a copy).
-    Reshape { shape: Shape },
+    /// New shape of the same size (a view when strides allow, else a copy). `rule` (empty:
+    /// none) says how shapeless compile recomputes `shape` from a new input shape
+    /// ([`Primitive::reinfer`]); without one the shape is baked in.
+    Reshape { shape: Shape, rule: Vec<ReshapeDim> },
     /// Axis permutation (a view).
     Transpose { perm: Vec<usize> },
     /// numpy broadcasting to a larger shape (a view, stride 0).
@@ -172,6 +216,10 @@ pub enum Primitive {
     Fused(std::sync::Arc<FusedProgram>),
     /// An `mx.fast` fused op (norms, RoPE, attention, user C kernels): see `fast.rs`.
     Fast(FastOp),
+    /// The number of elements of the input over `axes` (its inverse when `inverted`), a 0-d
+    /// array of `dtype`; the input's data is never read. `mean` divides by it inside
+    /// compile traces, so shapeless replay counts the new shape (as MLX's primitive).
+    NumberOfElements { axes: Vec<usize>, inverted: bool, dtype: DType },
 }
 
 impl Primitive {
@@ -198,6 +246,7 @@ impl Primitive {
                 ArgReduceOp::ArgMin => "argmin",
             },
             Primitive::Softmax { .. } => "softmax",
+            Primitive::NumberOfElements { .. } => "number_of_elements",
             Primitive::Reshape { .. } => "reshape",
             Primitive::Transpose { .. } => "transpose",
             Primitive::BroadcastTo { .. } => "broadcast_to",
@@ -361,7 +410,12 @@ impl Primitive {
                 );
                 same(sv, DType::U32)
             }
-            Primitive::Reshape { shape } => {
+            Primitive::NumberOfElements { axes, dtype, .. } => {
+                check_axes(op, axes, inputs[0].0.len())?;
+                ensure!(dtype.is_inexact(), Type, op, "Expected a float dtype, got {dtype}.");
+                same(&[], *dtype)
+            }
+            Primitive::Reshape { shape, .. } => {
                 let (s, d) = inputs[0];
                 ensure!(
                     size_of(s) == size_of(shape),
@@ -650,11 +704,33 @@ impl Primitive {
         }
     }
 
+    /// Re-parameterises the primitive for new input shapes (shapeless compile's replay, before
+    /// [`Primitive::output_shapes`]): a reshape with a rule recomputes its target; every
+    /// other primitive infers its output from its inputs already.
+    pub fn reinfer(&mut self, inputs: &[(&[usize], DType)]) -> Result<()> {
+        if let (Primitive::Reshape { shape, rule }, [(s, _)]) = (&mut *self, inputs) {
+            if !rule.is_empty() {
+                match resolve_reshape(rule, s) {
+                    Some(new) => *shape = new,
+                    None => bail!(
+                        Value,
+                        "reshape",
+                        "Cannot infer the shape of an array of shape {} from the traced \
+                         reshape to {}.",
+                        fmt_shape(s),
+                        fmt_shape(shape)
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The output's layout when this primitive is a view of its single input, or `None` when
     /// it must run a kernel (all backends share this: views are stride arithmetic).
     pub fn view_layout(&self, input: &Layout) -> Option<Layout> {
         match self {
-            Primitive::Reshape { shape } => input.reshape(shape),
+            Primitive::Reshape { shape, .. } => input.reshape(shape),
             Primitive::Transpose { perm } => Some(input.transpose(perm)),
             Primitive::BroadcastTo { shape } => Some(input.broadcast_to(shape)),
             Primitive::Slice { start, step, len } => Some(input.slice(start, step, len)),
@@ -757,7 +833,7 @@ mod tests {
         let m =
             Primitive::Matmul.output_shapes(&[(&[5, 2, 3], DType::F32), (&[5, 3, 4], DType::F32)]);
         assert_eq!(m.unwrap()[0].0.as_slice(), &[5, 2, 4]);
-        let bad = Primitive::Reshape { shape: Shape::from_slice(&[4, 2]) }
+        let bad = Primitive::Reshape { shape: Shape::from_slice(&[4, 2]), rule: vec![] }
             .output_shapes(&[(&[6], DType::F32)]);
         assert_eq!(
             bad.unwrap_err().to_string(),

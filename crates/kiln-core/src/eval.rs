@@ -151,7 +151,7 @@ pub(crate) fn run(
         return kiln_cpu::CpuBackend.eval_donating(prim, inputs, donated, outputs);
     }
     let device = backend(device)?;
-    if let (Primitive::Reshape { shape }, [input]) = (prim, inputs) {
+    if let (Primitive::Reshape { shape, .. }, [input]) = (prim, inputs) {
         // Not viewable: copy to row-major first, which always is.
         let meta = [(input.layout.shape.clone(), input.dtype)];
         let mut copied = device.eval(&Primitive::Copy, inputs, &meta)?;

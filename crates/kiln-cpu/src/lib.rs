@@ -35,7 +35,7 @@ mod unary;
 pub mod vecmath;
 mod walk;
 
-use kiln_base::{bail, ensure, ArrayData, Backend, DType, Primitive, Result, Shape};
+use kiln_base::{bail, ensure, ArrayData, Backend, DType, Primitive, Result, Scalar, Shape};
 
 /// The CPU backend: evaluates any primitive on host arrays.
 #[derive(Debug, Default, Clone, Copy)]
@@ -83,6 +83,12 @@ impl CpuBackend {
         let out = match prim {
             Primitive::Arange { start, step, dtype, .. } => {
                 creation::arange(*start, *step, *dtype, shape)
+            }
+            // From the input's shape alone, in float64 then rounded once (as eager's 1/n).
+            Primitive::NumberOfElements { axes, inverted, dtype } => {
+                let n: f64 = axes.iter().map(|&a| inputs[0].layout.shape[a] as f64).product();
+                let value = if *inverted { 1.0 / n } else { n };
+                creation::arange(Scalar::Float(value), Scalar::Int(0), *dtype, shape)
             }
             Primitive::Unary(u) => unary::unary(*u, &inputs[0], shape),
             Primitive::Binary(b) => binary::binary(*b, &inputs[0], &inputs[1], shape),

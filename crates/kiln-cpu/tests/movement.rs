@@ -36,7 +36,8 @@ fn views_share_the_buffer() {
     );
     assert!(s.buffer.same(&x.buffer));
     assert_eq!(read::<i32>(&s), vec![5, 3, 2, 0]);
-    let r = eval(&Primitive::Reshape { shape: shape(&[3, 2]) }, std::slice::from_ref(&x));
+    let r =
+        eval(&Primitive::Reshape { shape: shape(&[3, 2]), rule: vec![] }, std::slice::from_ref(&x));
     assert!(r.buffer.same(&x.buffer));
     assert_eq!(read::<i32>(&r), vec![0, 1, 2, 3, 4, 5]);
 }
@@ -45,15 +46,21 @@ fn views_share_the_buffer() {
 fn reshape_that_cannot_be_a_view_copies() {
     let x = arr(&[0i32, 1, 2, 3, 4, 5], &[2, 3], DType::I32);
     let t = with_layout(&x, x.layout.transpose(&[1, 0]));
-    let r = eval(&Primitive::Reshape { shape: shape(&[6]) }, &[t]);
+    let r = eval(&Primitive::Reshape { shape: shape(&[6]), rule: vec![] }, &[t]);
     assert!(!r.buffer.same(&x.buffer) && r.layout.row_contiguous);
     assert_eq!(read::<i32>(&r), vec![0, 3, 1, 4, 2, 5]);
     // 0-d <-> (1, 1) and empty reshapes.
     let z = arr(&[9u8], &[], DType::U8);
-    assert_eq!(read::<u8>(&eval(&Primitive::Reshape { shape: shape(&[1, 1]) }, &[z])), vec![9]);
+    assert_eq!(
+        read::<u8>(&eval(&Primitive::Reshape { shape: shape(&[1, 1]), rule: vec![] }, &[z])),
+        vec![9]
+    );
     let e = arr::<f32>(&[], &[0, 4], DType::F32);
     assert_eq!(
-        eval(&Primitive::Reshape { shape: shape(&[2, 0]) }, &[e]).layout.shape.as_slice(),
+        eval(&Primitive::Reshape { shape: shape(&[2, 0]), rule: vec![] }, &[e])
+            .layout
+            .shape
+            .as_slice(),
         &[2, 0]
     );
 }

@@ -113,14 +113,23 @@ where
         );
     }
     let passes = Passes::from_env();
+    // Counts taken from traced shapes are constants unless shapes change at replay.
+    let folded;
+    let source = if shapeless {
+        &traced
+    } else {
+        folded = simplify::fold_counts(&traced);
+        &folded
+    };
     let simplified = if passes.simplify {
-        let mut merged = simplify::simplify(&traced);
-        if concat::sums_of_padded_slices(&mut merged) > 0 {
+        let mut merged = simplify::simplify(source);
+        // Slices baked at traced sizes tile the axis only at those sizes.
+        if !shapeless && concat::sums_of_padded_slices(&mut merged) > 0 {
             merged = simplify::remove_dead(&merged);
         }
         merged
     } else {
-        traced.clone()
+        source.clone()
     };
     let (graph, regions) = if passes.fuse {
         let (fused, regions) = fuse::fuse(&simplified);
@@ -149,12 +158,17 @@ fn broadcast_partners(graph: &Graph) -> Vec<Option<Value>> {
         Value::Node(n, _) => matches!(graph.nodes[*n].prim, Primitive::BroadcastTo { .. }),
         _ => false,
     };
-    let mut like = vec![None; graph.nodes.len()];
+    let mut like: Vec<Option<Value>> = vec![None; graph.nodes.len()];
     for node in &graph.nodes {
-        let partner = node
-            .inputs
-            .iter()
-            .find(|v| !is_broadcast(v) && graph.meta(**v).0 == node.outputs[0].0.as_slice());
+        let same_shape = |v: &&Value| graph.meta(**v).0 == node.outputs[0].0.as_slice();
+        // Else a broadcast that follows a partner of its own (gradients add broadcasts).
+        let partner =
+            node.inputs.iter().filter(same_shape).find(|v| !is_broadcast(v)).or_else(|| {
+                node.inputs
+                    .iter()
+                    .filter(same_shape)
+                    .find(|v| matches!(v, Value::Node(b, _) if like[*b].is_some()))
+            });
         for v in &node.inputs {
             if let (Value::Node(b, _), Some(p)) = (v, partner) {
                 // Replay builds nodes in order: the partner must exist before the broadcast.
@@ -240,6 +254,7 @@ impl Compiled {
                 }
                 let specs: Vec<(&[usize], DType)> =
                     args.iter().map(|a| (a.shape(), a.dtype())).collect();
+                prim.reinfer(&specs)?;
                 prim.output_shapes(&specs)?
             } else {
                 node.outputs.clone()

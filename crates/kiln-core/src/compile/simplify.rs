@@ -3,16 +3,50 @@
 //! - equal scalar constants (0-d, same dtype and bits) merge into one;
 //! - common subexpressions merge: same primitive with the same parameters (so `log` and
 //!   `log2`, or `equal` with and without `equal_nan`, stay apart) on the same inputs;
-//! - dead nodes (no path to an output) go.
+//! - dead nodes (no path to an output) go;
+//! - (`fold_counts`, for graphs replayed at their traced shapes) element counts become
+//!   constants.
 
 use super::graph::{Graph, Node, Value};
 use crate::array::Array;
-use kiln_base::{DType, Primitive};
+use kiln_base::{DType, Primitive, Scalar};
 use rustc_hash::FxHashMap;
 
 pub fn simplify(graph: &Graph) -> Graph {
     let merged = merge(graph);
     remove_dead(&merged)
+}
+
+/// Replaces each `NumberOfElements` node by the constant its traced input shape gives, so
+/// the count fuses as a literal (the node stays only in shapeless graphs, whose shapes
+/// change at replay). The node itself becomes dead.
+pub fn fold_counts(graph: &Graph) -> Graph {
+    let mut out = graph.clone();
+    let mut folded: FxHashMap<usize, usize> = FxHashMap::default();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let Primitive::NumberOfElements { axes, inverted, dtype } = &node.prim {
+            let shape = graph.meta(node.inputs[0]).0;
+            let n: f64 = axes.iter().map(|&a| shape[a] as f64).product();
+            let value = Scalar::Float(if *inverted { 1.0 / n } else { n });
+            if let Ok(c) = crate::ops::scalar(value, *dtype) {
+                out.consts.push(c);
+                folded.insert(i, out.consts.len() - 1);
+            }
+        }
+    }
+    if folded.is_empty() {
+        return out;
+    }
+    let map = |v: &mut Value| {
+        if let Value::Node(n, 0) = *v {
+            if let Some(&c) = folded.get(&n) {
+                *v = Value::Const(c);
+            }
+        }
+    };
+    out.nodes.iter_mut().flat_map(|n| n.inputs.iter_mut()).for_each(map);
+    out.outputs.iter_mut().for_each(map);
+    remove_dead(&out)
 }
 
 /// The bits of a 0-d evaluated constant (its identity for merging).

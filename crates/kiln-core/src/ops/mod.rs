@@ -65,6 +65,7 @@ pub use reduce::{
     softmax, std, sum, var,
 };
 pub use scan::{cummax, cummin, cumprod, cumsum, logcumsumexp};
+pub(crate) use shape::reshape_by_rule;
 pub use shape::{
     broadcast_arrays, broadcast_to, concatenate, expand_dims, flatten, moveaxis, repeat, reshape,
     roll, slice, split, squeeze, stack, swapaxes, tile, transpose, unflatten, SplitSpec,

@@ -2,8 +2,8 @@
 //! `keepdims`. var, std, logsumexp, softmax, median and count_nonzero are compositions.
 
 use super::{
-    abs, add, astype, divide, equal, exp, log, multiply, not_equal, partition, record, reshape,
-    scalar, slice, sqrt, subtract, transpose, where_,
+    abs, add, astype, divide, equal, exp, log, maximum, multiply, not_equal, partition, record,
+    reshape, scalar, slice, sqrt, squeeze, subtract, transpose, where_,
 };
 use crate::array::Array;
 use kiln_base::shape::{normalize_axes, normalize_axis};
@@ -21,14 +21,31 @@ fn reduce_axes(op: &'static str, x: &Array, axes: Option<&[i64]>) -> Result<Vec<
     }
 }
 
-/// Drops the reduced (size-1) axes unless `keepdims`.
+/// Drops the reduced (size-1) axes unless `keepdims` (a squeeze, so shapeless compile
+/// follows new shapes).
 fn finish(out: Array, axes: &[usize], keepdims: bool) -> Result<Array> {
     if keepdims {
         return Ok(out);
     }
-    let shape: Vec<i64> =
-        (0..out.ndim()).filter(|i| !axes.contains(i)).map(|i| out.shape()[i] as i64).collect();
-    reshape(&out, &shape)
+    let axes: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+    squeeze(&out, Some(&axes))
+}
+
+/// Whether ops run inside a compile trace, where sizes taken from a shape must stay nodes
+/// (compile folds them back into constants unless the trace is shapeless).
+fn in_compile_trace() -> bool {
+    crate::transforms::active().contains(&crate::transforms::Transform::Compile)
+}
+
+/// The number of elements of `x` over `axes` (or its inverse) as a 0-d array of `dtype`:
+/// a constant, or inside a compile trace a `NumberOfElements` node over `x`.
+fn count(x: &Array, axes: &[usize], inverted: bool, dtype: DType) -> Result<Array> {
+    if in_compile_trace() {
+        let prim = Primitive::NumberOfElements { axes: axes.to_vec(), inverted, dtype };
+        return record(prim, vec![x.clone()]);
+    }
+    let n = axes.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
+    scalar(Scalar::Float(if inverted { 1.0 / n } else { n }), dtype)
 }
 
 fn reduce(op: ReduceOp, x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
@@ -65,12 +82,11 @@ reductions!(sum => Sum, prod => Prod, max => Max, min => Min);
 /// Arithmetic mean over `axes`; integers give float32.
 pub fn mean(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
     let axes_n = reduce_axes("mean", x, axes)?;
-    let count: usize = axes_n.iter().map(|&a| x.shape()[a]).product();
     let dtype = x.dtype().to_float();
     let total = sum(&astype(x, dtype)?, axes, keepdims)?;
     // Times 1/n in the result's dtype, as MLX: a float16 count above 65504 would be inf
     // (inf / inf = NaN), while inf * (1/n) stays MLX's inf.
-    multiply(&total, &scalar(Scalar::Float(1.0 / count as f64), dtype)?)
+    multiply(&total, &count(x, &axes_n, true, dtype)?)
 }
 
 fn logical(op: ReduceOp, x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
@@ -108,9 +124,18 @@ pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result
     if ddof == 0 {
         return Ok(v);
     }
-    let n = axes_n.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
-    let factor = n / (n - ddof as f64).max(0.0);
-    multiply(&v, &scalar(Scalar::Float(factor), dtype)?)
+    if !in_compile_trace() {
+        let n = axes_n.iter().map(|&a| x.shape()[a] as f64).product::<f64>();
+        let factor = n / (n - ddof as f64).max(0.0);
+        return multiply(&v, &scalar(Scalar::Float(factor), dtype)?);
+    }
+    // The same factor from the traced shape's count, in float64 so it rounds once to
+    // `dtype` as above.
+    let n = count(&x, &axes_n, false, DType::F64)?;
+    let ddof = scalar(Scalar::Float(ddof as f64), DType::F64)?;
+    let zero = scalar(Scalar::Float(0.0), DType::F64)?;
+    let factor = divide(&n, &maximum(&subtract(&n, &ddof)?, &zero)?)?;
+    multiply(&v, &astype(&factor, dtype)?)
 }
 
 /// Standard deviation: `sqrt(var(...))`.

@@ -6,7 +6,7 @@ use crate::array::Array;
 use kiln_base::shape::{
     broadcast_shapes, checked_size, fmt_shape, normalize_axes, normalize_axis, Shape,
 };
-use kiln_base::{bail, ensure, Primitive, Result};
+use kiln_base::{bail, ensure, Primitive, ReshapeDim, Result};
 
 /// A new shape of the same size; one entry may be -1 (inferred).
 pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
@@ -34,10 +34,29 @@ pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
         }
         out[i] = x.size() / known;
     }
-    if out.as_slice() == x.shape() {
+    // A `-1` is inferred again at shapeless replay; literal sizes are baked in (as MLX).
+    let rule = match infer {
+        Some(_) => shape
+            .iter()
+            .map(|&d| if d < 0 { ReshapeDim::Rest } else { ReshapeDim::Fixed(d as usize) })
+            .collect(),
+        None => Vec::new(),
+    };
+    reshape_by_rule(x, out, rule)
+}
+
+/// A reshape to `shape` (already checked to fit) that shapeless compile recomputes with
+/// `rule` (empty: baked in).
+pub(crate) fn reshape_by_rule(x: &Array, shape: Shape, rule: Vec<ReshapeDim>) -> Result<Array> {
+    if shape.as_slice() == x.shape() {
         return Ok(x.clone());
     }
-    record(Primitive::Reshape { shape: out }, vec![x.clone()])
+    record(Primitive::Reshape { shape, rule }, vec![x.clone()])
+}
+
+/// Keeps input axis `i` as it is (a rule entry).
+fn keep(i: usize) -> ReshapeDim {
+    ReshapeDim::Axes(i, i + 1)
 }
 
 fn fmt_i64_shape(shape: &[i64]) -> String {
@@ -90,12 +109,18 @@ pub fn broadcast_to(x: &Array, shape: &[usize]) -> Result<Array> {
 pub fn expand_dims(x: &Array, axes: &[i64]) -> Result<Array> {
     let out_ndim = x.ndim() + axes.len();
     let axes = normalize_axes("expand_dims", axes, out_ndim)?;
-    let mut shape = Vec::with_capacity(out_ndim);
-    let mut src = x.shape().iter();
+    let mut rule = Vec::with_capacity(out_ndim);
+    let mut src = 0;
     for i in 0..out_ndim {
-        shape.push(if axes.contains(&i) { 1 } else { *src.next().expect("sizes add up") as i64 });
+        rule.push(if axes.contains(&i) {
+            ReshapeDim::Fixed(1)
+        } else {
+            src += 1;
+            keep(src - 1)
+        });
     }
-    reshape(x, &shape)
+    let shape = kiln_base::primitive::resolve_reshape(&rule, x.shape()).expect("sizes add up");
+    reshape_by_rule(x, shape, rule)
 }
 
 /// Removes size-1 axes (all of them when `axes` is `None`).
@@ -108,9 +133,9 @@ pub fn squeeze(x: &Array, axes: Option<&[i64]>) -> Result<Array> {
     for &a in &axes {
         ensure!(x.shape()[a] == 1, Value, op, "Cannot squeeze axis {a} with size other than 1.");
     }
-    let shape: Vec<i64> =
-        (0..x.ndim()).filter(|i| !axes.contains(i)).map(|i| x.shape()[i] as i64).collect();
-    reshape(x, &shape)
+    let kept: Vec<usize> = (0..x.ndim()).filter(|i| !axes.contains(i)).collect();
+    let shape = kept.iter().map(|&i| x.shape()[i]).collect();
+    reshape_by_rule(x, shape, kept.into_iter().map(keep).collect())
 }
 
 /// Python slicing per axis: `starts`, `stops` (`None` = open end) and `steps` as in
@@ -216,11 +241,13 @@ pub fn flatten(x: &Array, start_axis: i64, end_axis: i64) -> Result<Array> {
     let (start, end) = (norm(start_axis).max(0), norm(end_axis).min(n - 1));
     ensure!(start <= end, Value, op, "start_axis must be less than or equal to end_axis");
     let (start, end) = (start as usize, end as usize);
-    let s = x.shape();
-    let mut shape: Vec<i64> = s[..start].iter().map(|&d| d as i64).collect();
-    shape.push(s[start..=end].iter().product::<usize>() as i64);
-    shape.extend(s[end + 1..].iter().map(|&d| d as i64));
-    reshape(x, &shape)
+    let rule: Vec<ReshapeDim> = (0..start)
+        .map(keep)
+        .chain([ReshapeDim::Axes(start, end + 1)])
+        .chain((end + 1..x.ndim()).map(keep))
+        .collect();
+    let shape = kiln_base::primitive::resolve_reshape(&rule, x.shape()).expect("sizes multiply");
+    reshape_by_rule(x, shape, rule)
 }
 
 /// Splits `axis` into `shape` (one entry may be -1, inferred).
@@ -260,10 +287,19 @@ pub fn unflatten(x: &Array, axis: i64, shape: &[i64]) -> Result<Array> {
         "Cannot unflatten axis {axis} with size {dim} into shape {}.",
         fmt_i64_shape(&dims)
     );
-    let mut out: Vec<i64> = x.shape()[..ax].iter().map(|&d| d as i64).collect();
-    out.extend_from_slice(&dims);
-    out.extend(x.shape()[ax + 1..].iter().map(|&d| d as i64));
-    reshape(x, &out)
+    let mut out: Shape = x.shape()[..ax].into();
+    out.extend(dims.iter().map(|&d| d as usize));
+    out.extend_from_slice(&x.shape()[ax + 1..]);
+    // The other axes follow the input; the split sizes are MLX's (a -1 inferred again).
+    let rule: Vec<ReshapeDim> = (0..ax)
+        .map(keep)
+        .chain(shape.iter().map(|&d| match d {
+            -1 => ReshapeDim::Rest,
+            d => ReshapeDim::Fixed(d as usize),
+        }))
+        .chain((ax + 1..n).map(keep))
+        .collect();
+    reshape_by_rule(x, out, rule)
 }
 
 /// An axis for ops whose message is MLX's `Invalid axis` (swapaxes, moveaxis, roll).

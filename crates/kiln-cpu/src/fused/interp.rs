@@ -45,11 +45,15 @@ impl Source {
     }
 }
 
-/// Runs `program` over `inputs` (all of the output shape, possibly as broadcast views).
+/// Runs `program` over `inputs` (all of the output shape, possibly as broadcast views);
+/// `donated[i]` (missing: false) lets an output take input `i`'s buffer, as the C kernels
+/// do: each chunk reads its inputs before writing the same elements of its outputs, and
+/// reads no element a chunk before it wrote.
 pub(crate) fn run(
     program: &FusedProgram,
     inputs: &[ArrayData],
     shape: &[usize],
+    donated: &[bool],
 ) -> Result<Vec<ArrayData>> {
     let n = size_of(shape);
     let sources = inputs.iter().map(|x| Source::new(x, shape)).collect::<Result<Vec<_>>>()?;
@@ -62,8 +66,25 @@ pub(crate) fn run(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut outputs = Vec::with_capacity(program.outputs.len());
+    let mut out_ptrs = Vec::with_capacity(program.outputs.len());
+    let mut taken = vec![false; inputs.len()];
     for dtype in program.output_dtypes() {
-        let buffer = HOST.alloc_for_overwrite(n * dtype.size())?;
+        // Only an input read in place (not a copy made above) can hold an output.
+        let donor = (0..inputs.len()).find(|&i| {
+            !taken[i]
+                && donated.get(i) == Some(&true)
+                && matches!(&sources[i], Source::Flat(d) if d.buffer.same(&inputs[i].buffer))
+                && super::fits_in_place(&inputs[i], dtype, n)
+        });
+        let buffer = match donor {
+            Some(i) => {
+                taken[i] = true;
+                inputs[i].buffer.clone()
+            }
+            None => HOST.alloc_for_overwrite(n * dtype.size())?,
+        };
+        // The allocation's own pointer: a donated buffer is also read through `sources`.
+        out_ptrs.push(buffer.as_ptr() as *mut u8);
         outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
     }
     let mut values: Vec<Option<ArrayData>> = vec![None; program.steps.len()];
@@ -86,29 +107,44 @@ pub(crate) fn run(
             };
             values[i] = Some(value);
         }
-        for (out, &step) in outputs.iter_mut().zip(&program.outputs) {
+        for ((out, &ptr), &step) in outputs.iter().zip(&out_ptrs).zip(&program.outputs) {
             let value = values[step].as_ref().expect("every step ran");
-            write_chunk(out, value, begin, len)?;
+            write_chunk(out, ptr, value, begin, len)?;
         }
         begin += len;
     }
     Ok(outputs)
 }
 
-/// Copies a chunk's values (any 1-d layout) into `out` at element `begin`.
-fn write_chunk(out: &mut ArrayData, value: &ArrayData, begin: usize, len: usize) -> Result<()> {
+/// Copies a chunk's values (any 1-d layout) into `out` (whose buffer starts at `dst`) at
+/// element `begin`.
+fn write_chunk(
+    out: &ArrayData,
+    dst: *mut u8,
+    value: &ArrayData,
+    begin: usize,
+    len: usize,
+) -> Result<()> {
     let width = out.dtype.size();
     let dense;
-    let src = if value.layout.row_contiguous {
-        let bytes = value.buffer.host_slice::<u8>();
-        &bytes[value.layout.offset * width..(value.layout.offset + len) * width]
+    let (src, offset) = if value.layout.row_contiguous {
+        (value, value.layout.offset)
     } else {
         dense = copy::copy(value, &[len])?;
-        &dense.buffer.host_slice::<u8>()[..len * width]
+        (&dense, 0)
     };
-    let Some(dst) = out.buffer.host_slice_mut::<u8>() else {
-        bail!(Runtime, "compile", "Fused output buffer is shared.");
-    };
-    dst[begin * width..(begin + len) * width].copy_from_slice(src);
+    if out.buffer.nbytes() < (begin + len) * width || src.buffer.nbytes() < (offset + len) * width {
+        bail!(Runtime, "compile", "Fused chunk out of bounds.");
+    }
+    // SAFETY: both ranges are inside their buffers (checked above). No reference to either
+    // buffer is alive here (the chunk kernels returned), and `ptr::copy` allows the ranges
+    // to overlap: a donated input's chunk passed straight to the output is the same range.
+    unsafe {
+        std::ptr::copy(
+            src.buffer.as_ptr().add(offset * width),
+            dst.add(begin * width),
+            len * width,
+        );
+    }
     Ok(())
 }

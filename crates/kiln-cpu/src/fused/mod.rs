@@ -52,12 +52,12 @@ pub(crate) fn eval(
     program.validate()?;
     let n = size_of(shape);
     if n == 0 {
-        return interp::run(program, inputs, shape);
+        return interp::run(program, inputs, shape, &[]);
     }
     let variant = variant_for(inputs);
     match jit::kernel(program, &variant) {
         Some(kernel) => run_c(&kernel, program, inputs, shape, donated),
-        None => interp::run(program, inputs, shape),
+        None => interp::run(program, inputs, shape, donated),
     }
 }
 

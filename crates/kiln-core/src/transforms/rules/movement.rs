@@ -4,7 +4,7 @@
 use super::zeros_like;
 use crate::array::Array;
 use crate::ops::{self, record};
-use kiln_base::{Primitive, Result};
+use kiln_base::{Primitive, ReshapeDim, Result};
 
 pub(super) fn vjp(
     prim: &Primitive,
@@ -16,7 +16,11 @@ pub(super) fn vjp(
     let one = |a: Array| Ok(argnums.iter().map(|_| a.clone()).collect());
     match prim {
         Primitive::Copy | Primitive::Identity => one(g.clone()),
-        Primitive::Reshape { .. } => {
+        Primitive::Reshape { rule, .. } => {
+            if let Some((inserted, dropped)) = squeeze_expand(rule, x.ndim()) {
+                // Undo with squeeze and expand_dims, which shapeless compile re-infers.
+                return one(ops::expand_dims(&ops::squeeze(g, Some(&inserted))?, &dropped)?);
+            }
             let shape: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
             one(ops::reshape(g, &shape)?)
         }
@@ -54,6 +58,27 @@ pub(super) fn vjp(
         }
         _ => unreachable!("dispatched by class"),
     }
+}
+
+/// A reshape rule that only drops and inserts size-1 axes (squeeze, expand_dims, the
+/// reduced axes of a reduction): the output positions it inserts and the input axes it
+/// drops.
+fn squeeze_expand(rule: &[ReshapeDim], ndim: usize) -> Option<(Vec<i64>, Vec<i64>)> {
+    if rule.is_empty() {
+        return None;
+    }
+    let (mut inserted, mut kept) = (Vec::new(), Vec::new());
+    for (p, d) in rule.iter().enumerate() {
+        match *d {
+            ReshapeDim::Fixed(1) => inserted.push(p as i64),
+            ReshapeDim::Axes(a, b) if b == a + 1 && kept.last().is_none_or(|&k| k < a) => {
+                kept.push(a)
+            }
+            _ => return None,
+        }
+    }
+    let dropped = (0..ndim).filter(|a| !kept.contains(a)).map(|a| a as i64).collect();
+    Some((inserted, dropped))
 }
 
 pub(super) fn jvp(

@@ -5,7 +5,7 @@
 
 use crate::array::Array;
 use crate::ops::{self, record, record_all};
-use kiln_base::{Primitive, Result};
+use kiln_base::{Primitive, ReshapeDim, Result};
 
 /// Moves axis `from` of `x` to the front.
 pub(crate) fn to_front(x: &Array, from: usize) -> Result<Array> {
@@ -81,11 +81,21 @@ pub(super) fn vmap(
             let x = all_batched(inputs, axes)?.remove(0);
             record(Primitive::ArgReduce { op: *op, axis: axis + 1 }, vec![x])?
         }
-        Primitive::Reshape { shape } => {
+        Primitive::Reshape { shape, rule } => {
             let x = all_batched(inputs, axes)?.remove(0);
-            let mut new: Vec<i64> = vec![x.shape()[0] as i64];
-            new.extend(shape.iter().map(|&d| d as i64));
-            ops::reshape(&x, &new)?
+            let mut new: kiln_base::Shape = [x.shape()[0]].into_iter().collect();
+            new.extend_from_slice(shape);
+            // The batch axis kept in front of the rule's axes (shapeless compile).
+            let rule = if rule.is_empty() {
+                Vec::new()
+            } else {
+                let shifted = rule.iter().map(|d| match *d {
+                    ReshapeDim::Axes(a, b) => ReshapeDim::Axes(a + 1, b + 1),
+                    d => d,
+                });
+                [ReshapeDim::Axes(0, 1)].into_iter().chain(shifted).collect()
+            };
+            ops::reshape_by_rule(&x, new, rule)?
         }
         Primitive::Transpose { perm } => {
             let x = all_batched(inputs, axes)?.remove(0);
@@ -151,6 +161,19 @@ pub(super) fn vmap(
         Primitive::Fused(_) | Primitive::Fast(_) => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
+        // A count of the per-example shape, the same for every example (the driver wants
+        // a batched value for every node that depends on the batch: one per example; the
+        // batch size is baked in, so shapeless compile of a vmapped mean keeps its batch).
+        Primitive::NumberOfElements { axes: counted, inverted, dtype } => {
+            let x = all_batched(inputs, axes)?.remove(0);
+            let prim = Primitive::NumberOfElements {
+                axes: shift(counted),
+                inverted: *inverted,
+                dtype: *dtype,
+            };
+            let n = ops::expand_dims(&record(prim, vec![x.clone()])?, &[0])?;
+            ops::broadcast_to(&n, &[x.shape()[0]])?
+        }
     };
     let batched = !matches!(prim, Primitive::Arange { .. });
     Ok((vec![out], vec![batched.then_some(0)]))
