@@ -260,6 +260,19 @@ def test_attention_strided_inputs_and_broadcast_masks(dtype, path):
         close(g, c, ATOL[dtype])
 
 
+def test_long_float32_attention_runs_fused(monkeypatch):
+    # Scores of 256 MiB: the simple kernel, not a composition materialising them.
+    monkeypatch.delenv("KILN_CUDA_ATTENTION", raising=False)
+    q, k, v = (rand((1, 4, 4096, 32), mx.float32, -1, 1) for _ in range(3))
+    mx.eval(q, k, v)
+    fn = lambda q, k, v: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask="causal")  # noqa: E731
+    mx.reset_peak_memory()
+    g = on(mx.gpu, fn, q, k, v)
+    assert mx.get_peak_memory() < 64 << 20
+    c = on(mx.cpu, fn, q, k, v)
+    close(npy(g), npy(c), ATOL[mx.float32])
+
+
 def test_attention_edges(path):
     # No keys: zeros. Additive -inf rows: NaN as the CPU. Large scores stay finite.
     q, k, v = rand((1, 2, 5, 64), mx.bfloat16), rand((1, 2, 0, 64), mx.bfloat16), rand((1, 2, 0, 64), mx.bfloat16)

@@ -27,16 +27,15 @@ fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
 }
 
 /// Whether the GPU's fused kernel takes this call (see kiln-cuda's `fast` module): float32
-/// or half-float data (an attention mask may be bool), attention head dims that fit.
+/// or half-float data (an attention mask may be bool); for attention, kiln-cuda's choice
+/// (its tensor-core path, or long sequences whose scores the composition would materialise).
 fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
     let gpu_float = |x: &Array| matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
     let fits = match fop {
         FastOp::Attention { .. } => {
-            let (q, v) = (inputs[0].shape(), inputs[2].shape());
+            let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
             inputs[..3].iter().all(gpu_float)
-                && q.len() == 4
-                && v.len() == 4
-                && kiln_cuda::fast::attention_fits(q[3], v[3])
+                && kiln_cuda::fast::attention_fused(inputs[0].dtype(), q, k, v)
         }
         _ => inputs.iter().all(gpu_float),
     };

@@ -60,6 +60,32 @@ pub fn fits(dk: usize, dv: usize) -> bool {
     simple_floats(dk, dv).checked_mul(4).is_some_and(|b| b <= SHARED_LIMIT)
 }
 
+/// Float32 scores of at least this many bytes make the fused kernel worth it even off the
+/// tensor-core path (below, cuBLAS products and a softmax beat the simple kernel).
+const SCORES_LIMIT: u128 = 256 << 20;
+
+fn simple_requested() -> bool {
+    std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple")
+}
+
+/// Whether attention on q (B, Hq, Lq, D), k (B, Hk, Lk, D), v (B, Hk, Lk, Dv) of `dtype`
+/// should run fused on the GPU: always on the flash path; on the simple path when the
+/// (Lq, Lk) scores would be large (the composition would materialise them) or when
+/// `KILN_CUDA_ATTENTION=simple` asks for it; never when the head dims do not fit.
+pub fn fused(dtype: DType, q: &[usize], k: &[usize], v: &[usize]) -> bool {
+    let (Ok([b, hq, lq, dk]), Ok([_, _, lk, _]), Ok([_, _, _, dv])) =
+        (<[usize; 4]>::try_from(q), <[usize; 4]>::try_from(k), <[usize; 4]>::try_from(v))
+    else {
+        return false;
+    };
+    if !fits(dk, dv) {
+        return false;
+    }
+    let simple = simple_requested();
+    let scores = b as u128 * hq as u128 * lq as u128 * lk as u128 * 4;
+    simple || matches!(variant(dtype, dk, dv, false), Variant::Flash(_)) || scores >= SCORES_LIMIT
+}
+
 /// Shared by both kernels: mask mode, the lowest float, the NaN-propagating maximum.
 fn common(key: &Key) -> String {
     let mut s = header(key.dtype);
@@ -431,8 +457,7 @@ pub(crate) fn attention(
     if !fits(dk, dv) {
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     }
-    let simple = std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple");
-    let variant = variant(inputs[0].dtype, dk, dv, simple);
+    let variant = variant(inputs[0].dtype, dk, dv, simple_requested());
     let prep = if matches!(variant, Variant::Flash(_)) { dense_aligned } else { dense };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
     // The mask is read in place through its strides.
@@ -485,6 +510,12 @@ mod tests {
         assert_eq!(variant(DType::BF16, 80, 80, false), Variant::Simple);
         assert_eq!(variant(DType::BF16, 128, 64, false), Variant::Simple);
         assert!(fits(128, 128) && fits(4096, 4096) && !fits(8192, 8192));
+        let (q, kv) = ([2, 8, 100, 64], [2, 4, 300, 64]);
+        assert!(fused(DType::BF16, &q, &kv, &kv));
+        assert!(!fused(DType::F32, &q, &kv, &kv));
+        let long = [1, 4, 4096, 32];
+        assert!(fused(DType::F32, &long, &long, &long));
+        assert!(!fused(DType::BF16, &[1, 1, 1, 9000], &[1, 1, 1, 9000], &[1, 1, 1, 9000]));
     }
 
     #[test]

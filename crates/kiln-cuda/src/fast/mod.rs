@@ -11,7 +11,7 @@ mod rope;
 use crate::alloc::device_ptr;
 use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
 
-pub use attention::fits as attention_fits;
+pub use attention::fused as attention_fused;
 
 /// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
 pub fn supports(op: &FastOp) -> bool {
@@ -107,14 +107,14 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                     [(1, 0, false), (1, 3, true), (16 / dtype.size(), 8, false)]
                 {
                     let key = norm::Key { dtype, kind, weight, bias, vec, items, warp };
-                    out.push((format!("{key:?}"), norm::source(&key)));
+                    out.push((format!("norm_{key:?}"), norm::source(&key)));
                 }
             }
         }
         for offset in [DType::I32, DType::I64] {
             for (traditional, freqs) in [(false, false), (true, true)] {
                 let key = rope::Key { dtype, offset, traditional, freqs };
-                out.push((format!("{key:?}"), rope::source(&key)));
+                out.push((format!("rope_{key:?}"), rope::source(&key)));
             }
         }
         for mask in [Am::None, Am::Causal, Am::Additive, Am::Boolean] {
@@ -124,7 +124,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             }
             for variant in variants {
                 let key = attention::Key { dtype, mask, variant };
-                out.push((format!("{key:?}"), attention::source(&key)));
+                out.push((format!("attention_{key:?}"), attention::source(&key)));
             }
         }
     }
