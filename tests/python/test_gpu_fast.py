@@ -185,9 +185,11 @@ ATTN_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
     (1, 2, 2, 130, 300, 64, 64),    # partial query and key tiles
     (2, 4, 2, 65, 129, 128, 128),   # GQA 2
     (1, 4, 1, 1, 77, 64, 64),       # one query, GQA 4
-    (1, 2, 2, 200, 150, 80, 80),    # D 80: the general path
+    (1, 2, 2, 200, 150, 80, 80),    # D 80: padded tiles on the tensor-core path
     (1, 2, 1, 33, 40, 32, 32),      # D 32
-    (1, 1, 1, 70, 70, 128, 64),     # Dv != D
+    (1, 2, 2, 9, 70, 16, 16),       # D 16
+    (1, 2, 1, 50, 90, 72, 72),      # D 72 (not a multiple of 16): the simple kernel
+    (1, 1, 1, 70, 70, 128, 64),     # Dv != D: the simple kernel
     (2, 8, 2, 17, 300, 128, 128),   # Lq < Lk, GQA 4
     (1, 2, 2, 100, 64, 64, 64),     # Lq > Lk: causal rows that see no key
 ]

@@ -1,6 +1,6 @@
 //! `mx.fast`'s fused GPU kernels: layer_norm and rms_norm (`norm`), RoPE (`rope`) and
 //! scaled dot-product attention (`attention`: a flash-style tensor-core kernel for half
-//! floats with head dim 64 or 128, and a simple warp-per-query kernel for everything else).
+//! floats with one head dim, a multiple of 16 up to 128, and a simple warp-per-query kernel for everything else).
 //! Each computes in float32 and rounds once on the way out, as kiln-cpu's kernels do.
 //! User C kernels (`CKernel`) stay on the CPU.
 
@@ -120,7 +120,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         for mask in [Am::None, Am::Causal, Am::Additive, Am::Boolean] {
             let mut variants = vec![attention::Variant::Simple];
             if dtype != DType::F32 {
-                variants.extend([attention::Variant::Flash(64), attention::Variant::Flash(128)]);
+                variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
             }
             for variant in variants {
                 let key = attention::Key { dtype, mask, variant };
