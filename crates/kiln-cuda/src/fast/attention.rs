@@ -433,7 +433,7 @@ fn kernel(key: &Key) -> Result<Function> {
 /// up to 128 (its three 64-row tiles fit the 48 KiB of static shared memory).
 pub(crate) fn variant(dtype: DType, dk: usize, dv: usize, simple: bool) -> Variant {
     let half = matches!(dtype, DType::F16 | DType::BF16);
-    if !simple && half && dk == dv && dk % 16 == 0 && (16..=128).contains(&dk) {
+    if !simple && half && dk == dv && dk.is_multiple_of(16) && (16..=128).contains(&dk) {
         Variant::Flash(dk)
     } else {
         Variant::Simple
