@@ -9,9 +9,10 @@ use kiln_base::{bail, ensure, AttentionMask, CKernelSpec, DType, FastOp, Primiti
 use kiln_base::{Scalar, Shape};
 use std::sync::Arc;
 
-/// Records a fast op. On the GPU, cases without a fused kernel (float64, head dims too large
-/// for the attention kernels' shared memory) record their composition of basic ops instead
-/// (GPU elementwise kernels and cuBLAS, not a trip to the CPU).
+/// Records a fast op. On the GPU, cases the fused kernels do not take (float64; attention off
+/// the tensor-core path on short sequences, or with head dims too large for the kernels'
+/// shared memory) record their composition of basic ops instead (GPU elementwise kernels and
+/// cuBLAS, not a trip to the CPU).
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
     if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
         && !gpu_fused(&fop, &inputs)
