@@ -103,8 +103,9 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         for kind in [norm::Kind::Layer, norm::Kind::Rms] {
             for (weight, bias) in [(false, false), (true, false), (false, true), (true, true)] {
+                let vec = 16 / dtype.size();
                 for (vec, items, warp) in
-                    [(1, 0, false), (1, 3, true), (16 / dtype.size(), 8, false)]
+                    [(1, 0, false), (1, 3, true), (1, 32, true), (vec, 32 / vec, false)]
                 {
                     let key = norm::Key { dtype, kind, weight, bias, vec, items, warp };
                     out.push((format!("norm_{key:?}"), norm::source(&key)));

@@ -62,17 +62,33 @@ extern "C" __global__ void kiln_rope(const int64_t batch, const int64_t heads, c
 #else
             const int64_t i0 = j, i1 = j + half;
 #endif
-            for (int64_t h = 0; h < heads; ++h) {
-                const int64_t at = (first + h * t_len) * d;
-                const float x0 = k_load(x[at + i0]), x1 = k_load(x[at + i1]);
-                y[at + i0] = k_store(x0 * c - x1 * s);
-                y[at + i1] = k_store(x0 * s + x1 * c);
+            /* Heads in groups of 4, loads first: 8 loads in flight per thread. */
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
+                float x0[4], x1[4];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int64_t at = (first + (h0 + u) * t_len) * d;
+                    if (h0 + u < heads) { x0[u] = k_load(x[at + i0]); x1[u] = k_load(x[at + i1]); }
+                }
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int64_t at = (first + (h0 + u) * t_len) * d;
+                    if (h0 + u < heads) {
+                        y[at + i0] = k_store(x0[u] * c - x1[u] * s);
+                        y[at + i1] = k_store(x0[u] * s + x1[u] * c);
+                    }
+                }
             }
         } else {
             const int64_t k = half + j; /* 2 half + (j - half) */
-            for (int64_t h = 0; h < heads; ++h) {
-                const int64_t at = (first + h * t_len) * d;
-                y[at + k] = x[at + k];
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
+                S v[4];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (h0 + u < heads) v[u] = x[(first + (h0 + u) * t_len) * d + k];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (h0 + u < heads) y[(first + (h0 + u) * t_len) * d + k] = v[u];
             }
         }
     }
