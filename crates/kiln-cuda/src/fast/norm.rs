@@ -3,8 +3,9 @@
 //! registers (`ITEMS` vectors of `VEC` elements, 16-byte loads when every pointer is aligned
 //! and the row length a multiple of the vector), so the statistics and the normalised write
 //! need no second read. Rows too long for registers are streamed (read again per pass, from
-//! L2 mostly). Statistics in float32: the mean, then the centred variance (layer_norm) or the
-//! mean square (rms_norm), as kiln-cpu.
+//! L2 mostly). Statistics in float32: the mean square (rms_norm), or the mean and centred
+//! variance (layer_norm), each thread's count, mean and centred squares combined with Chan's
+//! formula in one reduction round (streamed rows: the mean, then the centred variance).
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
@@ -69,6 +70,47 @@ K_INLINE float k_row_sum(float a, float *scratch) {
     return a;
 }
 
+/* Chan's combination of two partial (count, mean, M2 = sum of squared deviations). */
+K_INLINE void k_combine(float &n, float &mu, float &m2, float nb, float mub, float m2b) {
+    if (nb == 0.0f) return;
+    if (n == 0.0f) { n = nb; mu = mub; m2 = m2b; return; }
+    const float nn = n + nb, delta = mub - mu;
+    mu = mu + delta * (nb / nn);
+    m2 = m2 + m2b + delta * delta * (n * nb / nn);
+    n = nn;
+}
+
+/* (count, mean, M2) over the threads sharing a row, in one round: a tree to lane 0 (the
+   combination is not symmetric bit for bit) broadcast to the warp; for a block, every warp
+   then combines the warps' partials the same way, so all threads get identical values. */
+K_INLINE void k_warp_stats(float &n, float &mu, float &m2) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float nb = __shfl_down_sync(0xffffffffu, n, o);
+        const float mub = __shfl_down_sync(0xffffffffu, mu, o);
+        const float m2b = __shfl_down_sync(0xffffffffu, m2, o);
+        /* Lanes past 31 - o read their own values: only lane 0's result is used. */
+        if ((threadIdx.x & 31) + o < 32) k_combine(n, mu, m2, nb, mub, m2b);
+    }
+    n = __shfl_sync(0xffffffffu, n, 0);
+    mu = __shfl_sync(0xffffffffu, mu, 0);
+    m2 = __shfl_sync(0xffffffffu, m2, 0);
+}
+
+K_INLINE void k_row_stats(float &n, float &mu, float &m2, float *scratch) {
+    k_warp_stats(n, mu, m2);
+#if !WARP_ROWS
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) { scratch[warp] = n; scratch[32 + warp] = mu; scratch[64 + warp] = m2; }
+    __syncthreads();
+    n = lane < warps ? scratch[lane] : 0.0f;
+    mu = lane < warps ? scratch[32 + lane] : 0.0f;
+    m2 = lane < warps ? scratch[64 + lane] : 0.0f;
+    k_warp_stats(n, mu, m2);
+    __syncthreads(); /* scratch is reused by the next row */
+#endif
+}
+
 /* One output element: (v - mean) r w + b, or v r w for rms_norm (kiln-cpu's order). */
 K_INLINE float k_out(float v, float mean, float r, const S *w, const S *b, int64_t j) {
     float y = RMS ? v * r : (v - mean) * r;
@@ -95,10 +137,10 @@ K_INLINE void k_read(const S *p, float *v, int64_t j) {
     for (int e = 0; e < VEC; ++e) v[e] = k_load(u.v[e]);
 }
 
-extern "C" __global__ void __launch_bounds__(MAX_THREADS) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
+extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
                                      const S *__restrict__ w, const S *__restrict__ b,
                                      S *__restrict__ y, const double eps_d) {
-    __shared__ float scratch[32];
+    __shared__ float scratch[96];
     const float eps = (float)eps_d, n = (float)d;
 #if WARP_ROWS
     const int t = threadIdx.x & 31, threads = 32;
@@ -128,22 +170,28 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS) kiln_norm(const int64_
             #pragma unroll
             for (int e = 0; e < VEC; ++e) sum += RMS ? v[it][e] * v[it][e] : v[it][e];
         }
-        sum = k_row_sum(sum, scratch);
         float mean = 0.0f, r;
         if (RMS) {
-            r = 1.0f / sqrtf(sum / n + eps);
+            r = 1.0f / sqrtf(k_row_sum(sum, scratch) / n + eps);
         } else {
-            mean = sum / n;
-            float sq = 0.0f;
+            /* This thread's count, mean and centred squares from registers, then one
+               combining round (not a sum, then a second sum of centred squares). */
+            float cnt = 0.0f;
+            #pragma unroll
+            for (int it = 0; it < ITEMS; ++it)
+                if (((int64_t)it * threads + t) * VEC < d) cnt += (float)VEC;
+            float mu = cnt > 0.0f ? sum / cnt : 0.0f, m2 = 0.0f;
             #pragma unroll
             for (int it = 0; it < ITEMS; ++it) {
                 const int64_t j = ((int64_t)it * threads + t) * VEC;
                 if (j < d) {
                     #pragma unroll
-                    for (int e = 0; e < VEC; ++e) sq += (v[it][e] - mean) * (v[it][e] - mean);
+                    for (int e = 0; e < VEC; ++e) m2 += (v[it][e] - mu) * (v[it][e] - mu);
                 }
             }
-            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
+            k_row_stats(cnt, mu, m2, scratch);
+            mean = mu;
+            r = 1.0f / sqrtf(m2 / n + eps);
         }
         #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
