@@ -108,6 +108,23 @@ def kiln_rows(args, rows):
             mx.clear_cache()
 
 
+def torch_rope(torch, x, dims, base, offset, traditional):
+    """MLX's RoPE in torch ops (angles in float32), the baseline for the rope rows."""
+    half = dims // 2
+    inv = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+    t = torch.arange(offset, offset + x.shape[-2], device=x.device, dtype=torch.float32)
+    ang = t[:, None] * inv[None, :]
+    c, s = ang.cos(), ang.sin()
+    xf = x[..., :dims].float()
+    if traditional:
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]
+        rot = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1).flatten(-2)
+    else:
+        x1, x2 = xf[..., :half], xf[..., half:]
+        rot = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+    return torch.cat([rot.to(x.dtype), x[..., dims:]], -1)
+
+
 def torch_rows(args, rows, torch):
     sync = torch.cuda.synchronize
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -131,6 +148,16 @@ def torch_rows(args, rows, torch):
                     rows.append((name, shape, dn, "torch.compile", run(torch.compile(f), x), nbytes))
                 del x, y
                 torch.cuda.empty_cache()
+    if "rope" in args.only:
+        x = torch.randn(ROPE_SHAPE, device="cuda", dtype=torch.bfloat16)
+        nbytes = 2 * x.numel() * x.element_size()
+        for trad in (False, True):
+            f = lambda x, t=trad: torch_rope(torch, x, 128, 1e4, 7, t)  # noqa: E731
+            name = "rope" + (" trad" if trad else "")
+            rows.append((name, ROPE_SHAPE, "bf16", "torch eager", run(f, x), nbytes))
+            rows.append((name, ROPE_SHAPE, "bf16", "torch.compile", run(torch.compile(f), x), nbytes))
+        del x
+        torch.cuda.empty_cache()
     if "attention" in args.only:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -145,11 +172,14 @@ def torch_rows(args, rows, torch):
                                  "torch flash", run(f), -flops))
                 rows.append(("attention" + (" causal" if causal else ""), shape, "bf16",
                              "torch default", run(f), -flops))
+                rows.append(("attention" + (" causal" if causal else ""), shape, "bf16",
+                             "torch.compile", run(torch.compile(f)), -flops))
 
 
 def report(rows):
-    floors = {(s, d): t for (w, s, d, sysname, t, _) in rows if w == "copy floor" and "torch" in sysname}
-    floors_k = {(s, d): t for (w, s, d, sysname, t, _) in rows if w == "copy floor" and "kiln" in sysname}
+    # Copy floors by bytes moved (the rope rows move as many as the bf16 (8192, 8192) norms).
+    floors = {b: t for (w, s, d, sysname, t, b) in rows if w == "copy floor" and "torch" in sysname}
+    floors_k = {b: t for (w, s, d, sysname, t, b) in rows if w == "copy floor" and "kiln" in sysname}
     flash = {(w, s): t for (w, s, d, sysname, t, _) in rows if sysname == "torch flash"}
     best_torch = {}
     for (w, s, d, sysname, t, _) in rows:
@@ -160,7 +190,7 @@ def report(rows):
     for (w, s, d, sysname, t, work) in rows:
         if work >= 0:
             rate = f"{work / t / 1e9:8.1f} GB/s"
-            floor = floors.get((s, d), floors_k.get((s, d)))
+            floor = floors.get(work, floors_k.get(work))
             vs = f"floor {floor / t:5.2f}" if floor and w != "copy floor" else ""
             bt = best_torch.get((w, s, d))
             if bt and sysname == "kiln":

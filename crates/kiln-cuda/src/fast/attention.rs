@@ -1,9 +1,10 @@
 //! Scaled dot-product attention, streaming: the (Lq, Lk) scores never exist in memory. Two
 //! kernels:
-//! - `flash` (float16 / bfloat16, head dim 64 or 128 for q, k and v): a block of 4 warps
-//!   takes 64 queries of one (batch, head); 64-key tiles of K and V stream through shared
-//!   memory (`cp.async`, XOR-swizzled 16-byte chunks so `ldmatrix` is conflict-free; V's
-//!   load overlaps the scores, the next K's the `P V` product). Each warp owns 16 query rows:
+//! - `flash` (float16 / bfloat16, one head dim for q, k and v: a multiple of 16 up to 128,
+//!   64 and 128 being the tuned ones): a block of 4 warps takes 64 queries of one (batch,
+//!   head); 64-key tiles of K and V stream through shared memory (`cp.async`; XOR-swizzled
+//!   16-byte chunks, or padded rows, so `ldmatrix` is conflict-free; V's load overlaps the
+//!   scores, the next K's the `P V` product). Each warp owns 16 query rows:
 //!   `S = Q Kᵀ` and `O += P V` run on tensor cores (`mma.sync.m16n8k16`, float32
 //!   accumulation), the online softmax in registers in base-2 units (scores times
 //!   `scale * log2 e`).
@@ -58,6 +59,32 @@ fn simple_floats(dk: usize, dv: usize) -> usize {
 /// per-warp rows must fit in shared memory.
 pub fn fits(dk: usize, dv: usize) -> bool {
     simple_floats(dk, dv).checked_mul(4).is_some_and(|b| b <= SHARED_LIMIT)
+}
+
+/// Float32 scores of at least this many bytes make the fused kernel worth it even off the
+/// tensor-core path (below, cuBLAS products and a softmax beat the simple kernel).
+const SCORES_LIMIT: u128 = 256 << 20;
+
+fn simple_requested() -> bool {
+    std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple")
+}
+
+/// Whether attention on q (B, Hq, Lq, D), k (B, Hk, Lk, D), v (B, Hk, Lk, Dv) of `dtype`
+/// should run fused on the GPU: always on the flash path; on the simple path when the
+/// (Lq, Lk) scores would be large (the composition would materialise them) or when
+/// `KILN_CUDA_ATTENTION=simple` asks for it; never when the head dims do not fit.
+pub fn fused(dtype: DType, q: &[usize], k: &[usize], v: &[usize]) -> bool {
+    let (Ok([b, hq, lq, dk]), Ok([_, _, lk, _]), Ok([_, _, _, dv])) =
+        (<[usize; 4]>::try_from(q), <[usize; 4]>::try_from(k), <[usize; 4]>::try_from(v))
+    else {
+        return false;
+    };
+    if !fits(dk, dv) {
+        return false;
+    }
+    let simple = simple_requested();
+    let scores = b as u128 * hq as u128 * lq as u128 * lk as u128 * 4;
+    simple || matches!(variant(dtype, dk, dv, false), Variant::Flash(_)) || scores >= SCORES_LIMIT
 }
 
 /// Shared by both kernels: mask mode, the lowest float, the NaN-propagating maximum.
@@ -190,10 +217,18 @@ K_INLINE void k_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
 K_INLINE uint32_t k_pack(float lo, float hi) {
     return (uint32_t)k_store(lo) | ((uint32_t)k_store(hi) << 16);
 }
+#if SWIZZLE
 /* Element (r, c) of a tile of D columns: the 16-byte chunk index is XORed with r % 8, so the
    8 rows one ldmatrix reads (same chunk column, row stride a multiple of 128 bytes) fall in
-   distinct banks. D >= 64 keeps the XOR inside the row. */
+   distinct banks. D of 64 or 128 keeps the XOR inside the row. */
+#define LD D
 K_INLINE int k_sw(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
+#else
+/* Other head dims (multiples of 16): rows padded by 16 bytes, which also spreads the 8 rows
+   of an ldmatrix over distinct banks. */
+#define LD (D + 8)
+K_INLINE int k_sw(int r, int c) { return r * LD + c; }
+#endif
 
 /* Rows [r0, r0 + 64) of a row-major (rows, D) matrix into a tile; rows past the end are zeros
    (so padded keys and queries hold no garbage: 0 * NaN would poison P V). */
@@ -211,9 +246,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_flash(
         const int64_t q_blocks, const S *__restrict__ q, const S *__restrict__ k,
         const S *__restrict__ v, const M *__restrict__ mask, S *__restrict__ out,
         const KStrides ms, const double scale) {
-    __shared__ __align__(128) uint16_t sq[BM * D];
-    __shared__ __align__(128) uint16_t sk[BN * D];
-    __shared__ __align__(128) uint16_t sv[BN * D];
+    __shared__ __align__(128) uint16_t sq[BM * LD];
+    __shared__ __align__(128) uint16_t sk[BN * LD];
+    __shared__ __align__(128) uint16_t sv[BN * LD];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3; /* fragment row group, thread in group */
     /* Later query blocks first: under the causal mask they have the most keys. */
@@ -376,7 +411,8 @@ pub(crate) fn source(key: &Key) -> String {
         Variant::Simple => s.push_str(SIMPLE_BODY),
         Variant::Flash(d) => {
             let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
-            let _ = writeln!(s, "#define D {d}\n#define MMA_T \"{t}\"");
+            let swizzle = matches!(d, 64 | 128) as u8;
+            let _ = writeln!(s, "#define D {d}\n#define MMA_T \"{t}\"\n#define SWIZZLE {swizzle}");
             s.push_str(FLASH_BODY);
         }
     }
@@ -393,10 +429,11 @@ fn kernel(key: &Key) -> Result<Function> {
     KERNELS.get(key, symbol, || source(key))
 }
 
-/// The kernel for these inputs: flash for half floats with equal head dims of 64 or 128.
+/// The kernel for these inputs: flash for half floats with equal head dims, a multiple of 16
+/// up to 128 (its three 64-row tiles fit the 48 KiB of static shared memory).
 pub(crate) fn variant(dtype: DType, dk: usize, dv: usize, simple: bool) -> Variant {
     let half = matches!(dtype, DType::F16 | DType::BF16);
-    if !simple && half && dk == dv && matches!(dk, 64 | 128) {
+    if !simple && half && dk == dv && dk.is_multiple_of(16) && (16..=128).contains(&dk) {
         Variant::Flash(dk)
     } else {
         Variant::Simple
@@ -431,8 +468,7 @@ pub(crate) fn attention(
     if !fits(dk, dv) {
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     }
-    let simple = std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple");
-    let variant = variant(inputs[0].dtype, dk, dv, simple);
+    let variant = variant(inputs[0].dtype, dk, dv, simple_requested());
     let prep = if matches!(variant, Variant::Flash(_)) { dense_aligned } else { dense };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
     // The mask is read in place through its strides.
@@ -482,9 +518,17 @@ mod tests {
         assert_eq!(variant(DType::F16, 64, 64, false), Variant::Flash(64));
         assert_eq!(variant(DType::F16, 64, 64, true), Variant::Simple);
         assert_eq!(variant(DType::F32, 64, 64, false), Variant::Simple);
-        assert_eq!(variant(DType::BF16, 80, 80, false), Variant::Simple);
+        assert_eq!(variant(DType::BF16, 80, 80, false), Variant::Flash(80));
+        assert_eq!(variant(DType::BF16, 72, 72, false), Variant::Simple);
+        assert_eq!(variant(DType::BF16, 256, 256, false), Variant::Simple);
         assert_eq!(variant(DType::BF16, 128, 64, false), Variant::Simple);
         assert!(fits(128, 128) && fits(4096, 4096) && !fits(8192, 8192));
+        let (q, kv) = ([2, 8, 100, 64], [2, 4, 300, 64]);
+        assert!(fused(DType::BF16, &q, &kv, &kv));
+        assert!(!fused(DType::F32, &q, &kv, &kv));
+        let long = [1, 4, 4096, 32];
+        assert!(fused(DType::F32, &long, &long, &long));
+        assert!(!fused(DType::BF16, &[1, 1, 1, 9000], &[1, 1, 1, 9000], &[1, 1, 1, 9000]));
     }
 
     #[test]
@@ -493,7 +537,7 @@ mod tests {
             Key { dtype: DType::BF16, mask: AttentionMask::Boolean, variant: Variant::Flash(128) };
         let s = source(&key);
         assert!(s.contains("#define MASK 3\ntypedef uint8_t M;"));
-        assert!(s.contains("#define D 128\n#define MMA_T \"bf16\""));
+        assert!(s.contains("#define D 128\n#define MMA_T \"bf16\"\n#define SWIZZLE 1"));
         let s = source(&Key {
             dtype: DType::F32,
             mask: AttentionMask::Causal,

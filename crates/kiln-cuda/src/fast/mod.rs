@@ -1,6 +1,6 @@
 //! `mx.fast`'s fused GPU kernels: layer_norm and rms_norm (`norm`), RoPE (`rope`) and
 //! scaled dot-product attention (`attention`: a flash-style tensor-core kernel for half
-//! floats with head dim 64 or 128, and a simple warp-per-query kernel for everything else).
+//! floats with one head dim, a multiple of 16 up to 128, and a simple warp-per-query kernel for everything else).
 //! Each computes in float32 and rounds once on the way out, as kiln-cpu's kernels do.
 //! User C kernels (`CKernel`) stay on the CPU.
 
@@ -11,7 +11,7 @@ mod rope;
 use crate::alloc::device_ptr;
 use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
 
-pub use attention::fits as attention_fits;
+pub use attention::fused as attention_fused;
 
 /// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
 pub fn supports(op: &FastOp) -> bool {
@@ -103,28 +103,29 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         for kind in [norm::Kind::Layer, norm::Kind::Rms] {
             for (weight, bias) in [(false, false), (true, false), (false, true), (true, true)] {
+                let vec = 16 / dtype.size();
                 for (vec, items, warp) in
-                    [(1, 0, false), (1, 3, true), (16 / dtype.size(), 8, false)]
+                    [(1, 0, false), (1, 3, true), (1, 32, true), (vec, 32 / vec, false)]
                 {
                     let key = norm::Key { dtype, kind, weight, bias, vec, items, warp };
-                    out.push((format!("{key:?}"), norm::source(&key)));
+                    out.push((format!("norm_{key:?}"), norm::source(&key)));
                 }
             }
         }
         for offset in [DType::I32, DType::I64] {
             for (traditional, freqs) in [(false, false), (true, true)] {
                 let key = rope::Key { dtype, offset, traditional, freqs };
-                out.push((format!("{key:?}"), rope::source(&key)));
+                out.push((format!("rope_{key:?}"), rope::source(&key)));
             }
         }
         for mask in [Am::None, Am::Causal, Am::Additive, Am::Boolean] {
             let mut variants = vec![attention::Variant::Simple];
             if dtype != DType::F32 {
-                variants.extend([attention::Variant::Flash(64), attention::Variant::Flash(128)]);
+                variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
             }
             for variant in variants {
                 let key = attention::Key { dtype, mask, variant };
-                out.push((format!("{key:?}"), attention::source(&key)));
+                out.push((format!("attention_{key:?}"), attention::source(&key)));
             }
         }
     }

@@ -2,7 +2,9 @@
 //! the angle of pair `i` at position `offset[b] + t` is `(offset + t) * scale * inv_freq[i]`
 //! with the inverse frequency `1 / freqs[i]` or `base^(-i / (dims / 2))`, all in float64,
 //! its cosine and sine rounded to float32 (the sine negated for `inverse`); the rotation
-//! itself is float32. One thread per rotated pair, and per copied feature past `dims`.
+//! itself is float32. One thread per (batch element, position, pair) rotates that pair in
+//! every head (the float64 angle is computed once, not once per head), and one per copied
+//! feature past `dims`.
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
@@ -31,20 +33,20 @@ pub(crate) struct Key {
 }
 
 const BODY: &str = r#"
-extern "C" __global__ void kiln_rope(const int64_t rows, const int64_t d, const int64_t t_len,
-                                     const int64_t per_b, const int64_t half, const int64_t n_off,
+/* Work item (b, t, j): pair j < half of position t (its angle computed once), or feature
+   half + j past dims (copied), for every head of batch element b. */
+extern "C" __global__ void kiln_rope(const int64_t batch, const int64_t heads, const int64_t t_len,
+                                     const int64_t d, const int64_t half, const int64_t n_off,
                                      const S *__restrict__ x, const OFF *__restrict__ offs,
                                      const float *__restrict__ freqs, S *__restrict__ y,
                                      const double base_ln, const double scale, const double sign) {
     const int64_t work = d - half; /* half pairs, then d - 2 half copied features */
-    const int64_t n = rows * work;
+    const int64_t n = batch * t_len * work;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = e / work, j = e % work;
-        const S *p = x + row * d;
-        S *q = y + row * d;
+        const int64_t j = e % work, bt = e / work, t = bt % t_len, b = bt / t_len;
+        const int64_t first = b * heads * t_len + t; /* row of head 0; heads are t_len rows apart */
         if (j < half) {
-            const int64_t b = row / per_b, t = row % t_len;
             const double off = (double)offs[n_off == 1 ? 0 : b];
 #if FREQS
             const double inv = 1.0 / (double)freqs[j];
@@ -60,12 +62,34 @@ extern "C" __global__ void kiln_rope(const int64_t rows, const int64_t d, const 
 #else
             const int64_t i0 = j, i1 = j + half;
 #endif
-            const float x0 = k_load(p[i0]), x1 = k_load(p[i1]);
-            q[i0] = k_store(x0 * c - x1 * s);
-            q[i1] = k_store(x0 * s + x1 * c);
+            /* Heads in groups of 4, loads first: 8 loads in flight per thread. */
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
+                float x0[4], x1[4];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int64_t at = (first + (h0 + u) * t_len) * d;
+                    if (h0 + u < heads) { x0[u] = k_load(x[at + i0]); x1[u] = k_load(x[at + i1]); }
+                }
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int64_t at = (first + (h0 + u) * t_len) * d;
+                    if (h0 + u < heads) {
+                        y[at + i0] = k_store(x0[u] * c - x1[u] * s);
+                        y[at + i1] = k_store(x0[u] * s + x1[u] * c);
+                    }
+                }
+            }
         } else {
             const int64_t k = half + j; /* 2 half + (j - half) */
-            q[k] = p[k];
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
+                S v[4];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (h0 + u < heads) v[u] = x[(first + (h0 + u) * t_len) * d + k];
+                #pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (h0 + u < heads) y[(first + (h0 + u) * t_len) * d + k] = v[u];
+            }
         }
     }
 }
@@ -118,15 +142,17 @@ pub(crate) fn rope(
         freqs: freqs.is_some(),
     };
     let half = p.dims / 2;
-    let per_b = rows / shape[0].max(1);
+    let batch = shape[0];
+    // The axes between the batch and T: "heads", each a block of T rows.
+    let heads = rows / (batch * t_len);
     let work = (d - half) as u64;
     let mut args = Args::new();
-    args.i64(rows as i64).i64(d as i64).i64(t_len as i64).i64(per_b as i64).i64(half as i64);
+    args.i64(batch as i64).i64(heads as i64).i64(t_len as i64).i64(d as i64).i64(half as i64);
     args.i64(offs.layout.size() as i64).ptr(ptr(&x)).ptr(ptr(&offs));
     args.ptr(freqs.as_ref().map_or(0, ptr)).ptr(out.buffer.as_ptr() as u64);
     let sign: f64 = if p.inverse { -1.0 } else { 1.0 };
     args.i64(p.base.ln().to_bits() as i64).i64(p.scale.to_bits() as i64).i64(sign.to_bits() as i64);
-    let blocks = blocks_for(rows as u64 * work, BLOCK as u64);
+    let blocks = blocks_for((batch * t_len) as u64 * work, BLOCK as u64);
     launch(SYMBOL, kernel(&key)?, blocks, BLOCK, 0, &mut args)?;
     Ok(out)
 }
