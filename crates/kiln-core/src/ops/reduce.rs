@@ -130,10 +130,12 @@ pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result
         return multiply(&v, &scalar(Scalar::Float(factor), dtype)?);
     }
     // The same factor from the traced shape's count, in float64 so it rounds once to
-    // `dtype` as above.
-    let n = count(&x, &axes_n, false, DType::F64)?;
-    let ddof = scalar(Scalar::Float(ddof as f64), DType::F64)?;
-    let zero = scalar(Scalar::Float(0.0), DType::F64)?;
+    // `dtype` as above (float32 on the GPU, which has no float64).
+    let on_gpu = x.stream().device.kind == kiln_base::DeviceKind::Gpu;
+    let ct = if on_gpu { DType::F32 } else { DType::F64 };
+    let n = count(&x, &axes_n, false, ct)?;
+    let ddof = scalar(Scalar::Float(ddof as f64), ct)?;
+    let zero = scalar(Scalar::Float(0.0), ct)?;
     let factor = divide(&n, &maximum(&subtract(&n, &ddof)?, &zero)?)?;
     multiply(&v, &astype(&factor, dtype)?)
 }
