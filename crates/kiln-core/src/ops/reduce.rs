@@ -129,10 +129,9 @@ pub fn var(x: &Array, axes: Option<&[i64]>, keepdims: bool, ddof: i64) -> Result
         let factor = n / (n - ddof as f64).max(0.0);
         return multiply(&v, &scalar(Scalar::Float(factor), dtype)?);
     }
-    // The same factor from the traced shape's count, in float64 so it rounds once to
-    // `dtype` as above (float32 on the GPU, which has no float64).
-    let on_gpu = x.stream().device.kind == kiln_base::DeviceKind::Gpu;
-    let ct = if on_gpu { DType::F32 } else { DType::F64 };
+    // The same factor from the traced shape's count, in float32 for every float32-or-narrower
+    // input (the GPU has no float64; the factor may differ from eager's by one rounding).
+    let ct = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
     let n = count(&x, &axes_n, false, ct)?;
     let ddof = scalar(Scalar::Float(ddof as f64), ct)?;
     let zero = scalar(Scalar::Float(0.0), ct)?;
