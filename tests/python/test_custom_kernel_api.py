@@ -100,8 +100,8 @@ def test_shared_memory_must_be_non_negative():
     (mx.float64, "double"), (mx.int64, "int64_t"), (mx.uint8, "uint8_t"), (mx.bool_, "bool"),
 ])
 def test_verbose_prints_the_generated_signature(capsys, dtype, ctype):
-    kernel = mx.fast.cuda_kernel("my_kernel", ["inp", "s"], ["out"], "out[0] = inp[0];",
-                                 header="// my header")
+    body = "out[0] = static_cast<int32_t>(static_cast<float>(inp[0]));"
+    kernel = mx.fast.cuda_kernel("my_kernel", ["inp", "s"], ["out"], body, header="// my header")
     try:
         kernel(inputs=[mx.zeros((2, 3), dtype=dtype), mx.array(1)],
                output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
@@ -119,5 +119,5 @@ def test_verbose_prints_the_generated_signature(capsys, dtype, ctype):
     assert "template <typename T, int N, bool B>" in src
     assert f"kiln_custom_body<{ctype}, 3, false>(" in src
     assert 'extern "C" __global__ void kiln_custom_my_kernel(' in src
-    assert '#line 1 "my_kernel"\nout[0] = inp[0];' in src
+    assert f'#line 1 "my_kernel"\n{body}' in src
     assert '#line 1 "my_kernel_header"\n// my header' in src

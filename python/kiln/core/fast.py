@@ -75,7 +75,8 @@ def cuda_kernel(name, input_names, output_names, source, header="",
     ``double``. ``template`` entries become C++ template parameters (dtype -> ``typename``,
     int -> ``int``, bool -> ``bool``). ``header`` comes before the kernel (helper functions
     need ``__device__``). ``cooperative_groups::this_grid()`` / ``this_thread_block()`` and
-    ``elem_to_loc(elem, a_shape, a_strides, a_ndim)`` are available without includes.
+    ``elem_to_loc(elem, a_shape, a_strides, a_ndim)`` are available without includes
+    (kiln's kernels are headerless: CUDA headers cannot be included).
     ``shared_memory`` is the dynamic shared memory in bytes (``extern __shared__``).
     With ``ensure_row_contiguous`` (default) inputs are copied to row-major first.
     ``atomic_outputs`` is accepted for code written for ``metal_kernel`` (CUDA atomics

@@ -28,9 +28,11 @@
 //! C++ template parameters (dtype -> `typename`, int -> `int`, bool -> `bool`), so the body
 //! sees them as MLX's kernels do; the `extern "C"` wrapper gives the instantiation a plain
 //! symbol. `#line` directives make NVRTC's errors count lines from the start of the user's
-//! header and body. float16 / bfloat16 are `__half` / `__nv_bfloat16` from cuda_fp16.h and
-//! cuda_bf16.h when NVRTC has them built in, else small kiln types with the same names that
-//! convert to and from float (kiln's kernels need no include path).
+//! header and body. Like kiln's other kernels the source is headerless (NVRTC has no include
+//! path, and CUDA 13's NVRTC has no cuda_fp16.h built in): the prelude gives the int types,
+//! `__half` / `__nv_bfloat16` (bits, converting to and from float, arithmetic through
+//! float), the usual conversion intrinsics, and the `cooperative_groups` calls a body uses
+//! (`this_grid()`, `this_thread_block()`, ranks, `sync()`; no grid-wide sync).
 
 use crate::alloc::device_ptr;
 use crate::nvrtc::{self, Function};
@@ -51,9 +53,6 @@ typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
 
-#if __has_include(<cuda_fp16.h>)
-#include <cuda_fp16.h>
-#else
 /* IEEE half stored as bits; arithmetic goes through float (round to nearest even). */
 struct __align__(2) __half {
     unsigned short __x;
@@ -72,12 +71,9 @@ struct __align__(2) __half {
 };
 typedef __half half;
 __device__ __forceinline__ __half __float2half(float f) { return __half(f); }
+__device__ __forceinline__ __half __float2half_rn(float f) { return __half(f); }
 __device__ __forceinline__ float __half2float(__half h) { return float(h); }
-#endif
 
-#if __has_include(<cuda_bf16.h>)
-#include <cuda_bf16.h>
-#else
 /* bfloat16 stored as bits; arithmetic goes through float (round to nearest even). */
 struct __align__(2) __nv_bfloat16 {
     unsigned short __x;
@@ -96,12 +92,9 @@ struct __align__(2) __nv_bfloat16 {
 };
 typedef __nv_bfloat16 nv_bfloat16;
 __device__ __forceinline__ __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 __device__ __forceinline__ float __bfloat162float(__nv_bfloat16 h) { return float(h); }
-#endif
 
-#if __has_include(<cooperative_groups.h>)
-#include <cooperative_groups.h>
-#else
 /* The parts of cooperative_groups a kernel body reaches for (no grid-wide sync). */
 namespace cooperative_groups {
 struct thread_block {
@@ -138,7 +131,6 @@ __device__ __forceinline__ thread_block this_thread_block() { return thread_bloc
 __device__ __forceinline__ grid_group this_grid() { return grid_group(); }
 __device__ __forceinline__ void sync(const thread_block &b) { b.sync(); }
 }  // namespace cooperative_groups
-#endif
 
 /* An input's shape (int32, as MLX's Shape) and strides (int64, in elements). */
 template <int N> struct KilnShape {
