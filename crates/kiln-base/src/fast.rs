@@ -34,6 +34,39 @@ pub struct CKernelSpec {
     pub ensure_row_contiguous: bool,
 }
 
+/// A user's CUDA kernel (`mx.fast.cuda_kernel`): the complete generated source (see kiln-cuda
+/// `fast/custom.rs`), its entry point and its launch configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CudaKernelSpec {
+    /// The kernel's name (error messages).
+    pub name: String,
+    /// Complete CUDA C++ source defining `symbol` as an `extern "C" __global__` function.
+    pub source: String,
+    pub symbol: String,
+    pub num_inputs: usize,
+    pub output_shapes: Vec<Shape>,
+    pub output_dtypes: Vec<DType>,
+    /// Every output element starts at this value; uninitialised when `None` (as MLX).
+    pub init_value: Option<Scalar>,
+    /// Inputs are copied to row-major first; otherwise they arrive with their strides.
+    pub ensure_row_contiguous: bool,
+    /// Threads in each dimension (as MLX: blocks = ceil(grid / threadgroup)).
+    pub grid: [u32; 3],
+    /// Threads per block in each dimension.
+    pub threadgroup: [u32; 3],
+    /// Bytes of dynamic shared memory.
+    pub shared_memory: u32,
+}
+
+/// A template argument of a user kernel: a C++ template parameter of a CUDA kernel, a
+/// `#define` in a C kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TemplateArg {
+    Int(i64),
+    Bool(bool),
+    DType(DType),
+}
+
 /// One fused `mx.fast` operation. Scalars are `Scalar::Float` (hashed by bit pattern).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum FastOp {
@@ -50,6 +83,8 @@ pub enum FastOp {
     Attention { scale: Scalar, mask: AttentionMask },
     /// A user C kernel (several outputs).
     CKernel(Arc<CKernelSpec>),
+    /// A user CUDA kernel (several outputs; GPU only).
+    CudaKernel(Arc<CudaKernelSpec>),
 }
 
 impl FastOp {
@@ -60,6 +95,7 @@ impl FastOp {
             FastOp::Rope { .. } => "rope",
             FastOp::Attention { .. } => "scaled_dot_product_attention",
             FastOp::CKernel(_) => "c_kernel",
+            FastOp::CudaKernel(_) => "cuda_kernel",
         }
     }
 
@@ -72,12 +108,14 @@ impl FastOp {
                 3 + matches!(mask, AttentionMask::Additive | AttentionMask::Boolean) as usize
             }
             FastOp::CKernel(spec) => spec.num_inputs,
+            FastOp::CudaKernel(spec) => spec.num_inputs,
         }
     }
 
     pub fn num_outputs(&self) -> usize {
         match self {
             FastOp::CKernel(spec) => spec.output_shapes.len(),
+            FastOp::CudaKernel(spec) => spec.output_shapes.len(),
             _ => 1,
         }
     }
@@ -203,6 +241,20 @@ impl FastOp {
                 Ok(vec![(Shape::from_slice(&[q[0], q[1], q[2], v[3]]), dq)])
             }
             FastOp::CKernel(spec) => {
+                ensure!(
+                    spec.output_shapes.len() == spec.output_dtypes.len(),
+                    Value,
+                    op,
+                    "Expected one output dtype per output shape."
+                );
+                Ok(spec
+                    .output_shapes
+                    .iter()
+                    .cloned()
+                    .zip(spec.output_dtypes.iter().copied())
+                    .collect())
+            }
+            FastOp::CudaKernel(spec) => {
                 ensure!(
                     spec.output_shapes.len() == spec.output_dtypes.len(),
                     Value,

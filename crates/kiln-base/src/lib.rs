@@ -25,7 +25,7 @@ pub use device::{Device, DeviceKind, Stream};
 pub use dtype::{DType, DTypeKind, Scalar};
 pub use elementwise::{BinaryOp, Domain, UnaryOp};
 pub use error::{Error, Result};
-pub use fast::{AttentionMask, CKernelSpec, FastOp};
+pub use fast::{AttentionMask, CKernelSpec, CudaKernelSpec, FastOp, TemplateArg};
 pub use fused::{FusedOp, FusedProgram, FusedStep};
 pub use layout::Layout;
 pub use linalg::LinalgOp;

@@ -11,6 +11,10 @@ pub struct CudaBackend;
 /// Whether the GPU has a kernel for `prim` on these dtypes (the others run on the CPU for
 /// now; complex64 has no GPU kernels yet).
 pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bool {
+    if let Primitive::Fast(kiln_base::FastOp::CudaKernel(_)) = prim {
+        // A user kernel takes every dtype it was generated for (complex64 is refused there).
+        return true;
+    }
     if let Primitive::Fast(op) = prim {
         // float32 and the half floats (float64 and complex stay on the CPU).
         return crate::fast::supports(op) && dtypes.all(|d| !matches!(d, DType::F64 | DType::C64));
@@ -54,7 +58,9 @@ impl Backend for CudaBackend {
     ) -> Result<Vec<ArrayData>> {
         let op = prim.name();
         let dtypes = inputs.iter().map(|x| x.dtype).chain(outputs.iter().map(|o| o.1));
-        if let Some(d) = dtypes.clone().find(|d| *d == DType::F64) {
+        // User CUDA kernels handle float64 themselves.
+        let user_kernel = matches!(prim, Primitive::Fast(kiln_base::FastOp::CudaKernel(_)));
+        if let Some(d) = dtypes.clone().find(|d| *d == DType::F64 && !user_kernel) {
             bail!(
                 Value,
                 op,

@@ -44,7 +44,7 @@ fn gpu_support_table() {
     assert!(!kiln_cuda::supports(&Primitive::Unary(UnaryOp::Exp), [DType::C64].into_iter()));
     assert!(kiln_cuda::supports(&Primitive::Sort { axis: 0, arg: false }, f32s()));
     assert!(kiln_cuda::supports(&Primitive::SearchSorted { right: false }, f32s()));
-    assert!(!kiln_cuda::supports(&Primitive::MaskedScatter, f32s()));
+    assert!(kiln_cuda::supports(&Primitive::MaskedScatter, f32s()));
     assert!(!kiln_cuda::supports(
         &Primitive::Sort { axis: 0, arg: true },
         [DType::C64].into_iter()

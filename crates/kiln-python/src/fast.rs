@@ -7,10 +7,11 @@ use crate::convert::{py_scalar, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::error::raise;
-use kiln_base::{DType, Scalar, Shape};
+use kiln_base::{CudaKernelSpec, DType, Scalar, Shape, TemplateArg};
 use kiln_core::ops::fast::{self, SdpaMask};
 use kiln_core::Array;
-use kiln_cpu::fast::{c_kernel_source, TemplateArg};
+use kiln_cpu::fast::c_kernel_source;
+use kiln_cuda::fast::custom::InputDecl;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
@@ -166,6 +167,36 @@ fn _c_kernel(
             inputs.len()
         ));
     }
+    let arrays: Vec<Array> = inputs.iter().map(|x| to_array(x, None)).collect::<PyResult<_>>()?;
+    let (shapes, dtypes, template, init) =
+        kernel_outputs(op, &output_names, &output_shapes, &output_dtypes, &template, init_value)?;
+    let ins: Vec<(String, DType)> =
+        input_names.iter().cloned().zip(arrays.iter().map(|a| a.dtype())).collect();
+    let outs: Vec<(String, DType)> =
+        output_names.iter().cloned().zip(dtypes.iter().copied()).collect();
+    let full = c_kernel_source(&name, &ins, &outs, &template, &header, &source)
+        .map_err(crate::error::to_pyerr)?;
+    if verbose {
+        py.import("builtins")?.call_method1("print", (full.as_str(),))?;
+    }
+    let out = with_stream(stream, || {
+        fast::c_kernel(&name, full, &arrays, shapes, dtypes, init, ensure_row_contiguous)
+    })?;
+    Ok(out.into_iter().map(PyArray).collect())
+}
+
+/// Checks the output lists and converts shapes, dtypes, template and init value (the shared
+/// part of `_c_kernel` and `_cuda_kernel`).
+type KernelOutputs = (Vec<Shape>, Vec<DType>, Vec<(String, TemplateArg)>, Option<Scalar>);
+
+fn kernel_outputs(
+    op: &'static str,
+    output_names: &[String],
+    output_shapes: &[Vec<i64>],
+    output_dtypes: &[Dtype],
+    template: &[(String, Bound<'_, PyAny>)],
+    init_value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<KernelOutputs> {
     if output_shapes.len() != output_names.len() || output_dtypes.len() != output_names.len() {
         return Err(raise!(
             Value,
@@ -174,9 +205,8 @@ fn _c_kernel(
             output_names.len()
         ));
     }
-    let arrays: Vec<Array> = inputs.iter().map(|x| to_array(x, None)).collect::<PyResult<_>>()?;
     let mut shapes = Vec::with_capacity(output_shapes.len());
-    for s in &output_shapes {
+    for s in output_shapes {
         if s.iter().any(|&d| d < 0) {
             return Err(raise!(Value, op, "Output shapes must be non-negative, got {s:?}."));
         }
@@ -187,15 +217,6 @@ fn _c_kernel(
         .iter()
         .map(|(n, v)| Ok((n.clone(), template_arg(op, v)?)))
         .collect::<PyResult<_>>()?;
-    let ins: Vec<(String, DType)> =
-        input_names.iter().cloned().zip(arrays.iter().map(|a| a.dtype())).collect();
-    let outs: Vec<(String, DType)> =
-        output_names.iter().cloned().zip(dtypes.iter().copied()).collect();
-    let full = c_kernel_source(&name, &ins, &outs, &template, &header, &source)
-        .map_err(crate::error::to_pyerr)?;
-    if verbose {
-        py.import("builtins")?.call_method1("print", (full.as_str(),))?;
-    }
     let init: Option<Scalar> = match init_value.filter(|v| !v.is_none()) {
         Some(v) => match py_scalar(v)? {
             Some(s) => Some(s),
@@ -203,9 +224,92 @@ fn _c_kernel(
         },
         None => None,
     };
-    let out = with_stream(stream, || {
-        fast::c_kernel(&name, full, &arrays, shapes, dtypes, init, ensure_row_contiguous)
-    })?;
+    Ok((shapes, dtypes, template, init))
+}
+
+/// A launch size: three non-negative ints.
+fn dims3(op: &'static str, what: &str, v: &[i64]) -> PyResult<[u32; 3]> {
+    let bad = || raise!(Value, op, "{what} must be a tuple of 3 non-negative ints, got {v:?}.");
+    if v.len() != 3 {
+        return Err(bad());
+    }
+    let mut out = [0u32; 3];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = u32::try_from(x).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// Builds and applies a CUDA kernel (the engine of ``mx.fast.cuda_kernel``'s callable).
+#[pyfunction]
+#[pyo3(signature = (name, input_names, output_names, source, header, ensure_row_contiguous,
+                    shared_memory, inputs, output_shapes, output_dtypes, grid, threadgroup,
+                    template, init_value, verbose, stream = None))]
+#[allow(clippy::too_many_arguments)]
+fn _cuda_kernel(
+    py: Python<'_>,
+    name: String,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    source: String,
+    header: String,
+    ensure_row_contiguous: bool,
+    shared_memory: i64,
+    inputs: Vec<Bound<'_, PyAny>>,
+    output_shapes: Vec<Vec<i64>>,
+    output_dtypes: Vec<Dtype>,
+    grid: Vec<i64>,
+    threadgroup: Vec<i64>,
+    template: Vec<(String, Bound<'_, PyAny>)>,
+    init_value: Option<&Bound<'_, PyAny>>,
+    verbose: bool,
+    stream: Stream<'_, '_>,
+) -> PyResult<Vec<PyArray>> {
+    let op = "cuda_kernel";
+    if inputs.len() != input_names.len() {
+        return Err(raise!(
+            Value,
+            op,
+            "Expected {} inputs ({:?}), got {}.",
+            input_names.len(),
+            input_names,
+            inputs.len()
+        ));
+    }
+    let (grid, threadgroup) = (dims3(op, "grid", &grid)?, dims3(op, "threadgroup", &threadgroup)?);
+    let Ok(shared_memory) = u32::try_from(shared_memory) else {
+        return Err(raise!(Value, op, "shared_memory must be non-negative, got {shared_memory}."));
+    };
+    let arrays: Vec<Array> = inputs.iter().map(|x| to_array(x, None)).collect::<PyResult<_>>()?;
+    let (shapes, dtypes, template, init) =
+        kernel_outputs(op, &output_names, &output_shapes, &output_dtypes, &template, init_value)?;
+    let ins: Vec<InputDecl<'_>> = input_names
+        .iter()
+        .zip(&arrays)
+        .map(|(n, a)| InputDecl { name: n, dtype: a.dtype(), ndim: a.ndim() })
+        .collect();
+    let outs: Vec<(&str, DType)> =
+        output_names.iter().map(|n| n.as_str()).zip(dtypes.iter().copied()).collect();
+    let (full, symbol) =
+        kiln_cuda::fast::custom::source(&name, &ins, &outs, &template, &header, &source)
+            .map_err(crate::error::to_pyerr)?;
+    if verbose {
+        py.import("builtins")?.call_method1("print", (full.as_str(),))?;
+    }
+    let spec = CudaKernelSpec {
+        name,
+        source: full,
+        symbol,
+        num_inputs: arrays.len(),
+        output_shapes: shapes,
+        output_dtypes: dtypes,
+        init_value: init,
+        ensure_row_contiguous,
+        grid,
+        threadgroup,
+        shared_memory,
+    };
+    let out = with_stream(stream, || kiln_core::ops::cuda_kernel(spec, &arrays))?;
     Ok(out.into_iter().map(PyArray).collect())
 }
 
@@ -216,5 +320,6 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rope, &m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, &m)?)?;
     m.add_function(wrap_pyfunction!(_c_kernel, &m)?)?;
+    m.add_function(wrap_pyfunction!(_cuda_kernel, &m)?)?;
     parent.add_submodule(&m)
 }

@@ -268,7 +268,7 @@ def astype(a, dtype, /, *, stream=None) -> Any:
     """Converts to `dtype`."""
 
 def async_eval(*args) -> Any:
-    """Evaluates like ``eval`` (the CPU backend evaluates synchronously)."""
+    """Evaluates like ``eval`` but returns once the work is issued: GPU kernels may still run (``mx.synchronize()`` or reading a value waits). The CPU evaluates synchronously."""
 
 def atan(a, /, *, stream=None) -> Any:
     """Elementwise `arctan`."""
@@ -448,7 +448,7 @@ def dequantize(w, /, scales, biases=None, group_size=None, bits=None, mode='affi
     """Dequantize `w` with its `scales` and `biases`: `w_i = s * q_i + b`, in `dtype` (the scales' dtype when None)."""
 
 def device_count(device_type) -> Any:
-    """The number of available devices of a type (one CPU; no GPU in this build)."""
+    """The number of available devices of a type (one CPU; the first GPU when there is one)."""
 
 def device_info(d=None) -> Any:
     """Information about a device (the default device when None): for the CPU its `architecture` and `device_name` as MLX reports them on Linux; empty for an unavailable device."""
@@ -966,7 +966,7 @@ def swapaxes(a, /, axis1, axis2, *, stream=None) -> Any:
     """Exchanges two axes."""
 
 def synchronize(stream=None) -> Any:
-    """Synchronize with the given stream (a Stream, ThreadLocalStream, Device or DeviceType; the default stream when None). Evaluation on the CPU finishes before `eval` returns, so this only checks its argument."""
+    """Synchronize with the given stream (a Stream, ThreadLocalStream, Device or DeviceType; the default stream when None): waits for the GPU work issued so far (the CPU evaluates synchronously)."""
 
 def take(a, /, indices, axis=None, *, stream=None) -> Any:
     """Elements at `indices` along `axis` (of the flattened array when None)."""

@@ -3,7 +3,6 @@
 gradient and vmap rules, usable inside ``compile``), ``cuda_kernel``/``metal_kernel`` (GPU
 custom kernels) and ``c_kernel``, kiln's CPU counterpart taking C source."""
 
-from kiln import _core as _k
 from kiln._core import fast as _fast
 
 layer_norm = _fast.layer_norm
@@ -62,19 +61,51 @@ def c_kernel(name, input_names, output_names, source, header="", ensure_row_cont
     return kernel
 
 
-def _gpu_kernel(op):
-    if not _k.is_available(_k.gpu):
-        raise RuntimeError(f"[{op}] The GPU is not available (no GPU back-end on this "
-                           "machine); use mx.fast.c_kernel for a CPU kernel.")
-    raise RuntimeError(f"[{op}] Custom GPU kernels are not supported by kiln's GPU back-end "
-                       "yet.")
-
-
 def cuda_kernel(name, input_names, output_names, source, header="",
-                ensure_row_contiguous=True, shared_memory=0):
-    """A jit-compiled custom CUDA kernel from a source string (``mlx.core.fast.cuda_kernel``).
-    Raises ``RuntimeError`` when the GPU is not available."""
-    _gpu_kernel("cuda_kernel")
+                ensure_row_contiguous=True, shared_memory=0, atomic_outputs=False):
+    """A jit-compiled custom CUDA kernel defined from a source string
+    (``mlx.core.fast.cuda_kernel``), compiled by NVRTC for the GPU and cached by source
+    (in memory and on disk).
+
+    ``source`` is the body of a ``__global__`` function whose signature kiln generates: for
+    each input ``a`` (float32, say) ``const float* a``, ``a_shape`` (int32 per dim),
+    ``a_strides`` (int64, in elements) and ``const int a_ndim`` (always passed; a 0-d input
+    is a pointer to its element); for each output ``out``: ``float* out`` (row-major).
+    Types: ``bool``, ``int8_t`` .. ``uint64_t``, ``__half``, ``__nv_bfloat16``, ``float``,
+    ``double``. ``template`` entries become C++ template parameters (dtype -> ``typename``,
+    int -> ``int``, bool -> ``bool``). ``header`` comes before the kernel (helper functions
+    need ``__device__``). ``cooperative_groups::this_grid()`` / ``this_thread_block()`` and
+    ``elem_to_loc(elem, a_shape, a_strides, a_ndim)`` are available without includes
+    (kiln's kernels are headerless: CUDA headers cannot be included).
+    ``shared_memory`` is the dynamic shared memory in bytes (``extern __shared__``).
+    With ``ensure_row_contiguous`` (default) inputs are copied to row-major first.
+    ``atomic_outputs`` is accepted for code written for ``metal_kernel`` (CUDA atomics
+    work on plain pointers). Compile errors raise ``RuntimeError`` with NVRTC's log, whose
+    line numbers count from the start of ``source`` (or ``header``).
+
+    Returns a callable ``kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup,
+    template=None, init_value=None, verbose=False, stream=None)`` returning the list of
+    outputs: ``grid`` is the number of threads in each of 3 dims and ``threadgroup`` the
+    threads per block (blocks = ceil(grid / threadgroup)); outputs start at
+    ``init_value`` when given, else uninitialised. Calling it raises ``RuntimeError`` when
+    the GPU is not available (``c_kernel`` is the CPU counterpart).
+    """
+    if isinstance(input_names, str) or isinstance(output_names, str):
+        raise TypeError("[cuda_kernel] input_names and output_names must be lists of str.")
+    input_names, output_names = list(input_names), list(output_names)
+    if not all(isinstance(n, str) for n in input_names + output_names):
+        raise TypeError("[cuda_kernel] input_names and output_names must be lists of str.")
+
+    def kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+               init_value=None, verbose=False, stream=None):
+        return _fast._cuda_kernel(
+            name, input_names, output_names, source, header, ensure_row_contiguous,
+            shared_memory, list(inputs), [list(s) for s in output_shapes],
+            list(output_dtypes), list(grid), list(threadgroup), list(template or []),
+            init_value, verbose, stream=stream)
+
+    kernel.__doc__ = f"The CUDA kernel `{name}`: see `kiln.core.fast.cuda_kernel`."
+    return kernel
 
 
 def metal_kernel(name, input_names, output_names, source, header="",

@@ -9,8 +9,8 @@ def c_kernel(name, input_names, output_names, source, header='', ensure_row_cont
 def cross_entropy(logits, targets, *, stream=None) -> Any:
     """Cross entropy with class indices as targets: ``logsumexp(logits, axis=-1) - logits[..., target]``, float32, with the shape of ``targets`` (as MLX's CPU path, a composition of basic ops, so gradients and vmap come with it)."""
 
-def cuda_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, shared_memory=0) -> Any:
-    """A jit-compiled custom CUDA kernel from a source string (``mlx.core.fast.cuda_kernel``). Raises ``RuntimeError`` when the GPU is not available."""
+def cuda_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, shared_memory=0, atomic_outputs=False) -> Any:
+    """A jit-compiled custom CUDA kernel defined from a source string (``mlx.core.fast.cuda_kernel``), compiled by NVRTC for the GPU and cached by source (in memory and on disk)."""
 
 def layer_norm(x, weight, bias, eps, *, stream=None) -> Any:
     """Layer normalization over the last axis of ``x``: ``(x - mean) / sqrt(var + eps) * weight + bias`` (``weight``/``bias`` may be None)."""

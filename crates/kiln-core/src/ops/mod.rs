@@ -22,6 +22,7 @@ mod complex;
 mod contiguous;
 mod conv;
 mod creation;
+mod cuda_kernel;
 mod diag;
 mod einsum;
 mod elementwise;
@@ -48,6 +49,7 @@ pub use creation::{
     arange, eye, full, full_like, identity, linspace, meshgrid, ones, ones_like, scalar,
     scalar_checked, scalar_value, tri, zeros, zeros_like,
 };
+pub use cuda_kernel::cuda_kernel;
 pub use diag::{diag, diagonal, tril, triu};
 pub use einsum::einsum;
 pub use elementwise::*;

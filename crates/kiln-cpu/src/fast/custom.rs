@@ -53,13 +53,8 @@ pub fn c_type(op: &'static str, d: DType) -> Result<&'static str> {
     })
 }
 
-/// A template argument: `#define NAME value`.
-#[derive(Debug, Clone)]
-pub enum TemplateArg {
-    Int(i64),
-    Bool(bool),
-    DType(DType),
-}
+/// A template argument: `#define NAME value` (shared with CUDA kernels, in kiln-base).
+pub use kiln_base::TemplateArg;
 
 /// The complete C source of a kernel for these names, dtypes and template arguments.
 #[allow(clippy::too_many_arguments)]

@@ -154,6 +154,12 @@ pub(crate) fn eval(
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
         }
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
+        FastOp::CudaKernel(spec) => bail!(
+            Value,
+            "cuda_kernel",
+            "The CUDA kernel `{}` runs on the GPU only; use mx.fast.c_kernel for a CPU kernel.",
+            spec.name
+        ),
     }?;
     // Computed in float32 or float64, or (the norms over half floats) already rounded.
     if out.dtype != DType::F32 && out.dtype != DType::F64 && out.dtype != dtype {

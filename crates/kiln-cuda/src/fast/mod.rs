@@ -2,9 +2,11 @@
 //! scaled dot-product attention (`attention`: a flash-style tensor-core kernel for half
 //! floats with one head dim, a multiple of 16 up to 128, and a simple warp-per-query kernel for everything else).
 //! Each computes in float32 and rounds once on the way out, as kiln-cpu's kernels do.
-//! User C kernels (`CKernel`) stay on the CPU.
+//! User C kernels (`CKernel`) stay on the CPU; user CUDA kernels (`CudaKernel`) are
+//! `custom`'s.
 
 mod attention;
+pub mod custom;
 mod norm;
 mod rope;
 
@@ -62,6 +64,9 @@ pub fn eval(
     outputs: &[(Shape, DType)],
 ) -> Result<Vec<ArrayData>> {
     let name = op.name();
+    if let FastOp::CudaKernel(spec) = op {
+        return custom::run(spec, inputs);
+    }
     let (shape, dtype) = (&outputs[0].0, outputs[0].1);
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         bail!(Type, name, "The GPU kernel supports float32, float16 and bfloat16, got {dtype}.");
@@ -90,6 +95,7 @@ pub fn eval(
             attention::attention(inputs, *mask, scale.as_f64(), shape)?
         }
         FastOp::CKernel(_) => bail!(Unsupported, name, "User C kernels run on the CPU."),
+        FastOp::CudaKernel(spec) => return custom::run(spec, inputs),
     };
     Ok(vec![out])
 }

@@ -351,7 +351,9 @@ pub(super) fn vjp(
             })
             .collect(),
         FastOp::Attention { .. } => attention_vjp(op, primals, g, argnums),
-        FastOp::CKernel(_) => Err(super::missing("vjp", &Primitive::Fast(op.clone()))),
+        FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
+            Err(super::missing("vjp", &Primitive::Fast(op.clone())))
+        }
     }
 }
 
@@ -373,7 +375,9 @@ pub(super) fn jvp(
             None => ops::zeros_like(&primals[0], None)?,
         },
         FastOp::Attention { .. } => attention_jvp(op, primals, tangents, argnums)?,
-        FastOp::CKernel(_) => return Err(super::missing("jvp", &Primitive::Fast(op.clone()))),
+        FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
+            return Err(super::missing("jvp", &Primitive::Fast(op.clone())))
+        }
     };
     Ok(vec![out])
 }
@@ -459,6 +463,6 @@ pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Res
                 ops::reshape(&out, &[n as i64, b as i64, s[1] as i64, s[2] as i64, s[3] as i64])?;
             Ok((vec![out], vec![Some(0)]))
         }
-        FastOp::CKernel(_) => Err(super::missing("vmap", &prim)),
+        FastOp::CKernel(_) | FastOp::CudaKernel(_) => Err(super::missing("vmap", &prim)),
     }
 }
