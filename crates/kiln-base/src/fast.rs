@@ -240,34 +240,18 @@ impl FastOp {
                 }
                 Ok(vec![(Shape::from_slice(&[q[0], q[1], q[2], v[3]]), dq)])
             }
-            FastOp::CKernel(spec) => {
-                ensure!(
-                    spec.output_shapes.len() == spec.output_dtypes.len(),
-                    Value,
-                    op,
-                    "Expected one output dtype per output shape."
-                );
-                Ok(spec
-                    .output_shapes
-                    .iter()
-                    .cloned()
-                    .zip(spec.output_dtypes.iter().copied())
-                    .collect())
-            }
-            FastOp::CudaKernel(spec) => {
-                ensure!(
-                    spec.output_shapes.len() == spec.output_dtypes.len(),
-                    Value,
-                    op,
-                    "Expected one output dtype per output shape."
-                );
-                Ok(spec
-                    .output_shapes
-                    .iter()
-                    .cloned()
-                    .zip(spec.output_dtypes.iter().copied())
-                    .collect())
-            }
+            FastOp::CKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
+            FastOp::CudaKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
         }
     }
+}
+
+/// A user kernel's outputs: the shapes and dtypes it declares, one dtype per shape.
+fn user_outputs(
+    op: &'static str,
+    shapes: &[Shape],
+    dtypes: &[DType],
+) -> Result<Vec<(Shape, DType)>> {
+    ensure!(shapes.len() == dtypes.len(), Value, op, "Expected one output dtype per output shape.");
+    Ok(shapes.iter().cloned().zip(dtypes.iter().copied()).collect())
 }

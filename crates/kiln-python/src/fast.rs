@@ -157,16 +157,7 @@ fn _c_kernel(
     stream: Stream<'_, '_>,
 ) -> PyResult<Vec<PyArray>> {
     let op = "c_kernel";
-    if inputs.len() != input_names.len() {
-        return Err(raise!(
-            Value,
-            op,
-            "Expected {} inputs ({:?}), got {}.",
-            input_names.len(),
-            input_names,
-            inputs.len()
-        ));
-    }
+    check_input_count(op, &input_names, inputs.len())?;
     let arrays: Vec<Array> = inputs.iter().map(|x| to_array(x, None)).collect::<PyResult<_>>()?;
     let (shapes, dtypes, template, init) =
         kernel_outputs(op, &output_names, &output_shapes, &output_dtypes, &template, init_value)?;
@@ -266,16 +257,7 @@ fn _cuda_kernel(
     stream: Stream<'_, '_>,
 ) -> PyResult<Vec<PyArray>> {
     let op = "cuda_kernel";
-    if inputs.len() != input_names.len() {
-        return Err(raise!(
-            Value,
-            op,
-            "Expected {} inputs ({:?}), got {}.",
-            input_names.len(),
-            input_names,
-            inputs.len()
-        ));
-    }
+    check_input_count(op, &input_names, inputs.len())?;
     let (grid, threadgroup) = (dims3(op, "grid", &grid)?, dims3(op, "threadgroup", &threadgroup)?);
     let Ok(shared_memory) = u32::try_from(shared_memory) else {
         return Err(raise!(Value, op, "shared_memory must be non-negative, got {shared_memory}."));
@@ -322,4 +304,19 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_c_kernel, &m)?)?;
     m.add_function(wrap_pyfunction!(_cuda_kernel, &m)?)?;
     parent.add_submodule(&m)
+}
+
+/// A user kernel gets one array per declared input name.
+fn check_input_count(op: &'static str, names: &[String], given: usize) -> PyResult<()> {
+    if given != names.len() {
+        return Err(raise!(
+            Value,
+            op,
+            "Expected {} inputs ({:?}), got {}.",
+            names.len(),
+            names,
+            given
+        ));
+    }
+    Ok(())
 }
