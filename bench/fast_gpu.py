@@ -1,6 +1,8 @@
 """mx.fast on the GPU beside torch, one run: layer_norm and rms_norm on (8192, 8192) and
 (32, 1024, 4096), rope on (8, 32, 2048, 128), attention forward on (8, 16, 2048, 128) and
-(8, 16, 2048, 64) causal and not, in bf16 (and fp32 for the norms).
+(8, 16, 2048, 64) causal and not, in bf16 (and fp32 for the norms); with `--only attention-bwd`,
+attention's backward on (8, 16, 2048, 128) (the time of forward and backward, compiled in
+kiln, minus the forward's; TFLOP/s at 2.5 times the forward's FLOPs).
 
     python3 bench/fast_gpu.py                 # kiln and, where installed, torch
     python3 bench/fast_gpu.py --reps 10 --only norm attention
@@ -106,6 +108,22 @@ def kiln_rows(args, rows):
                              run(f, q, k, v), -flops))
             del q, k, v
             mx.clear_cache()
+    if "attention-bwd" in args.only:
+        for shape in ATTN_SHAPES[:1]:
+            b, h, l, d = shape
+            q, k, v, do = (randn(shape, mx.bfloat16) for _ in range(4))
+            mx.eval(q, k, v, do)
+            for causal in (False, True):
+                def fwd(q, k, v, c=causal):
+                    return mx.fast.scaled_dot_product_attention(
+                        q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
+                fb = mx.compile(lambda q, k, v, do: mx.vjp(fwd, [q, k, v], [do])[1])
+                t = run(fb, q, k, v, do) - run(fwd, q, k, v)
+                flops = 2.5 * 4 * b * h * l * l * d / (2 if causal else 1)
+                rows.append(("attention bwd" + (" causal" if causal else ""), shape, "bf16", "kiln",
+                             t, -flops))
+            del q, k, v, do
+            mx.clear_cache()
 
 
 def torch_rope(torch, x, dims, base, offset, traditional):
@@ -174,6 +192,28 @@ def torch_rows(args, rows, torch):
                              "torch default", run(f), -flops))
                 rows.append(("attention" + (" causal" if causal else ""), shape, "bf16",
                              "torch.compile", run(torch.compile(f)), -flops))
+    if "attention-bwd" in args.only:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        for shape in ATTN_SHAPES[:1]:
+            b, h, l, d = shape
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            do = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+            for causal in (False, True):
+                flops = 2.5 * 4 * b * h * l * l * d / (2 if causal else 1)
+
+                def fb(c=causal):
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=c)
+                    return torch.autograd.grad(out, (q, k, v), do)
+
+                def fwd(c=causal):
+                    with torch.no_grad():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=c)
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    t = run(fb) - run(fwd)
+                rows.append(("attention bwd" + (" causal" if causal else ""), shape, "bf16",
+                             "torch flash", t, -flops))
 
 
 def report(rows):
