@@ -100,6 +100,7 @@ where
         .collect();
     let outputs = {
         let _scope = TransformScope::enter(Transform::Compile);
+        let _shapeless = shapeless.then(|| TransformScope::enter(Transform::Shapeless));
         fun(&placeholders)?
     };
     let traced = Graph::capture(&placeholders, &outputs, inputs)?;

@@ -47,6 +47,20 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
         fmt_shape(a.shape()),
         fmt_shape(b.shape())
     );
+    if ra > 2 && rb == 2 && !crate::transforms::in_shapeless_trace() {
+        // A stack of matrices times one matrix is one product with the batch folded into
+        // the rows: one large GEMM, and its gradient for `b` is one product contracting
+        // over batch and rows (not a batch of products summed afterwards). Shapeless traces
+        // keep the batched form, whose shape follows new batch sizes.
+        let m: usize = a1.shape()[..ra - 1].iter().product();
+        let k = a1.shape()[ra - 1];
+        let rows = reshape(&astype(&a1, dtype)?, &[m as i64, k as i64])?;
+        let mut shape: Vec<i64> = a1.shape()[..ra - 1].iter().map(|&d| d as i64).collect();
+        shape.push(b1.shape()[1] as i64);
+        let folded = record(Primitive::Matmul, vec![rows, astype(&b1, dtype)?])?;
+        let out = reshape(&folded, &shape)?;
+        return if b.ndim() == 1 { squeeze(&out, Some(&[-1])) } else { Ok(out) };
+    }
     let batch = broadcast_shapes(op, &a1.shape()[..ra - 2], &b1.shape()[..rb - 2])?;
     let with_batch = |x: &Array, r: usize| -> Result<Array> {
         let mut shape = batch.to_vec();

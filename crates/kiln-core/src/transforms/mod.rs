@@ -20,8 +20,16 @@ pub use vmap::{place_batch, vmap, vmap_outputs};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transform {
     Compile,
+    /// Marks a compile trace as shapeless (beside `Compile`): ops must not bake traced
+    /// sizes into the graph where a shape-following form exists.
+    Shapeless,
     Vmap,
     Grad,
+}
+
+/// Whether ops run inside a shapeless compile trace.
+pub fn in_shapeless_trace() -> bool {
+    ACTIVE.with(|a| a.borrow().contains(&Transform::Shapeless))
 }
 
 thread_local! {
