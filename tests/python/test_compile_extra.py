@@ -310,3 +310,37 @@ def test_export_to_dot_names_fused_kernels_and_arrays(tmp_path):
         mx.export_to_dot(buf, 3)
     with pytest.raises(TypeError):
         mx.export_to_dot(12, y)
+
+
+def test_cyclic_captured_state_is_a_clear_error():
+    state = {"w": mx.zeros((2,))}
+    state["again"] = state  # contains itself
+    f = mx.compile(lambda x: x + 1, inputs=state, outputs=state)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        f(mx.zeros((2,)))
+
+
+def test_captured_state_in_objects_lists_and_subclasses():
+    class Holder:
+        def __init__(self):
+            self.params = {"w": mx.ones((3,))}
+            self.items = [mx.zeros((3,))]
+
+    class Tagged(dict):
+        pass
+
+    h, t = Holder(), Tagged(b=mx.full((3,), 2.0))
+    state = [h, t]
+
+    def step(x):
+        h.params["w"] = h.params["w"] * 2
+        h.items[0] = h.items[0] + x
+        t["b"] = t["b"] - 1
+        return h.params["w"].sum()
+
+    f = mx.compile(step, inputs=state, outputs=state)
+    for _ in range(3):
+        f(mx.ones((3,)))
+    assert np.array_equal(np.array(h.params["w"]), np.full(3, 8.0))
+    assert np.array_equal(np.array(h.items[0]), np.full(3, 3.0))
+    assert np.array_equal(np.array(t["b"]), np.full(3, -1.0))

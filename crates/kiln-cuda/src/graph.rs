@@ -168,19 +168,90 @@ pub fn copy_device(dst: u64, src: u64, nbytes: usize) -> Result<()> {
         .map_err(|e| driver_error("copy", e))
 }
 
-/// Writes `src`'s elements row-major into `dst` (at least `src`'s bytes): one copy when
-/// `src` is row-major already, the strided copy kernel otherwise.
-pub fn copy_row_major(src: &kiln_base::ArrayData, dst: &kiln_base::Buffer) -> Result<()> {
-    let layout = &src.layout;
-    let size = src.dtype.size();
-    let dense = layout
+/// Whether `layout` addresses its elements row-major (dims of one may have any stride).
+fn is_row_major(layout: &kiln_base::Layout) -> bool {
+    layout
         .shape
         .iter()
         .zip(kiln_base::shape::row_major_strides(&layout.shape).iter().zip(&layout.strides))
-        .all(|(&n, (want, have))| n == 1 || want == have);
-    if dense {
-        let from = alloc::device_ptr(&src.buffer, layout.offset as isize, size);
-        return copy_device(dst.as_ptr() as u64, from, layout.size() * size);
+        .all(|(&n, (want, have))| n == 1 || want == have)
+}
+
+/// Writes each `src`'s elements row-major into its `dst` (at least `src`'s bytes): the
+/// strided copy kernel for a source that is not row-major already. The row-major ones (a graph replay's hundreds
+/// of inputs and outputs) go in one kernel launch reading a table of (dst, src, bytes), not
+/// a driver call each: at a few microseconds of host time per call, those calls had kept
+/// the GPU waiting for the graph's launch.
+pub fn copy_all_row_major(items: &[(&kiln_base::ArrayData, &kiln_base::Buffer)]) -> Result<()> {
+    let mut table: Vec<u64> = Vec::with_capacity(items.len() * 3);
+    for (src, dst) in items {
+        let layout = &src.layout;
+        let size = src.dtype.size();
+        let bytes = layout.size() * size;
+        if !is_row_major(layout) {
+            crate::copy::copy_into(src, dst, &kiln_base::Layout::contiguous(&layout.shape))?;
+        } else if bytes > 0 {
+            let from = alloc::device_ptr(&src.buffer, layout.offset as isize, size);
+            table.extend([dst.as_ptr() as u64, from, bytes as u64]);
+        }
     }
-    crate::copy::copy_into(src, dst, &kiln_base::Layout::contiguous(&layout.shape))
+    match table.len() / 3 {
+        0 => Ok(()),
+        1 => copy_device(table[0], table[1], table[2] as usize),
+        n => copy_many(&table, n),
+    }
+}
+
+const COPY_MANY: &str = "kiln_copy_many";
+
+/// Every thread walks the whole table and copies its share of each range, 16 bytes at a
+/// time where both ends are 16-byte aligned.
+fn copy_many_source() -> String {
+    format!(
+        r#"extern "C" __global__ void {COPY_MANY}(const unsigned long long* table, long long n) {{
+    unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (long long t = 0; t < n; ++t) {{
+        unsigned char* dst = (unsigned char*)table[3 * t];
+        const unsigned char* src = (const unsigned char*)table[3 * t + 1];
+        unsigned long long bytes = table[3 * t + 2];
+        unsigned long long head = 0;
+        if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {{
+            unsigned long long words = bytes >> 4;
+            uint4* d = (uint4*)dst;
+            const uint4* s = (const uint4*)src;
+            for (unsigned long long i = tid; i < words; i += stride) d[i] = s[i];
+            head = words << 4;
+        }}
+        for (unsigned long long i = head + tid; i < bytes; i += stride) dst[i] = src[i];
+    }}
+}}
+"#
+    )
+}
+
+fn copy_many(table: &[u64], n: usize) -> Result<()> {
+    static KERNEL: crate::nvrtc::KernelCache<()> = crate::nvrtc::KernelCache::new();
+    let f = KERNEL.get(&(), COPY_MANY, copy_many_source)?;
+    let gpu = gpu()?;
+    let device_table = alloc::DEVICE.alloc(std::mem::size_of_val(table))?;
+    // SAFETY: the block holds the table's bytes; from pageable memory the call returns once
+    // the source is staged, and the stream orders the upload before the kernel reading it
+    // (the block is reused only by later work on the same stream).
+    unsafe { result::memcpy_htod_async(device_table.as_ptr() as u64, table, gpu.stream) }
+        .map_err(|e| driver_error("copy", e))?;
+    let words: u64 = table.chunks(3).map(|r| r[2].div_ceil(16)).max().unwrap_or(1);
+    let blocks = crate::launch::blocks_for(words, crate::launch::BLOCK as u64);
+    let mut args = crate::launch::Args::new();
+    args.ptr(device_table.as_ptr() as u64).i64(n as i64);
+    crate::launch::launch("copy", f, blocks, crate::launch::BLOCK, 0, &mut args)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn copy_many_source_compiles() {
+        crate::nvrtc::dump_sources(&[("copy_many.cu".into(), super::copy_many_source())]);
+        assert!(super::copy_many_source().contains("uint4"));
+    }
 }

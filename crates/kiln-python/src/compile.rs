@@ -110,6 +110,88 @@ fn _compile_signature<'py>(
     Ok(Some(PyTuple::new(args.py(), key)?))
 }
 
+/// Nesting depth past which captured state is taken to be cyclic.
+const STATE_DEPTH_LIMIT: usize = 500;
+
+/// The array leaves of captured state (`inputs=` / `outputs=` of compile) in a fixed order:
+/// `(slots, values)`, each slot a `(container, key)` pair to write a new value back
+/// through. Lists and dicts (and their subclasses, such as modules) are walked and hold
+/// arrays; tuples are walked but cannot hold arrays (they cannot be updated in place);
+/// other objects are walked through their `__dict__` (not classes or callables). Runs on
+/// every call of a compiled function with state, so it is done here rather than in Python.
+#[pyfunction]
+fn _state_leaves<'py>(
+    tree: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let py = tree.py();
+    let slots = PyList::empty(py);
+    let values = PyList::empty(py);
+    walk_state(tree, &slots, &values, 0)?;
+    Ok((slots, values))
+}
+
+fn walk_state<'py>(
+    node: &Bound<'py, PyAny>,
+    slots: &Bound<'py, PyList>,
+    values: &Bound<'py, PyList>,
+    depth: usize,
+) -> PyResult<()> {
+    if depth > STATE_DEPTH_LIMIT {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "[compile] Captured state is nested too deeply (or contains itself).",
+        ));
+    }
+    let visit = |key: Bound<'py, PyAny>, v: Bound<'py, PyAny>| -> PyResult<()> {
+        if v.is_instance_of::<PyArray>() {
+            slots.append((node, key))?;
+            values.append(v)
+        } else {
+            walk_state(&v, slots, values, depth + 1)
+        }
+    };
+    // Subclasses (`mx.random.state`, modules) may override iteration: they go through
+    // Python's protocol, plain lists and dicts through their storage. Both snapshot first.
+    if node.is_instance_of::<PyList>() {
+        let items: Vec<_> = if let Ok(list) = node.cast_exact::<PyList>() {
+            list.iter().collect()
+        } else {
+            node.try_iter()?.collect::<PyResult<_>>()?
+        };
+        for (i, v) in items.into_iter().enumerate() {
+            visit(i.into_pyobject(node.py())?.into_any(), v)?;
+        }
+    } else if node.is_instance_of::<PyDict>() {
+        let items = if let Ok(dict) = node.cast_exact::<PyDict>() {
+            dict.items()
+        } else {
+            PyList::new(
+                node.py(),
+                node.call_method0("items")?.try_iter()?.collect::<PyResult<Vec<_>>>()?,
+            )?
+        };
+        for item in items.iter() {
+            let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item.extract()?;
+            visit(k, v)?;
+        }
+    } else if let Ok(tuple) = node.cast::<PyTuple>() {
+        for v in tuple.iter() {
+            if v.is_instance_of::<PyArray>() {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "[compile] Captured state must hold its arrays in lists or dicts (tuples \
+                     cannot be updated in place).",
+                ));
+            }
+            walk_state(&v, slots, values, depth + 1)?;
+        }
+    } else if !node.is_instance_of::<pyo3::types::PyType>()
+        && !node.is_callable()
+        && node.hasattr("__dict__")?
+    {
+        walk_state(&node.getattr("__dict__")?, slots, values, depth + 1)?;
+    }
+    Ok(())
+}
+
 /// Writes the graph behind `args` to `file` in Graphviz's DOT format (MLX's
 /// `export_to_dot(file, *args, **kwargs)`).
 ///
@@ -251,6 +333,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_compile_trace, m)?)?;
     m.add_function(wrap_pyfunction!(_is_tracer, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_signature, m)?)?;
+    m.add_function(wrap_pyfunction!(_state_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;

@@ -76,30 +76,9 @@ def _decode(spec: Any, arrays: Any) -> Any:
 
 
 def _state_leaves(tree: Any) -> list:
-    """(container, key) of every array leaf of captured state, in a fixed order."""
-    slots: list = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, (list, dict)):
-            items = enumerate(node) if isinstance(node, list) else node.items()
-            for k, v in list(items):
-                if isinstance(v, array):
-                    slots.append((node, k))
-                else:
-                    walk(v)
-        elif isinstance(node, tuple):
-            for v in node:
-                if isinstance(v, array):
-                    raise ValueError(
-                        "[compile] Captured state must hold its arrays in lists or dicts "
-                        "(tuples cannot be updated in place)."
-                    )
-                walk(v)
-        elif hasattr(node, "__dict__") and not isinstance(node, type) and not callable(node):
-            walk(vars(node))
-
-    walk(tree)
-    return slots
+    """(container, key) of every array leaf of captured state, in a fixed order (lists and
+    dicts hold arrays; tuples cannot; objects are walked through ``__dict__``)."""
+    return _core._state_leaves(tree)[0]
 
 
 def _describe_key(key: tuple) -> dict:
@@ -180,18 +159,21 @@ class _CompiledFunction:
             # Inside another transform (grad, vmap, an outer compile): trace through the
             # original so the outer transform sees every primitive.
             return self._fun(*args, **kwargs)
-        slots = _state_leaves(self._inputs) if self._inputs is not None else []
-        state = [c[k] for c, k in slots]
+        slots, state = _core._state_leaves(self._inputs) if self._inputs is not None else ([], [])
         every = flat + state
-        metas = tuple(
-            (a.dtype, a.ndim if self._shapeless else tuple(a.shape)) for a in every
-        )
-        key = (spec, metas, len(state))
-        # Entries of all-array calls live under the fast key (see __call__).
-        cache_key = key if fast_key is None else fast_key
+        # Entries of all-array calls live under the fast key (see __call__); the others
+        # under the structure and the arrays' signature (built in Rust: with captured
+        # state there are hundreds of arrays per call).
+        cache_key = fast_key
+        if cache_key is None:
+            cache_key = (spec, _core._compile_signature(tuple(every), self._shapeless), len(state))
         self._calls += 1
         entry = self._cache.get(cache_key)
         if entry is None:
+            metas = tuple(
+                (a.dtype, a.ndim if self._shapeless else tuple(a.shape)) for a in every
+            )
+            key = (spec, metas, len(state))
             self._last_retrace = _why(self._last_key, key)
             graph, out_spec, n_out = self._trace(spec, flat, slots, every)
             entry = (graph, out_spec, n_out, key)
@@ -201,11 +183,13 @@ class _CompiledFunction:
         else:
             self._hits += 1
             self._cache.move_to_end(cache_key)
+        graph, out_spec, n_out, key = entry
         self._last_key = key
-        graph, out_spec, n_out, _ = entry
         results = graph.replay(every)
         if n_out < len(results):
-            written = _state_leaves(self._outputs)
+            # The same tree as the inputs (the usual `inputs=state, outputs=state`) has the
+            # same leaves: replay ran no Python that could have changed it.
+            written = slots if self._outputs is self._inputs else _state_leaves(self._outputs)
             for (c, k), value in zip(written, results[n_out:]):
                 c[k] = value
         return _decode(out_spec, iter(results[:n_out]))

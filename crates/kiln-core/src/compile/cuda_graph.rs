@@ -21,7 +21,7 @@ use super::graph::{Graph, Value};
 use crate::array::Array;
 use crate::eval::{eval_async, gpu_runs, run};
 use kiln_base::{bail, ArrayData, DType, Device, Layout, Result, Shape, Stream};
-use kiln_cuda::graph::{capture, copy_row_major, CudaGraph};
+use kiln_cuda::graph::{capture, copy_all_row_major, CudaGraph};
 use std::sync::Mutex;
 
 /// A compiled entry's graph replay state.
@@ -246,29 +246,44 @@ impl GraphReplay {
     ) -> Result<Vec<Array>> {
         let _issuing = kiln_cuda::graph::issuing();
         let mut copied = plan.copied.lock().unwrap_or_else(|e| e.into_inner());
+        let mut copies = Vec::with_capacity(data.len());
         for ((x, staging), last) in data.iter().zip(&plan.staging).zip(copied.iter_mut()) {
             let same =
                 last.as_ref().is_some_and(|l| l.buffer.same(&x.buffer) && l.layout == x.layout);
             if !same {
-                *last = None;
-                copy_row_major(x, &staging.buffer)?;
+                copies.push((x, &staging.buffer));
                 *last = Some(x.clone());
             }
         }
-        plan.graph.launch()?;
-        let mut results = Vec::with_capacity(plan.outputs.len());
-        for (value, out) in graph.outputs.iter().zip(&plan.outputs) {
-            // Inputs and constants are returned as they are; only node results are copied.
-            let array = match value {
-                Value::Node(..) => {
-                    let fresh = row_major_buffer(&out.layout.shape, out.dtype)?;
-                    copy_row_major(out, &fresh.buffer)?;
-                    Array::from_data(fresh, self.stream)
-                }
-                _ => Array::from_data(out.clone(), self.stream),
-            };
-            results.push(array);
+        if let Err(e) = copy_all_row_major(&copies) {
+            // Which staging buffers hold what is unknown now: copy everything next time.
+            copied.iter_mut().for_each(|c| *c = None);
+            return Err(e);
         }
+        plan.graph.launch()?;
+        // Inputs and constants are returned as they are; only node results are copied.
+        let fresh = graph
+            .outputs
+            .iter()
+            .zip(&plan.outputs)
+            .map(|(value, out)| match value {
+                Value::Node(..) => row_major_buffer(&out.layout.shape, out.dtype).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let copies: Vec<_> = plan
+            .outputs
+            .iter()
+            .zip(&fresh)
+            .filter_map(|(out, f)| f.as_ref().map(|f| (out, &f.buffer)))
+            .collect();
+        copy_all_row_major(&copies)?;
+        let results = plan
+            .outputs
+            .iter()
+            .zip(fresh)
+            .map(|(out, f)| Array::from_data(f.unwrap_or_else(|| out.clone()), self.stream))
+            .collect();
         Ok(self.outputs(graph, inputs, results))
     }
 
