@@ -33,7 +33,9 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // No other thread may capture a CUDA graph from the stream meanwhile.
     let _issuing = kiln_cuda::graph::issuing();
     let order = pending_in_order(outputs);
-    let mut on_gpu = false;
+    // Arrays with data may still be in flight on the GPU (a CUDA graph replay returns its
+    // outputs before they are written): eval waits for those too.
+    let mut on_gpu = outputs.iter().any(|a| a.stream().device.kind == DeviceKind::Gpu);
     // Consume the order front to back so each node is released once its users are done.
     for array in order {
         on_gpu |= array.stream().device.kind == DeviceKind::Gpu;
