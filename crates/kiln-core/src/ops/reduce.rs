@@ -166,7 +166,10 @@ pub fn logsumexp(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Arra
     let axes_n = reduce_axes(op, x, axes)?;
     let dtype = x.dtype().to_float();
     let x = astype(x, dtype)?;
-    let m = max(&x, axes, true)?;
+    // The result does not depend on the shift: without stop_gradient its gradient would
+    // flow through max (an equality mask over x and a count, two more passes over x) only
+    // to cancel.
+    let m = super::math::stop_gradient(&max(&x, axes, true)?)?;
     let out = add(&log(&sum(&exp(&subtract(&x, &m)?)?, axes, true)?)?, &m)?;
     // An infinite max makes x - m NaN (inf - inf) or -inf everywhere.
     let infinite = equal(&abs(&m)?, &scalar(Scalar::Float(f64::INFINITY), dtype)?)?;
