@@ -71,6 +71,34 @@ pub struct GraphStatus {
     pub launches: u64,
 }
 
+/// Whether replaying `graph` as a CUDA graph pays. A graph saves each kernel's launch (a few
+/// microseconds of host time) but copies the inputs in and the outputs out at every call: a
+/// function of a few kernels over large arrays (one fused kernel over 2^26 elements) would
+/// move twice the bytes to save one launch. Estimated at traced sizes: the copies (at about
+/// 2 TB/s) must cost less than the launches saved (about 4 us each).
+fn worth_a_graph(graph: &Graph) -> bool {
+    const BYTES_PER_LAUNCH: usize = 8 << 20;
+    let bytes = |(shape, dtype): &(Shape, DType)| shape.iter().product::<usize>() * dtype.size();
+    let kernels = graph
+        .nodes
+        .iter()
+        .filter(|n| match n.inputs.as_slice() {
+            [v] => n.prim.view_layout(&Layout::contiguous(graph.meta(*v).0)).is_none(),
+            _ => true,
+        })
+        .count();
+    let copied: usize = graph.inputs.iter().map(bytes).sum::<usize>()
+        + graph
+            .outputs
+            .iter()
+            .filter_map(|v| match *v {
+                Value::Node(n, k) => Some(bytes(&graph.nodes[n].outputs[k])),
+                _ => None,
+            })
+            .sum::<usize>();
+    copied <= kernels.saturating_mul(BYTES_PER_LAUNCH)
+}
+
 fn graphs_enabled() -> bool {
     !std::env::var("KILN_CUDA_GRAPHS").is_ok_and(|v| v == "0")
 }
@@ -80,7 +108,7 @@ impl GraphReplay {
     pub(crate) fn new(graph: &Graph) -> Option<GraphReplay> {
         let stream = graph.nodes.first()?.stream;
         let on_gpu = stream.device.kind == kiln_base::DeviceKind::Gpu;
-        if !on_gpu || graph.nodes.iter().any(|n| n.stream != stream) {
+        if !on_gpu || graph.nodes.iter().any(|n| n.stream != stream) || !worth_a_graph(graph) {
             return None;
         }
         let mut last_use = vec![0; graph.nodes.len()];
