@@ -14,18 +14,32 @@ use kiln_base::{
     bail, ArrayData, BinaryOp, ComplexOp, DType, Primitive, ReduceOp, Result, UnaryOp,
 };
 use std::fmt::Write;
+use std::sync::OnceLock;
 
-/// Whether the GPU runs `prim` when complex64 is among its dtypes. The others (sorts, scans,
-/// arg reductions, matmul, linalg) run on the CPU, which also gives the clear errors for ops
-/// MLX rejects on complex64.
+/// An environment switch that is on unless set to `0`.
+fn enabled(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v != "0")
+}
+
+/// Whether the GPU runs `prim` when complex64 is among its dtypes (and every FFT). The others
+/// (sorts, scans, arg reductions, matmul, linalg) run on the CPU, which also gives the clear
+/// errors for ops MLX rejects on complex64. `KILN_CUDA_COMPLEX=0` sends all complex64 work
+/// to the CPU and `KILN_CUDA_FFT=0` every FFT, the simple paths to compare a GPU result with.
 pub fn supports(prim: &Primitive) -> bool {
+    static COMPLEX: OnceLock<bool> = OnceLock::new();
+    static FFT: OnceLock<bool> = OnceLock::new();
+    if !*COMPLEX.get_or_init(|| enabled("KILN_CUDA_COMPLEX")) {
+        return false;
+    }
     match prim {
+        Primitive::Fft { .. } => {
+            *FFT.get_or_init(|| enabled("KILN_CUDA_FFT")) && crate::fft::available()
+        }
         Primitive::Unary(op) => unary_supported(*op),
         Primitive::Binary(op) => binary_supported(*op),
         Primitive::Reduce { op, .. } => {
             matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
         }
-        Primitive::Fft { .. } => crate::fft::available(),
         Primitive::Where
         | Primitive::AsType(_)
         | Primitive::Copy
