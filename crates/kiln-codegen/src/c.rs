@@ -85,6 +85,12 @@ fn convert(from: DType, to: DType, value: &str) -> String {
     let is_float = |d: DType| d.is_float();
     match (from, to) {
         (f, t) if f == t => value.to_string(),
+        // complex64 (generated CUDA only: the C backend fuses no complex ops). To bool: either
+        // part nonzero; to other reals: the real part, converted as a float32; from reals:
+        // the value as float32 (one rounding, as kiln-cpu's `as f32`) and a zero imaginary.
+        (DType::C64, DType::Bool) => format!("k_c64_nonzero({value})"),
+        (DType::C64, t) => convert(DType::F32, t, &format!("({value}).re")),
+        (_, DType::C64) => format!("k_c64((float)({value}), 0.0f)"),
         (_, DType::Bool) => format!("((bool)(({value}) != 0))"),
         (f, t) if is_float(f) && !is_float(t) => {
             let v = format!("(double)({value})");
@@ -117,6 +123,13 @@ fn literal(value: Scalar, dtype: DType) -> String {
     };
     match dtype {
         DType::Bool => (if value.as_f64() != 0.0 { "true" } else { "false" }).to_string(),
+        DType::C64 => {
+            let (re, im) = match value {
+                Scalar::Complex(re, im) => (re, im),
+                v => (v.as_f64(), 0.0),
+            };
+            format!("k_c64({}, {})", float(re as f32 as f64, "f"), float(im as f32 as f64, "f"))
+        }
         DType::F32 => float(value.as_f64() as f32 as f64, "f"),
         DType::F64 => float(value.as_f64(), ""),
         DType::F16 => float(half::f16::from_f64(value.as_f64()).to_f64(), "f"),

@@ -23,9 +23,10 @@ pub fn c_type(dtype: DType) -> &'static str {
         DType::F16 | DType::BF16 => "uint16_t",
         DType::F32 => "float",
         DType::F64 => "double",
-        // C99's complex type has complex64's layout (two floats, real first); the `k_*`
-        // helpers have no complex forms yet, so only moves and plain arithmetic are valid.
-        DType::C64 => "float _Complex",
+        // Two floats, real part first: a struct with operators and `k_*` overloads in the
+        // CUDA preamble, C99's `float _Complex` in the C one (moves only: the C backend
+        // fuses no complex ops).
+        DType::C64 => "kc64",
     }
 }
 

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <math.h>
 
+/* complex64 storage (the C backend fuses no complex ops; the name matches the CUDA preamble). */
+typedef float _Complex kc64;
+
 #define K_INLINE static inline __attribute__((always_inline))
 /* Before each kernel loop: its iterations are independent (outputs are fresh buffers that no
  * input aliases). Without it gcc gives up on loops of many inputs and outputs (too many

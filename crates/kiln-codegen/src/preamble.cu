@@ -159,3 +159,161 @@ K_INLINE bool k_minimum(bool a, bool b) { return a & b; }
 K_INLINE bool k_power(bool a, bool b) { return a | !b; }
 K_INLINE bool k_floor_divide(bool a, bool b) { return a & b; }
 K_INLINE bool k_remainder(bool a, bool b) { return a & !b; }
+
+/* ---- complex64: two floats, real part first (numpy's and MLX's layout) ----
+ * The same formulas as kiln-cpu (complex.rs over num-complex 0.4), step for step, so special
+ * values (signed zeros, infinities, NaN) and branch cuts come out the same; only the float
+ * functions themselves (sinf, expf...) may differ from the host's libm by an ulp or two. */
+struct __align__(8) kc64 { float re, im; };
+K_INLINE kc64 k_c64(float re, float im) { kc64 z; z.re = re; z.im = im; return z; }
+K_INLINE bool k_isnan(kc64 z) { return isnan(z.re) || isnan(z.im); }
+K_INLINE kc64 operator-(kc64 a) { return k_c64(-a.re, -a.im); }
+K_INLINE kc64 operator+(kc64 a, kc64 b) { return k_c64(a.re + b.re, a.im + b.im); }
+K_INLINE kc64 operator-(kc64 a, kc64 b) { return k_c64(a.re - b.re, a.im - b.im); }
+K_INLINE kc64 operator*(kc64 a, kc64 b) {
+    return k_c64(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
+}
+/* num-complex's plain quotient (used inside its functions: atan, acosh, atanh). */
+K_INLINE kc64 k_cdiv_plain(kc64 a, kc64 b) {
+    const float n = b.re * b.re + b.im * b.im;
+    return k_c64((a.re * b.re + a.im * b.im) / n, (a.im * b.re - a.re * b.im) / n);
+}
+/* The divide op: C99 Annex G in double (no overflow of |b|^2), infinities recovered where
+ * the plain formula gives NaN (kiln-cpu complex::div). */
+K_INLINE kc64 operator/(kc64 a, kc64 b) {
+    const double ar = a.re, ai = a.im, br = b.re, bi = b.im;
+    const double denom = br * br + bi * bi;
+    double x = (ar * br + ai * bi) / denom, y = (ai * br - ar * bi) / denom;
+    if (isnan(x) && isnan(y)) {
+        const double inf = (double)INFINITY;
+        if (denom == 0.0 && (!isnan(ar) || !isnan(ai))) {
+            x = copysign(inf, br) * ar;
+            y = copysign(inf, br) * ai;
+        } else if ((isinf(ar) || isinf(ai)) && isfinite(br) && isfinite(bi)) {
+            const double ar1 = copysign(isinf(ar) ? 1.0 : 0.0, ar);
+            const double ai1 = copysign(isinf(ai) ? 1.0 : 0.0, ai);
+            x = inf * (ar1 * br + ai1 * bi);
+            y = inf * (ai1 * br - ar1 * bi);
+        } else if ((isinf(br) || isinf(bi)) && isfinite(ar) && isfinite(ai)) {
+            const double br1 = copysign(isinf(br) ? 1.0 : 0.0, br);
+            const double bi1 = copysign(isinf(bi) ? 1.0 : 0.0, bi);
+            x = 0.0 * (ar * br1 + ai * bi1);
+            y = 0.0 * (ai * br1 - ar * bi1);
+        }
+    }
+    return k_c64((float)x, (float)y);
+}
+/* Equality of both parts; order lexicographic (real, then imaginary) as MLX; NaN unordered. */
+K_INLINE bool operator==(kc64 a, kc64 b) { return a.re == b.re && a.im == b.im; }
+K_INLINE bool operator!=(kc64 a, kc64 b) { return !(a == b); }
+K_INLINE bool operator<(kc64 a, kc64 b) { return a.re < b.re || (a.re == b.re && a.im < b.im); }
+K_INLINE bool operator<=(kc64 a, kc64 b) { return a.re < b.re || (a.re == b.re && a.im <= b.im); }
+K_INLINE bool operator>(kc64 a, kc64 b) { return b < a; }
+K_INLINE bool operator>=(kc64 a, kc64 b) { return b <= a; }
+/* Warp shuffles move both parts (reductions over complex64). */
+K_INLINE kc64 __shfl_down_sync(unsigned mask, kc64 v, unsigned delta) {
+    return k_c64(__shfl_down_sync(mask, v.re, delta), __shfl_down_sync(mask, v.im, delta));
+}
+K_INLINE float k_cabs(kc64 z) { return hypotf(z.re, z.im); }
+K_INLINE float k_carg(kc64 z) { return atan2f(z.im, z.re); }
+K_INLINE kc64 k_polar(float r, float t) { return k_c64(r * cosf(t), r * sinf(t)); }
+K_INLINE kc64 k_cscale_div(kc64 z, float d) { return k_c64(z.re / d, z.im / d); }
+K_INLINE kc64 k_exp(kc64 z) {
+    float re = z.re, im = z.im;
+    if (isinf(re)) {
+        if (re < 0.0f) {
+            if (!isfinite(im)) return k_c64(0.0f, 0.0f);
+        } else if (im == 0.0f || !isfinite(im)) {
+            if (isinf(im)) im = NAN;
+            return k_c64(re, im);
+        }
+    } else if (isnan(re) && im == 0.0f) {
+        return z;
+    }
+    return k_polar(expf(re), im);
+}
+K_INLINE kc64 k_log(kc64 z) { return k_c64(logf(k_cabs(z)), k_carg(z)); }
+K_INLINE kc64 k_log2(kc64 z) { return k_cscale_div(k_log(z), 0.693147180559945309f); }
+K_INLINE kc64 k_log10(kc64 z) { return k_cscale_div(k_log(z), 2.30258509299404568f); }
+K_INLINE kc64 k_log1p(kc64 z) { return k_log(k_c64(z.re + 1.0f, z.im)); }
+K_INLINE kc64 k_sqrt(kc64 z) {
+    if (z.im == 0.0f) {
+        if (!signbit(z.re)) return k_c64(sqrtf(z.re), z.im);
+        const float im = sqrtf(-z.re);
+        return k_c64(0.0f, signbit(z.im) ? -im : im);
+    }
+    if (z.re == 0.0f) {
+        const float x = sqrtf(fabsf(z.im) / 2.0f);
+        return k_c64(x, signbit(z.im) ? -x : x);
+    }
+    return k_polar(sqrtf(k_cabs(z)), k_carg(z) / 2.0f);
+}
+K_INLINE kc64 k_rsqrt(kc64 z) { return k_c64(1.0f, 0.0f) / k_sqrt(z); }
+K_INLINE kc64 k_sin(kc64 z) { return k_c64(sinf(z.re) * coshf(z.im), cosf(z.re) * sinhf(z.im)); }
+K_INLINE kc64 k_cos(kc64 z) { return k_c64(cosf(z.re) * coshf(z.im), -sinf(z.re) * sinhf(z.im)); }
+K_INLINE kc64 k_sinh(kc64 z) { return k_c64(sinhf(z.re) * cosf(z.im), coshf(z.re) * sinf(z.im)); }
+K_INLINE kc64 k_cosh(kc64 z) { return k_c64(coshf(z.re) * cosf(z.im), sinhf(z.re) * sinf(z.im)); }
+K_INLINE kc64 k_tan(kc64 z) {
+    const float r2 = z.re + z.re, i2 = z.im + z.im;
+    return k_cscale_div(k_c64(sinf(r2), sinhf(i2)), cosf(r2) + coshf(i2));
+}
+K_INLINE kc64 k_tanh(kc64 z) {
+    const float r2 = z.re + z.re, i2 = z.im + z.im;
+    return k_cscale_div(k_c64(sinhf(r2), sinf(i2)), coshf(r2) + cosf(i2));
+}
+/* The inverse functions by num-complex's logarithm formulas (its branch cuts). */
+K_INLINE kc64 k_asin(kc64 z) {
+    const kc64 i = k_c64(0.0f, 1.0f), one = k_c64(1.0f, 0.0f);
+    return -i * k_log(k_sqrt(one - z * z) + i * z);
+}
+K_INLINE kc64 k_acos(kc64 z) {
+    const kc64 i = k_c64(0.0f, 1.0f), one = k_c64(1.0f, 0.0f);
+    return -i * k_log(i * k_sqrt(one - z * z) + z);
+}
+K_INLINE kc64 k_atan(kc64 z) {
+    const kc64 i = k_c64(0.0f, 1.0f), one = k_c64(1.0f, 0.0f), two = k_c64(2.0f, 0.0f);
+    if (z == i) return k_c64(0.0f, INFINITY);
+    if (z == -i) return k_c64(0.0f, -INFINITY);
+    return k_cdiv_plain(k_log(one + i * z) - k_log(one - i * z), two * i);
+}
+K_INLINE kc64 k_asinh(kc64 z) {
+    const kc64 one = k_c64(1.0f, 0.0f);
+    return k_log(z + k_sqrt(one + z * z));
+}
+K_INLINE kc64 k_acosh(kc64 z) {
+    const kc64 one = k_c64(1.0f, 0.0f), two = k_c64(2.0f, 0.0f);
+    return two * k_log(k_sqrt(k_cdiv_plain(z + one, two)) + k_sqrt(k_cdiv_plain(z - one, two)));
+}
+K_INLINE kc64 k_atanh(kc64 z) {
+    const kc64 one = k_c64(1.0f, 0.0f), two = k_c64(2.0f, 0.0f);
+    if (z == one) return k_c64(INFINITY, 0.0f);
+    if (z == -one) return k_c64(-INFINITY, 0.0f);
+    return k_cdiv_plain(k_log(one + z) - k_log(one - z), two);
+}
+/* z / |z|, 0 at 0 (MLX's sign). */
+K_INLINE kc64 k_sign(kc64 z) {
+    const float r = k_cabs(z);
+    return r == 0.0f ? k_c64(0.0f, 0.0f) : k_c64(z.re / r, z.im / r);
+}
+/* Each part rounds half to even. */
+K_INLINE kc64 k_rint(kc64 z) { return k_c64(rintf(z.re), rintf(z.im)); }
+K_INLINE kc64 k_maximum(kc64 a, kc64 b) { return (k_isnan(a) || a > b) ? a : b; }
+K_INLINE kc64 k_minimum(kc64 a, kc64 b) { return (k_isnan(a) || a < b) ? a : b; }
+/* MLX's floor_divide on complex64 is plain division. */
+K_INLINE kc64 k_floor_divide(kc64 a, kc64 b) { return a / b; }
+K_INLINE kc64 k_power(kc64 a, kc64 b) {
+    if (b.re == 0.0f && b.im == 0.0f) return k_c64(1.0f, 0.0f);
+    /* 0^b: 0 for b with a positive real part, else undefined (NaN), as numpy. */
+    if (a.re == 0.0f && a.im == 0.0f) return b.re > 0.0f ? k_c64(0.0f, 0.0f) : k_c64(NAN, NAN);
+    return k_exp(b * k_log(a));
+}
+/* log(exp(a) + exp(b)) with the larger (lexicographic) operand factored out, as MLX. */
+K_INLINE kc64 k_logaddexp(kc64 a, kc64 b) {
+    if (k_isnan(a) || k_isnan(b)) return k_c64(NAN, NAN);
+    const kc64 hi = a > b ? a : b, lo = a > b ? b : a;
+    if (lo.re == -INFINITY || hi.re == INFINITY) return hi;
+    const kc64 e = k_exp(lo - hi);
+    return hi + k_log(k_c64(e.re + 1.0f, e.im));
+}
+/* Either part nonzero (or NaN) is true, as kiln-cpu's cast. */
+K_INLINE bool k_c64_nonzero(kc64 z) { return z.re != 0.0f || z.im != 0.0f; }

@@ -2,14 +2,16 @@
 //! the CPU, moving their inputs to the host (see `supports`).
 
 use crate::elementwise::{run_program, single_op_program};
-use crate::{conv, copy, creation, indexing, masked, matmul, reduce, rows, scan, sort};
+use crate::{
+    complex, conv, copy, creation, fft, indexing, masked, matmul, reduce, rows, scan, sort,
+};
 use kiln_base::{bail, ArrayData, Backend, DType, Layout, Primitive, Result, Shape};
 use std::sync::Arc;
 
 pub struct CudaBackend;
 
 /// Whether the GPU has a kernel for `prim` on these dtypes (the others run on the CPU for
-/// now; complex64 has no GPU kernels yet).
+/// now; see `complex::supports` for complex64 and FFT).
 pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bool {
     if let Primitive::Fast(kiln_base::FastOp::CudaKernel(_)) = prim {
         // A user kernel takes every dtype it was generated for (complex64 is refused there).
@@ -19,34 +21,39 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
         // float32 and the half floats (float64 and complex stay on the CPU).
         return crate::fast::supports(op) && dtypes.all(|d| !matches!(d, DType::F64 | DType::C64));
     }
-    !dtypes.any(|d| d == DType::C64)
-        && matches!(
-            prim,
-            Primitive::Unary(_)
-                | Primitive::Binary(_)
-                | Primitive::Where
-                | Primitive::AsType(_)
-                | Primitive::Copy
-                | Primitive::Fused(_)
-                | Primitive::Matmul
-                | Primitive::Reduce { .. }
-                | Primitive::ArgReduce { .. }
-                | Primitive::Softmax { .. }
-                | Primitive::Arange { .. }
-                | Primitive::RandomBits { .. }
-                | Primitive::Concatenate { .. }
-                | Primitive::SliceUpdate { .. }
-                | Primitive::Gather { .. }
-                | Primitive::Scatter { .. }
-                | Primitive::Scan { .. }
-                | Primitive::Sort { .. }
-                | Primitive::Partition { .. }
-                | Primitive::SearchSorted { .. }
-                | Primitive::View(_)
-                | Primitive::AsStrided { .. }
-                | Primitive::Conv(_)
-                | Primitive::MaskedScatter
-        )
+    let dtypes: Vec<DType> = dtypes.collect();
+    if dtypes.contains(&DType::C64) || matches!(prim, Primitive::Fft { .. }) {
+        return crate::complex::supports(prim);
+    }
+    matches!(
+        prim,
+        Primitive::Unary(_)
+            | Primitive::Binary(_)
+            | Primitive::Where
+            | Primitive::AsType(_)
+            | Primitive::Copy
+            | Primitive::Fused(_)
+            | Primitive::Matmul
+            | Primitive::Reduce { .. }
+            | Primitive::ArgReduce { .. }
+            | Primitive::Softmax { .. }
+            | Primitive::Arange { .. }
+            | Primitive::RandomBits { .. }
+            | Primitive::Concatenate { .. }
+            | Primitive::SliceUpdate { .. }
+            | Primitive::Gather { .. }
+            | Primitive::Scatter { .. }
+            | Primitive::Scan { .. }
+            | Primitive::Sort { .. }
+            | Primitive::Partition { .. }
+            | Primitive::SearchSorted { .. }
+            | Primitive::View(_)
+            | Primitive::AsStrided { .. }
+            | Primitive::Conv(_)
+            | Primitive::MaskedScatter
+            | Primitive::NumberOfElements { .. }
+            | Primitive::Complex(_)
+    )
 }
 
 impl Backend for CudaBackend {
@@ -91,6 +98,13 @@ impl Backend for CudaBackend {
                         creation::random_bits(&inputs[0], per_key, *width, shape, *dtype)
                     }
                     Primitive::Concatenate { axis } => copy::concatenate(inputs, *axis, shape),
+                    Primitive::Complex(cop) => complex::complex_part(*cop, &inputs[0], shape),
+                    Primitive::Fft { axes, inverse, kind } => {
+                        fft::fft(axes, *inverse, *kind, &inputs[0], shape)
+                    }
+                    Primitive::NumberOfElements { axes, inverted, dtype } => {
+                        complex::number_of_elements(axes, *inverted, *dtype, &inputs[0])
+                    }
                     Primitive::Conv(params) => conv::conv(params, &inputs[0], &inputs[1], shape),
                     Primitive::MaskedScatter => {
                         masked::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)

@@ -174,3 +174,78 @@ pub fn run_program(
     launch("elementwise", f, blocks, BLOCK, 0, &mut args)?;
     Ok(outputs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::complex::{binary_supported, unary_supported};
+    use kiln_base::{BinaryOp, Scalar, UnaryOp};
+
+    /// Every complex64 elementwise kernel the GPU may build: each supported unary and binary
+    /// op, conversions to and from every other dtype, where, and a fused program mixing
+    /// complex and real values, in the vector, scalar-broadcast and strided variants.
+    fn complex_programs() -> Vec<(String, FusedProgram)> {
+        let c = DType::C64;
+        let mut out = Vec::new();
+        for op in UnaryOp::ALL.into_iter().filter(|&op| unary_supported(op)) {
+            let p = single_op_program(&Primitive::Unary(op), &[c], c).unwrap();
+            out.push((format!("unary_{}", op.facts().name), p));
+        }
+        for op in BinaryOp::ALL.into_iter().filter(|&op| binary_supported(op)) {
+            let dt = if op.facts().bool_output { DType::Bool } else { c };
+            let p = single_op_program(&Primitive::Binary(op), &[c, c], dt).unwrap();
+            out.push((format!("binary_{}", op.facts().name), p));
+        }
+        for d in DType::ALL.into_iter().filter(|&d| d != c && d != DType::F64) {
+            let to = single_op_program(&Primitive::AsType(d), &[c], d).unwrap();
+            out.push((format!("astype_c64_{d}"), to));
+            let from = single_op_program(&Primitive::AsType(c), &[d], c).unwrap();
+            out.push((format!("astype_{d}_c64"), from));
+        }
+        let w = single_op_program(&Primitive::Where, &[DType::Bool, c, c], c).unwrap();
+        out.push(("where_c64".into(), w));
+        let st = |op, dtype| FusedStep { op, dtype };
+        // |exp(z) * x + (1 + 2j)| > x, with x float32: complex and real in one kernel.
+        let mixed = FusedProgram {
+            inputs: vec![c, DType::F32],
+            steps: vec![
+                st(FusedOp::Input(0), c),
+                st(FusedOp::Input(1), DType::F32),
+                st(FusedOp::Unary(UnaryOp::Exp, 0), c),
+                st(FusedOp::AsType(1), c),
+                st(FusedOp::Binary(BinaryOp::Multiply, 2, 3), c),
+                st(FusedOp::Literal(Scalar::Complex(1.0, 2.0)), c),
+                st(FusedOp::Binary(BinaryOp::Add, 4, 5), c),
+                st(FusedOp::AsType(6), DType::F32),
+                st(FusedOp::Binary(BinaryOp::Greater, 7, 1), DType::Bool),
+                st(FusedOp::Where(8, 6, 5), c),
+            ],
+            outputs: vec![9, 7],
+        };
+        out.push(("mixed".into(), mixed));
+        out
+    }
+
+    #[test]
+    fn complex_kernels_generate_for_every_variant() {
+        let mut sources = Vec::new();
+        for (name, p) in complex_programs() {
+            let kinds = vec![InputKind::Vector; p.inputs.len()];
+            let width = kiln_codegen::cuda::vector_width(&p);
+            let v = cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width });
+            assert!(v.contains("kc64"), "{name}");
+            sources.push((format!("ew_{name}_vec.cu"), v));
+            let scalars = vec![InputKind::Scalar; p.inputs.len()];
+            let s = cuda_kernel(&p, &CudaVariant::Contiguous { kinds: scalars, vector: 1 });
+            sources.push((format!("ew_{name}_scalar.cu"), s));
+            let st = cuda_kernel(&p, &CudaVariant::Strided { ndim: 2, wide: true });
+            sources.push((format!("ew_{name}_strided.cu"), st));
+        }
+        let mixed = &sources.iter().find(|(n, _)| n == "ew_mixed_vec.cu").unwrap().1;
+        assert!(mixed.contains("KVec<kc64, 2>"));
+        assert!(mixed.contains("k_c64(1e0f, 2e0f)"));
+        assert!(mixed.contains("k_c64((float)(t1), 0.0f)"));
+        assert!(mixed.contains("const float t7 = (t6).re;"));
+        crate::nvrtc::dump_sources(&sources);
+    }
+}

@@ -104,7 +104,8 @@ fn combine(reduce: ScatterReduce, dtype: DType) -> String {
             "+" | "k_maximum" => format!("{x} || {y}"),
             _ => format!("{x} && {y}"),
         },
-        DType::F32 => match op {
+        // complex64: the `kc64` operators and overloads of the preamble.
+        DType::F32 | DType::C64 => match op {
             "+" | "*" => format!("{x} {op} {y}"),
             f => format!("{f}({x}, {y})"),
         },
@@ -363,6 +364,31 @@ mod tests {
         assert!(s.contains("const int32_t *__restrict__ idx0, const uint64_t *__restrict__ idx1"));
         assert!(s.contains("9223372036854775807ull"));
         assert!(s.contains("(v < 0 ? 0 : (v > hi ? hi : v))"));
+    }
+
+    #[test]
+    fn complex_scatter_combines_with_kc64_operators() {
+        let add = update_fn(ScatterReduce::Add, DType::C64);
+        assert!(add.contains("typedef kc64 S;"));
+        assert!(add.contains("return a + b;"));
+        assert!(add.contains("atomicCAS(w, seen, (unsigned long long)r.b)"));
+        let mut all = Vec::new();
+        for (k, reduce) in [
+            ScatterReduce::None,
+            ScatterReduce::Add,
+            ScatterReduce::Prod,
+            ScatterReduce::Max,
+            ScatterReduce::Min,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let pass = if reduce == ScatterReduce::None { Pass::Write } else { Pass::Combine };
+            let src = scatter_source(2, reduce, DType::C64, &[DType::I32], pass);
+            all.push((format!("scatter_c64_{k}.cu"), src));
+        }
+        all.push(("gather_c64.cu".into(), gather_source(2, 8, &[DType::I64])));
+        crate::nvrtc::dump_sources(&all);
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!   every eager elementwise primitive;
 //! - `reduce`, `rows` (arg reductions, softmax), `scan`, `sort` (bitonic, stable by index),
 //!   `matmul` (cuBLAS): the other computing primitives;
+//! - `complex`: complex64 support (the parts of complex values, the GPU's complex op table)
+//!   and `NumberOfElements`;
+//! - `fft`: FFTs through cuFFT (loaded at run time, probed first);
 //! - `conv`: convolution (im2col gather + cuBLAS);
 //! - `fast`: mx.fast's fused kernels (layer_norm, rms_norm, RoPE, attention);
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
@@ -21,11 +24,13 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod complex;
 pub mod conv;
 pub mod copy;
 pub mod creation;
 pub mod elementwise;
 pub mod fast;
+pub mod fft;
 pub mod graph;
 pub mod indexing;
 pub mod launch;

@@ -22,6 +22,7 @@ const SYMBOL: &str = "kiln_reduce";
 pub(crate) fn acc_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F16 | DType::BF16 | DType::F32 => "float",
+        DType::C64 => "kc64",
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => "uint64_t",
         _ => "int64_t",
     }
@@ -29,6 +30,16 @@ pub(crate) fn acc_type(dtype: DType) -> &'static str {
 
 pub(crate) fn identity(op: ReduceOp, dtype: DType) -> String {
     let float = dtype.is_float();
+    if dtype == DType::C64 {
+        // Max and min start below / above every ordered value (lexicographic order).
+        return match op {
+            ReduceOp::Prod | ReduceOp::And => "k_c64(1.0f, 0.0f)",
+            ReduceOp::Max => "k_c64(-INFINITY, -INFINITY)",
+            ReduceOp::Min => "k_c64(INFINITY, INFINITY)",
+            ReduceOp::Sum | ReduceOp::Or => "k_c64(0.0f, 0.0f)",
+        }
+        .into();
+    }
     match op {
         ReduceOp::Sum | ReduceOp::Or => "0".into(),
         ReduceOp::Prod | ReduceOp::And => "1".into(),
@@ -113,7 +124,12 @@ K_INLINE Acc k_load({tin} x) {{ return {load}; }}
 K_INLINE {tout} k_store(Acc a) {{ return {store}; }}
 K_INLINE Acc k_combine(Acc a, Acc b) {{ return {combine}; }}
 {kernel}"#,
-        combine = combine(op, dtype.is_float()),
+        combine = match (op, dtype) {
+            // Lexicographic and NaN-propagating, as kiln-cpu's maximum / minimum.
+            (ReduceOp::Max, DType::C64) => "k_maximum(a, b)",
+            (ReduceOp::Min, DType::C64) => "k_minimum(a, b)",
+            _ => combine(op, dtype.is_float()),
+        },
         ident = identity(op, dtype),
         kernel = match kind {
             Kind::Block => BLOCK_KERNEL,
@@ -224,8 +240,8 @@ fn reduce_columns(op: ReduceOp, x: &ArrayData, rows: usize, len: usize, out: u64
 /// Reduces `x` over `axes`; the output keeps the reduced axes with size 1.
 pub fn reduce(op: ReduceOp, axes: &[usize], x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     let dtype = x.dtype;
-    if dtype == DType::C64 {
-        bail!(Type, "reduce", "Complex reductions are not supported on the GPU yet.");
+    if dtype == DType::C64 && matches!(op, ReduceOp::And | ReduceOp::Or) {
+        bail!(Type, "reduce", "Logical reductions take bool inputs, got complex64.");
     }
     let nd = x.layout.ndim();
     let kept: Vec<usize> = (0..nd).filter(|d| !axes.contains(d)).collect();
@@ -308,6 +324,28 @@ mod tests {
         assert!(f.contains("(isnan(a) || a < b) ? a : b"));
         assert!(f.contains("const float *__restrict__ in"));
         assert!(f.contains("in[r * rows + col]"));
+    }
+
+    #[test]
+    fn complex_sources_accumulate_in_kc64() {
+        let s = source(ReduceOp::Sum, DType::C64, false, false, Kind::Block);
+        assert!(s.contains("typedef kc64 Acc;"));
+        assert!(s.contains("#define IDENT ((Acc)(k_c64(0.0f, 0.0f)))"));
+        assert!(s.contains("K_INLINE Acc k_combine(Acc a, Acc b) { return a + b; }"));
+        let m = source(ReduceOp::Max, DType::C64, true, false, Kind::Warp);
+        assert!(m.contains("return k_maximum(a, b);"));
+        let mut all = Vec::new();
+        for (k, op) in
+            [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min].into_iter().enumerate()
+        {
+            for (j, kind) in [Kind::Block, Kind::Warp, Kind::Columns].into_iter().enumerate() {
+                for (pin, pout) in [(false, false), (false, true), (true, false)] {
+                    let name = format!("reduce_c64_{k}_{j}_{}{}.cu", pin as u8, pout as u8);
+                    all.push((name, source(op, DType::C64, pin, pout, kind)));
+                }
+            }
+        }
+        crate::nvrtc::dump_sources(&all);
     }
 
     #[test]

@@ -41,12 +41,16 @@ fn is_kernel_input(graph: &Graph, v: Value, region_of: &[usize], id: usize) -> b
 }
 
 fn fusable(graph: &Graph, node: &Node) -> bool {
-    // Generated C and CUDA have no complex helpers yet: complex values stay with the eager
-    // kernels. Both backends run fused programs (C on the CPU, CUDA C on the GPU).
-    let complex = node.outputs.iter().any(|o| o.1 == DType::C64)
-        || node.inputs.iter().any(|v| graph.meta(*v).1 == DType::C64);
-    if complex {
-        return false;
+    // Generated CUDA C has complex64 (`kc64` in its preamble), generated C does not: on the
+    // CPU complex values stay with the eager kernels; on the GPU a complex node fuses when
+    // the GPU computes it (its op table in kiln_cuda::complex).
+    let dtypes =
+        || node.outputs.iter().map(|o| o.1).chain(node.inputs.iter().map(|v| graph.meta(*v).1));
+    if dtypes().any(|d| d == DType::C64) {
+        let on_gpu = node.stream.device.kind == kiln_base::DeviceKind::Gpu;
+        if !on_gpu || !crate::eval::gpu_runs(&node.prim, dtypes()) {
+            return false;
+        }
     }
     match &node.prim {
         Primitive::Unary(op) => kiln_codegen::c::supports_unary(*op, node.outputs[0].1),
