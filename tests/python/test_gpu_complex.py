@@ -134,7 +134,9 @@ def test_binary_matches_cpu_and_numpy(name):
     b[0, :5] = a[0, :5]  # equal pairs
     b[1, :5] = a[1, :5].real + 1j * (a[1, :5].imag + 1)  # equal real parts
     g, c = both(getattr(mx, name), a, b)
-    close(g, c, rtol=1e-5, atol=1e-6)
+    # power is exp(b log a): the GPU's expf/logf/sincosf differ from the CPU's by an ulp,
+    # which b log a amplifies where it is large.
+    close(g, c, rtol=1e-3 if name == "power" else 1e-5, atol=1e-6)
     ref = BINARY[name]
     if ref is not None:
         want = np.asarray(ref(a, b))
