@@ -1,7 +1,9 @@
 """mx.fast on the GPU beside torch, one run: layer_norm and rms_norm on (8192, 8192) and
 (32, 1024, 4096), rope on (8, 32, 2048, 128), attention forward on (8, 16, 2048, 128) and
-(8, 16, 2048, 64) causal and not, in bf16 (and fp32 for the norms); with `--only attention-bwd`,
-attention's backward on (8, 16, 2048, 128) (the time of forward and backward, compiled in
+(8, 16, 2048, 64) causal and not, in bf16 (and fp32 for the norms); the norms' backward
+(`--only norm_bwd`: kiln's fused `layer_norm_vjp`/`rms_norm_vjp` beside torch's autograd of
+F.layer_norm / F.rms_norm, gradients of x, weight and bias); attention's backward
+(`--only attention-bwd`, on (8, 16, 2048, 128): the time of forward and backward, compiled in
 kiln, minus the forward's; TFLOP/s at 2.5 times the forward's FLOPs).
 
     python3 bench/fast_gpu.py                 # kiln and, where installed, torch
@@ -11,7 +13,8 @@ kiln, minus the forward's; TFLOP/s at 2.5 times the forward's FLOPs).
 Times: 10 calls issued back to back, one synchronize, divided by 10; median of --reps such
 groups. Norm and rope rows print GB/s (bytes read + written) and `floor`: the time of a
 device-to-device copy of the same bytes (torch's `copy_` when torch is installed, else a
-kiln elementwise negate of the input) over the row's time. Attention rows print TFLOP/s
+kiln elementwise negate of the input) over the row's time; backward rows move x, g and dx,
+so their floor is an elementwise add of two inputs (`copy floor 3x`). Attention rows print TFLOP/s
 (4 B H Lq Lk D, halved under the causal mask) and the ratio to torch's flash backend
 (`torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)`). torch rows are skipped
 cleanly where torch (or CUDA in it) is missing.
@@ -85,6 +88,22 @@ def kiln_rows(args, rows):
                 rows.append(("rms_norm", shape, dn, "kiln",
                              run(lambda x: mx.fast.rms_norm(x, w, 1e-5), x), nbytes))
                 del x
+                mx.clear_cache()
+    if "norm_bwd" in args.only:
+        for shape in NORM_SHAPES:
+            for dn, dt in dtypes.items():
+                x, g = randn(shape, dt), randn(shape, dt)
+                w, b = randn(shape[-1:], dt), randn(shape[-1:], dt)
+                mx.eval(x, g, w, b)
+                nbytes = 3 * x.size * x.itemsize
+                rows.append(("copy floor 3x", shape, dn, "kiln add", run(mx.add, x, g), nbytes))
+                ln = lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5)  # noqa: E731
+                rms = lambda x, w: mx.fast.rms_norm(x, w, 1e-5)  # noqa: E731
+                for name, f, prims in (("layer_norm bwd", ln, [w, b]), ("rms_norm bwd", rms, [w])):
+                    def grads(x, g, f=f, prims=prims):
+                        return mx.vjp(f, [x, *prims], [g])[1]
+                    rows.append((name, shape, dn, "kiln", run(grads, x, g), nbytes))
+                del x, g
                 mx.clear_cache()
     if "rope" in args.only:
         x = randn(ROPE_SHAPE, mx.bfloat16)
@@ -166,6 +185,24 @@ def torch_rows(args, rows, torch):
                     rows.append((name, shape, dn, "torch.compile", run(torch.compile(f), x), nbytes))
                 del x, y
                 torch.cuda.empty_cache()
+    if "norm_bwd" in args.only:
+        for shape in NORM_SHAPES:
+            for dn, dt in dtypes.items():
+                x = torch.randn(shape, device="cuda", dtype=dt, requires_grad=True)
+                g = torch.randn(shape, device="cuda", dtype=dt)
+                w = torch.randn(shape[-1], device="cuda", dtype=dt, requires_grad=True)
+                b = torch.randn(shape[-1], device="cuda", dtype=dt, requires_grad=True)
+                y = torch.empty_like(g)
+                nbytes = 3 * g.numel() * g.element_size()
+                rows.append(("copy floor 3x", shape, dn, "torch add",
+                             run(lambda: torch.add(x.detach(), g, out=y)), nbytes))
+                ln = F.layer_norm(x, shape[-1:], w, b, 1e-5)
+                rms = F.rms_norm(x, shape[-1:], w, 1e-5)
+                for name, out, prims in (("layer_norm bwd", ln, (x, w, b)), ("rms_norm bwd", rms, (x, w))):
+                    f = lambda out=out, prims=prims: torch.autograd.grad(out, prims, g, retain_graph=True)  # noqa: E731
+                    rows.append((name, shape, dn, "torch eager", run(f), nbytes))
+                del x, g, y, ln, rms
+                torch.cuda.empty_cache()
     if "rope" in args.only:
         x = torch.randn(ROPE_SHAPE, device="cuda", dtype=torch.bfloat16)
         nbytes = 2 * x.numel() * x.element_size()
@@ -218,12 +255,12 @@ def torch_rows(args, rows, torch):
 
 def report(rows):
     # Copy floors by bytes moved (the rope rows move as many as the bf16 (8192, 8192) norms).
-    floors = {b: t for (w, s, d, sysname, t, b) in rows if w == "copy floor" and "torch" in sysname}
-    floors_k = {b: t for (w, s, d, sysname, t, b) in rows if w == "copy floor" and "kiln" in sysname}
+    floors = {b: t for (w, s, d, sysname, t, b) in rows if w.startswith("copy floor") and "torch" in sysname}
+    floors_k = {b: t for (w, s, d, sysname, t, b) in rows if w.startswith("copy floor") and "kiln" in sysname}
     flash = {(w, s): t for (w, s, d, sysname, t, _) in rows if sysname == "torch flash"}
     best_torch = {}
     for (w, s, d, sysname, t, _) in rows:
-        if sysname.startswith("torch") and w != "copy floor":
+        if sysname.startswith("torch") and not w.startswith("copy floor"):
             key = (w, s, d)
             best_torch[key] = min(t, best_torch.get(key, math.inf))
     print(f"{'workload':<18} {'shape':<18} {'dtype':<5} {'system':<14} {'ms':>9} {'rate':>14} {'vs':>22}")
@@ -231,7 +268,7 @@ def report(rows):
         if work >= 0:
             rate = f"{work / t / 1e9:8.1f} GB/s"
             floor = floors.get(work, floors_k.get(work))
-            vs = f"floor {floor / t:5.2f}" if floor and w != "copy floor" else ""
+            vs = f"floor {floor / t:5.2f}" if floor and not w.startswith("copy floor") else ""
             bt = best_torch.get((w, s, d))
             if bt and sysname == "kiln":
                 vs += f" torch {bt / t:5.2f}"
@@ -245,7 +282,7 @@ def report(rows):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--only", nargs="*", default=["norm", "rope", "attention"])
+    p.add_argument("--only", nargs="*", default=["norm", "norm_bwd", "rope", "attention"])
     p.add_argument("--no-torch", action="store_true")
     args = p.parse_args()
     rows = []

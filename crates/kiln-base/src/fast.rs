@@ -74,6 +74,14 @@ pub enum FastOp {
     LayerNorm { eps: Scalar, weight: bool, bias: bool },
     /// Inputs: `x` (..., D), then `weight` (D,) when present, one float dtype.
     RmsNorm { eps: Scalar, weight: bool },
+    /// The vjp of `LayerNorm` in one kernel. Inputs: `x` (..., D), `weight` (D,) when
+    /// present, then the cotangent `g` (x's shape), one float dtype. Outputs: `dx`, then
+    /// `dweight` and `dbias` ((D,), sums over rows) when `weight` and `bias`. The statistics
+    /// are recomputed from `x` (no saved state, so compile and vmap see a plain function).
+    LayerNormVjp { eps: Scalar, weight: bool, bias: bool },
+    /// The vjp of `RmsNorm`: inputs `x`, `weight` when present, `g`; outputs `dx`, then
+    /// `dweight` when `weight`.
+    RmsNormVjp { eps: Scalar, weight: bool },
     /// Inputs: `x` (B, ..., T, D) float, `offset` (integer, one value or one per B), then
     /// `freqs` (dims/2,) float32 when `freqs`; otherwise frequencies are `base^(-2i/dims)`.
     /// `inverse` rotates the other way (the transpose, used by the gradient).
@@ -92,6 +100,8 @@ impl FastOp {
         match self {
             FastOp::LayerNorm { .. } => "layer_norm",
             FastOp::RmsNorm { .. } => "rms_norm",
+            FastOp::LayerNormVjp { .. } => "layer_norm_vjp",
+            FastOp::RmsNormVjp { .. } => "rms_norm_vjp",
             FastOp::Rope { .. } => "rope",
             FastOp::Attention { .. } => "scaled_dot_product_attention",
             FastOp::CKernel(_) => "c_kernel",
@@ -103,6 +113,9 @@ impl FastOp {
         match self {
             FastOp::LayerNorm { weight, bias, .. } => 1 + *weight as usize + *bias as usize,
             FastOp::RmsNorm { weight, .. } => 1 + *weight as usize,
+            FastOp::LayerNormVjp { weight, .. } | FastOp::RmsNormVjp { weight, .. } => {
+                2 + *weight as usize
+            }
             FastOp::Rope { freqs, .. } => 2 + *freqs as usize,
             FastOp::Attention { mask, .. } => {
                 3 + matches!(mask, AttentionMask::Additive | AttentionMask::Boolean) as usize
@@ -116,6 +129,8 @@ impl FastOp {
         match self {
             FastOp::CKernel(spec) => spec.output_shapes.len(),
             FastOp::CudaKernel(spec) => spec.output_shapes.len(),
+            FastOp::LayerNormVjp { weight, bias, .. } => 1 + *weight as usize + *bias as usize,
+            FastOp::RmsNormVjp { weight, .. } => 1 + *weight as usize,
             _ => 1,
         }
     }
@@ -145,6 +160,41 @@ impl FastOp {
                     );
                 }
                 Ok(vec![(Shape::from(s), d)])
+            }
+            FastOp::LayerNormVjp { weight, .. } | FastOp::RmsNormVjp { weight, .. } => {
+                let (s, d) = inputs[0];
+                ensure!(d.is_float(), Type, op, "Received unsupported type {d}.");
+                let Some(&last) = s.last() else {
+                    bail!(
+                        Value,
+                        op,
+                        "Input must have at least 1 dimension but got input with 0 dimensions."
+                    );
+                };
+                let n_in = 2 + *weight as usize;
+                for &(ws, wd) in &inputs[1..n_in - 1] {
+                    ensure!(wd == d, Type, op, "The weight must have the dtype of x.");
+                    ensure!(
+                        ws == [last],
+                        Value,
+                        op,
+                        "The weight must have shape ({last},), got {}.",
+                        fmt_shape(ws)
+                    );
+                }
+                let (gs, gd) = inputs[n_in - 1];
+                ensure!(gd == d, Type, op, "The cotangent must have the dtype of x.");
+                ensure!(
+                    gs == s,
+                    Value,
+                    op,
+                    "The cotangent must have the shape of x {}, got {}.",
+                    fmt_shape(s),
+                    fmt_shape(gs)
+                );
+                let mut out = vec![(Shape::from(s), d)];
+                out.extend((1..self.num_outputs()).map(|_| (Shape::from_slice(&[last]), d)));
+                Ok(out)
             }
             FastOp::Rope { dims, freqs, .. } => {
                 let (s, d) = inputs[0];

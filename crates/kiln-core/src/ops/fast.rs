@@ -14,14 +14,18 @@ use std::sync::Arc;
 /// shared memory) record their composition of basic ops instead (GPU elementwise kernels and
 /// cuBLAS, not a trip to the CPU).
 ///
-/// Under grad (and jvp) the GPU records the composition too, which autodiff then
-/// differentiates directly: its forward intermediates (row statistics, attention
-/// probabilities) are what the backward needs, and compile shares them, where the fused
-/// forward would make the vjp rule recompute them (measured on the H200: a compiled training
-/// step went from 9.0 to 11.8 ms). Until fused backward kernels exist.
+/// Under grad (and jvp) the GPU records attention's composition, which autodiff then
+/// differentiates directly: its forward intermediates (the probabilities) are what the
+/// backward needs, and compile shares them, where the fused forward would make the vjp rule
+/// recompute them (measured on the H200: a compiled training step went from 9.0 to 11.8 ms)
+/// until a fused backward kernel exists. The norms keep their fused forward: their vjp is
+/// one fused backward kernel (`LayerNormVjp`/`RmsNormVjp`), which recomputes the row
+/// statistics from x in the same read.
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
-    let differentiating =
-        || crate::transforms::active().contains(&crate::transforms::Transform::Grad);
+    let differentiating = || {
+        matches!(fop, FastOp::Attention { .. })
+            && crate::transforms::active().contains(&crate::transforms::Transform::Grad)
+    };
     if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
         && (differentiating() || !gpu_fused(&fop, &inputs))
     {

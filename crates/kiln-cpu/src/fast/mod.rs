@@ -7,6 +7,7 @@
 mod attention;
 mod custom;
 mod norm;
+mod norm_vjp;
 mod rope;
 mod tile;
 
@@ -123,6 +124,22 @@ pub(crate) fn eval(
     outputs: &[(Shape, DType)],
 ) -> Result<Vec<ArrayData>> {
     let (shape, dtype) = (&outputs[0].0, outputs[0].1);
+    // The norms' backward: several outputs, in the dtype of x (its own dispatch on dtypes).
+    match op {
+        FastOp::LayerNormVjp { eps, weight, bias } => {
+            let w = weight.then(|| &inputs[1]);
+            let g = &inputs[1 + *weight as usize];
+            let kind = norm_vjp::Kind::Layer;
+            return norm_vjp::norm_vjp(kind, &inputs[0], w, g, eps.as_f64(), shape, *bias);
+        }
+        FastOp::RmsNormVjp { eps, weight } => {
+            let w = weight.then(|| &inputs[1]);
+            let g = &inputs[1 + *weight as usize];
+            let kind = norm_vjp::Kind::Rms;
+            return norm_vjp::norm_vjp(kind, &inputs[0], w, g, eps.as_f64(), shape, false);
+        }
+        _ => {}
+    }
     let f64_compute = dtype == DType::F64;
     macro_rules! compute {
         ($f:ident ( $($arg:expr),* )) => {
@@ -154,6 +171,9 @@ pub(crate) fn eval(
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
         }
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
+        FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
+            bail!(Runtime, op.name(), "Dispatched above.")
+        }
         FastOp::CudaKernel(spec) => bail!(
             Value,
             "cuda_kernel",

@@ -8,6 +8,7 @@
 mod attention;
 pub mod custom;
 mod norm;
+mod norm_vjp;
 mod rope;
 
 use crate::alloc::device_ptr;
@@ -72,6 +73,18 @@ pub fn eval(
         bail!(Type, name, "The GPU kernel supports float32, float16 and bfloat16, got {dtype}.");
     }
     let out = match op {
+        FastOp::LayerNormVjp { eps, weight, bias } => {
+            let w = weight.then(|| &inputs[1]);
+            let g = &inputs[1 + *weight as usize];
+            let kind = norm_vjp::Kind::Layer;
+            return norm_vjp::norm_vjp(kind, &inputs[0], w, g, eps.as_f64(), shape, *bias);
+        }
+        FastOp::RmsNormVjp { eps, weight } => {
+            let w = weight.then(|| &inputs[1]);
+            let g = &inputs[1 + *weight as usize];
+            let kind = norm_vjp::Kind::Rms;
+            return norm_vjp::norm_vjp(kind, &inputs[0], w, g, eps.as_f64(), shape, false);
+        }
         FastOp::LayerNorm { eps, weight, bias } => {
             let w = weight.then(|| &inputs[1]);
             let b = bias.then(|| &inputs[1 + *weight as usize]);
@@ -113,11 +126,39 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 for (vec, items, warp) in
                     [(1, 0, false), (1, 3, true), (1, 32, true), (vec, 32 / vec, false)]
                 {
-                    let key = norm::Key { dtype, kind, weight, bias, vec, items, warp };
+                    for (v2, threads) in [(false, 0), (true, if warp { 256 } else { 512 })] {
+                        let key =
+                            norm::Key { dtype, kind, weight, bias, vec, items, warp, v2, threads };
+                        out.push((format!("norm_{key:?}"), norm::source(&key)));
+                    }
+                }
+                // v2's exact block sizes (64 to 512 threads per row).
+                for threads in [64, 128, 256] {
+                    let (vec, items, warp, v2) = (16 / dtype.size(), 4, false, true);
+                    let key =
+                        norm::Key { dtype, kind, weight, bias, vec, items, warp, v2, threads };
                     out.push((format!("norm_{key:?}"), norm::source(&key)));
                 }
             }
         }
+        for kind in [norm_vjp::Kind::Layer, norm_vjp::Kind::Rms] {
+            for (weight, bias) in [(false, false), (true, false), (false, true), (true, true)] {
+                let vec = 16 / dtype.size();
+                for (vec, items, warp) in [
+                    (1, 0, false),
+                    (vec, 0, false),
+                    (1, 3, true),
+                    (1, 16, true),
+                    (vec, 16 / vec, true),
+                    (1, 16, false),
+                    (vec, 16 / vec, false),
+                ] {
+                    let key = norm_vjp::Key { dtype, kind, weight, bias, vec, items, warp };
+                    out.push((format!("norm_vjp_{key:?}"), norm_vjp::source(&key)));
+                }
+            }
+        }
+        out.push((format!("norm_vjp_sum_{dtype:?}"), norm_vjp::sum_source(dtype)));
         for offset in [DType::I32, DType::I64] {
             for (traditional, freqs) in [(false, false), (true, true)] {
                 let key = rope::Key { dtype, offset, traditional, freqs };

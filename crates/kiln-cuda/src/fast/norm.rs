@@ -4,8 +4,11 @@
 //! and the row length a multiple of the vector), so the statistics and the normalised write
 //! need no second read. Rows too long for registers are streamed (read again per pass, from
 //! L2 mostly). Statistics in float32: the mean square (rms_norm), or the mean and centred
-//! variance (layer_norm), each thread's count, mean and centred squares combined with Chan's
-//! formula in one reduction round (streamed rows: the mean, then the centred variance).
+//! variance (layer_norm): the mean, then the centred squares from registers, two plain
+//! reduction rounds; weight and bias read as vectors like x. `KILN_CUDA_NORM=v1` selects the
+//! first version (each thread's count, mean and centred squares combined with Chan's formula
+//! in one round, whose divisions per shuffle step cost more than a second round; weight and
+//! bias read a scalar at a time), kept to compare both on a device.
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
@@ -35,6 +38,12 @@ pub(crate) struct Key {
     pub items: usize,
     /// A warp per row (else a block per row).
     pub warp: bool,
+    /// The second version (vector loads of weight and bias, layer_norm's statistics as two
+    /// sums, launch bounds for the exact block size); `KILN_CUDA_NORM=v1` selects the first,
+    /// to compare both on a device.
+    pub v2: bool,
+    /// The block size (v2; 0 in v1, whose bounds fit every block size of its mode).
+    pub threads: u32,
 }
 
 /// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32, 4 of
@@ -126,8 +135,32 @@ K_INLINE float k_out(float v, float mean, float r, const S *w, const S *b, int64
 /* Normalises and stores the VEC elements at j. */
 K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, const S *b, int64_t j) {
     V o;
+#if V2
+    /* The weight and bias as one vector load each (aligned like x when VEC > 1): scalar
+       loads of them were 2 VEC load instructions per 16 bytes of x, the most for half
+       floats (v1). */
+    V wv, bv;
+#if HAS_W
+    wv = *(const V *)(w + j);
+#endif
+#if HAS_B
+    bv = *(const V *)(b + j);
+#endif
+    #pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        float y = RMS ? v[e] * r : (v[e] - mean) * r;
+#if HAS_W
+        y = y * k_load(wv.v[e]);
+#endif
+#if HAS_B
+        y = y + k_load(bv.v[e]);
+#endif
+        o.v[e] = k_store(y);
+    }
+#else
     #pragma unroll
     for (int e = 0; e < VEC; ++e) o.v[e] = k_store(k_out(v[e], mean, r, w, b, j + e));
+#endif
     *(V *)(q + j) = o;
 }
 
@@ -137,7 +170,7 @@ K_INLINE void k_read(const S *p, float *v, int64_t j) {
     for (int e = 0; e < VEC; ++e) v[e] = k_load(u.v[e]);
 }
 
-extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
+extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
                                      const S *__restrict__ w, const S *__restrict__ b,
                                      S *__restrict__ y, const double eps_d) {
     __shared__ float scratch[96];
@@ -173,6 +206,21 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1) kiln_norm(const int
         float mean = 0.0f, r;
         if (RMS) {
             r = 1.0f / sqrtf(k_row_sum(sum, scratch) / n + eps);
+        } else if (V2) {
+            /* Two plain sums: the mean, then the centred squares from registers. Cheaper
+               than v1's one round of Chan's combination, whose divisions per shuffle step
+               cost more than the second round's shuffles and barriers. */
+            mean = k_row_sum(sum, scratch) / n;
+            float sq = 0.0f;
+            #pragma unroll
+            for (int it = 0; it < ITEMS; ++it) {
+                const int64_t j = ((int64_t)it * threads + t) * VEC;
+                if (j < d) {
+                    #pragma unroll
+                    for (int e = 0; e < VEC; ++e) sq += (v[it][e] - mean) * (v[it][e] - mean);
+                }
+            }
+            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
         } else {
             /* This thread's count, mean and centred squares from registers, then one
                combining round (not a sum, then a second sum of centred squares). */
@@ -233,14 +281,16 @@ pub(crate) fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
-         #define WARP_ROWS {}\n#define MAX_THREADS {}\n",
+         #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n#define V2 {}\n",
         key.vec,
         key.items,
         (key.kind == Kind::Rms) as u8,
         key.weight as u8,
         key.bias as u8,
         key.warp as u8,
-        max_threads(key)
+        max_threads(key),
+        min_blocks(key),
+        key.v2 as u8
     );
     s.push_str(BODY);
     s
@@ -249,10 +299,26 @@ pub(crate) fn source(key: &Key) -> String {
 /// The block size a variant is launched with at most (its `__launch_bounds__`, so the
 /// register allocation always fits the block).
 fn max_threads(key: &Key) -> u32 {
+    if key.v2 && key.threads > 0 {
+        return key.threads;
+    }
     if key.items == 0 && !key.warp {
         STREAM_BLOCK
     } else {
         WARP_BLOCK.max(MAX_REG_BLOCK)
+    }
+}
+
+/// Blocks per multiprocessor the register allocation must allow (`__launch_bounds__`'s
+/// second argument). v2 asks for 1024 resident threads for half floats: their row kernels
+/// then get 64 registers (no spills in ptxas's report for sm_90) where they took 72 to 80,
+/// which left 768 threads per multiprocessor for block-per-row layer_norm; float32 and
+/// scalar loads keep their registers (forced to 64 they spill).
+fn min_blocks(key: &Key) -> u32 {
+    if key.v2 && key.items > 0 && key.vec > 1 && key.dtype.size() == 2 {
+        (1024 / max_threads(key)).max(1)
+    } else {
+        1
     }
 }
 
@@ -306,8 +372,18 @@ pub(crate) fn norm(
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
     let (warp, items, threads) = plan(d, vec);
-    let key =
-        Key { dtype: x.dtype, kind, weight: w.is_some(), bias: b.is_some(), vec, items, warp };
+    let v2 = !std::env::var("KILN_CUDA_NORM").is_ok_and(|v| v == "v1");
+    let key = Key {
+        dtype: x.dtype,
+        kind,
+        weight: w.is_some(),
+        bias: b.is_some(),
+        vec,
+        items,
+        warp,
+        v2,
+        threads: if v2 { threads } else { 0 },
+    };
     let mut args = Args::new();
     args.i64(rows as i64).i64(d as i64).ptr(ptr(&x));
     // An absent weight or bias is never read: any pointer will do.
@@ -331,6 +407,8 @@ mod tests {
             vec: 1,
             items,
             warp,
+            v2: true,
+            threads: 0,
         }
     }
 
@@ -379,6 +457,8 @@ mod tests {
             vec: 8,
             items: 4,
             warp: false,
+            v2: true,
+            threads: 256,
         };
         let s = source(&key);
         assert!(s.contains("#define VEC 8\n#define ITEMS 4\n#define RMS 1\n#define HAS_W 1"));

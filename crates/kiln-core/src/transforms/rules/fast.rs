@@ -75,8 +75,49 @@ fn norm_parts(op: &FastOp) -> (f64, bool, bool, bool) {
     }
 }
 
+/// The fused backward primitive of a norm (`None` for other ops).
+fn vjp_op(op: &FastOp, want_bias: bool) -> Option<FastOp> {
+    match op {
+        FastOp::LayerNorm { eps, weight, bias } => {
+            Some(FastOp::LayerNormVjp { eps: *eps, weight: *weight, bias: *bias && want_bias })
+        }
+        FastOp::RmsNorm { eps, weight } => Some(FastOp::RmsNormVjp { eps: *eps, weight: *weight }),
+        _ => None,
+    }
+}
+
+/// Whether the vjp of a norm over `x` runs the fused backward kernel: on the GPU for the
+/// dtypes its kernels take; on the CPU always (measured faster than the composition, see
+/// `bench/norm_vjp_cpu.py`).
+fn fused_backward(x: &Array) -> bool {
+    match x.stream().device.kind {
+        kiln_base::DeviceKind::Gpu => matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16),
+        _ => true,
+    }
+}
+
 fn norm_vjp(op: &FastOp, primals: &[Array], g: &Array, argnums: &[usize]) -> Result<Vec<Array>> {
-    let (eps, rms, has_w, _) = norm_parts(op);
+    let (eps, rms, has_w, has_b) = norm_parts(op);
+    if fused_backward(&primals[0]) {
+        let bias_arg = 1 + has_w as usize;
+        let want_bias = has_b && argnums.contains(&bias_arg);
+        if let Some(vop) = vjp_op(op, want_bias) {
+            let mut ins = vec![primals[0].clone()];
+            if has_w {
+                ins.push(primals[1].clone());
+            }
+            ins.push(ops::astype(g, primals[0].dtype())?);
+            let outs = ops::record_all(Primitive::Fast(vop), ins)?;
+            return argnums
+                .iter()
+                .map(|&i| match i {
+                    0 => Ok(outs[0].clone()),
+                    1 if has_w => Ok(outs[1].clone()),
+                    _ => Ok(outs[1 + has_w as usize].clone()), // the bias
+                })
+                .collect();
+        }
+    }
     let x = compute(&primals[0])?;
     let g = compute(g)?;
     let n = Norm::new(&x, eps, rms)?;
@@ -89,6 +130,83 @@ fn norm_vjp(op: &FastOp, primals: &[Array], g: &Array, argnums: &[usize]) -> Res
             _ => sum_leading(&g), // the bias
         })
         .collect()
+}
+
+/// The fused backward's parts: (eps, rms, weight, bias output).
+fn norm_vjp_parts(op: &FastOp) -> (f64, bool, bool, bool) {
+    match op {
+        FastOp::LayerNormVjp { eps, weight, bias } => (eps.as_f64(), false, *weight, *bias),
+        FastOp::RmsNormVjp { eps, weight } => (eps.as_f64(), true, *weight, false),
+        _ => (0.0, false, false, false),
+    }
+}
+
+/// The fused backward (`LayerNormVjp`/`RmsNormVjp`) written with basic ops, outputs in the
+/// dtype of x: what its own vjp, jvp and vmap rules differentiate or map.
+fn norm_vjp_composed(op: &FastOp, inputs: &[Array]) -> Result<Vec<Array>> {
+    let (eps, rms, has_w, has_b) = norm_vjp_parts(op);
+    let dtype = inputs[0].dtype();
+    let x = compute(&inputs[0])?;
+    let g = compute(&inputs[1 + has_w as usize])?;
+    let n = Norm::new(&x, eps, rms)?;
+    let gw = if has_w { ops::multiply(&g, &compute(&inputs[1])?)? } else { g.clone() };
+    let mut outs = vec![n.apply(&gw)?];
+    if has_w {
+        outs.push(sum_leading(&ops::multiply(&g, &n.xhat)?)?);
+    }
+    if has_b {
+        outs.push(sum_leading(&g)?);
+    }
+    outs.iter().map(|o| ops::astype(o, dtype)).collect()
+}
+
+/// vjp of the fused backward: the vjp of its composition (grad of grad).
+fn norm_vjp_vjp(
+    op: &FastOp,
+    primals: &[Array],
+    cotangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let op = op.clone();
+    let (_, grads) =
+        crate::transforms::vjp(move |p| norm_vjp_composed(&op, p), primals, cotangents)?;
+    Ok(argnums.iter().map(|&i| grads[i].clone()).collect())
+}
+
+/// jvp of the fused backward: the jvp of its composition.
+fn norm_vjp_jvp(
+    op: &FastOp,
+    primals: &[Array],
+    tangents: &[Array],
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let full: Vec<Array> = (0..primals.len())
+        .map(|i| match argnums.iter().position(|&a| a == i) {
+            Some(k) => Ok(tangents[k].clone()),
+            None => ops::zeros_like(&primals[i], None),
+        })
+        .collect::<Result<_>>()?;
+    let op = op.clone();
+    Ok(crate::transforms::jvp(move |p| norm_vjp_composed(&op, p), primals, &full)?.1)
+}
+
+/// vmap of the fused backward. Rows are independent, so with only `dx` to compute the batch
+/// joins the leading (row) axes of x and g; weight and bias gradients are sums over rows,
+/// which must stay apart per batch entry, so those (and batched weights) map the composition.
+fn norm_vjp_vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Result<Out> {
+    let (_, _, has_w, _) = norm_vjp_parts(op);
+    if op.num_outputs() == 1 && !(has_w && axes[1].is_some()) {
+        let g_at = 1 + has_w as usize;
+        let both = all_batched(&[inputs[0].clone(), inputs[g_at].clone()], &[axes[0], axes[g_at]])?;
+        let mut ins = vec![both[0].clone()];
+        ins.extend_from_slice(&inputs[1..g_at]);
+        ins.push(both[1].clone());
+        return Ok((vec![record(Primitive::Fast(op.clone()), ins)?], vec![Some(0)]));
+    }
+    let op = op.clone();
+    let (outs, _) =
+        crate::transforms::vmap_outputs(move |p| norm_vjp_composed(&op, p), inputs, axes)?;
+    Ok(outs.into_iter().unzip())
 }
 
 fn norm_jvp(
@@ -333,9 +451,10 @@ fn rope_inverse(op: &FastOp) -> bool {
 pub(super) fn vjp(
     op: &FastOp,
     primals: &[Array],
-    g: &Array,
+    cotangents: &[Array],
     argnums: &[usize],
 ) -> Result<Vec<Array>> {
+    let g = &cotangents[0];
     match op {
         FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => norm_vjp(op, primals, g, argnums),
         FastOp::Rope { .. } => argnums
@@ -351,6 +470,9 @@ pub(super) fn vjp(
             })
             .collect(),
         FastOp::Attention { .. } => attention_vjp(op, primals, g, argnums),
+        FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
+            norm_vjp_vjp(op, primals, cotangents, argnums)
+        }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
             Err(super::missing("vjp", &Primitive::Fast(op.clone())))
         }
@@ -375,6 +497,9 @@ pub(super) fn jvp(
             None => ops::zeros_like(&primals[0], None)?,
         },
         FastOp::Attention { .. } => attention_jvp(op, primals, tangents, argnums)?,
+        FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
+            return norm_vjp_jvp(op, primals, tangents, argnums)
+        }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
             return Err(super::missing("jvp", &Primitive::Fast(op.clone())))
         }
@@ -463,6 +588,7 @@ pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Res
                 ops::reshape(&out, &[n as i64, b as i64, s[1] as i64, s[2] as i64, s[3] as i64])?;
             Ok((vec![out], vec![Some(0)]))
         }
+        FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => norm_vjp_vmap(op, inputs, axes),
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => Err(super::missing("vmap", &prim)),
     }
 }
