@@ -19,9 +19,20 @@ use std::sync::Arc;
 /// probabilities) are what the backward needs, and compile shares them, where the fused
 /// forward would make the vjp rule recompute them (measured on the H200: a compiled training
 /// step went from 9.0 to 11.8 ms). Until fused backward kernels exist.
+///
+/// Attention under grad, where the GPU's flash kernels take the call, records the training
+/// forward instead (`AttentionTrain`: o and the row logsumexp), whose vjp is the fused
+/// backward (`AttentionVjp`).
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
     let differentiating =
         || crate::transforms::active().contains(&crate::transforms::Transform::Grad);
+    if let FastOp::Attention { scale, mask } = &fop {
+        if differentiating() && train_fused(*mask, &inputs) {
+            let train = FastOp::AttentionTrain { scale: *scale, mask: *mask };
+            let mut outs = record_all(Primitive::Fast(train), inputs)?;
+            return Ok(outs.swap_remove(0));
+        }
+    }
     if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
         && (differentiating() || !gpu_fused(&fop, &inputs))
     {
@@ -49,6 +60,21 @@ fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
         _ => inputs.iter().all(gpu_float),
     };
     fits && kiln_cuda::supports(&Primitive::Fast(fop.clone()), inputs.iter().map(|x| x.dtype()))
+}
+
+/// Whether attention under grad takes the fused training primitives: on the GPU when its
+/// flash kernels take these inputs (no mask array); anywhere under
+/// `KILN_ATTENTION_FUSED_VJP=1`, a testing switch that runs them on the CPU too.
+fn train_fused(mask: AttentionMask, inputs: &[Array]) -> bool {
+    if !matches!(mask, AttentionMask::None | AttentionMask::Causal) {
+        return false;
+    }
+    if std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1") {
+        return true;
+    }
+    let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
+    crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
+        && kiln_cuda::fast::attention_train_fused(inputs[0].dtype(), q, k, v)
 }
 
 /// Checks a norm's weight or bias and returns the dtype it promotes with.

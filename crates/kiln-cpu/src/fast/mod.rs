@@ -5,6 +5,7 @@
 //! split over rayon, and inner loops run under `simd::run` so they vectorise.
 
 mod attention;
+mod attention_train;
 mod custom;
 mod norm;
 mod rope;
@@ -154,6 +155,12 @@ pub(crate) fn eval(
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
         }
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
+        FastOp::AttentionTrain { scale, mask } => {
+            return attention_train::forward(inputs, *mask, scale.as_f64(), outputs)
+        }
+        FastOp::AttentionVjp { scale, mask } => {
+            return attention_train::backward(inputs, *mask, scale.as_f64(), outputs)
+        }
         FastOp::CudaKernel(spec) => bail!(
             Value,
             "cuda_kernel",
