@@ -103,17 +103,16 @@ pub(crate) fn forward(
                     }
                     let qi = &q[(bh * n.lq + i) * n.d..][..n.d];
                     let mut m = f64::NEG_INFINITY;
-                    for j in 0..n.lk {
-                        s[j] =
-                            if n.blind(i) { 0.0 } else { dot(qi, &kh[j * n.d..][..n.d]) * scale };
+                    for (j, sj) in s.iter_mut().enumerate() {
+                        *sj = if n.blind(i) { 0.0 } else { dot(qi, &kh[j * n.d..][..n.d]) * scale };
                         if n.blind(i) || n.visible(i, j) {
-                            m = m.max(s[j]);
+                            m = m.max(*sj);
                         }
                     }
                     let mut l = 0.0;
-                    for j in 0..n.lk {
+                    for (j, &sj) in s.iter().enumerate() {
                         if n.blind(i) || n.visible(i, j) {
-                            l += (s[j] - m).exp();
+                            l += (sj - m).exp();
                         }
                     }
                     lse[i] = m + l.ln();
