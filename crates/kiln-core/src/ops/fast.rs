@@ -63,18 +63,17 @@ fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
 }
 
 /// Whether attention under grad takes the fused training primitives: on the GPU when its
-/// flash kernels take these inputs (no mask array); anywhere under
-/// `KILN_ATTENTION_FUSED_VJP=1`, a testing switch that runs them on the CPU too.
+/// flash kernels take these inputs (no mask array); on the CPU only under
+/// `KILN_ATTENTION_FUSED_VJP=1`, a testing switch (its kernels are plain references).
 fn train_fused(mask: AttentionMask, inputs: &[Array]) -> bool {
     if !matches!(mask, AttentionMask::None | AttentionMask::Causal) {
         return false;
     }
-    if std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1") {
-        return true;
+    if crate::device::default_stream().device.kind != kiln_base::DeviceKind::Gpu {
+        return std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1");
     }
     let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
-    crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
-        && kiln_cuda::fast::attention_train_fused(inputs[0].dtype(), q, k, v)
+    kiln_cuda::fast::attention_train_fused(inputs[0].dtype(), q, k, v)
 }
 
 /// Checks a norm's weight or bias and returns the dtype it promotes with.
