@@ -61,8 +61,9 @@ def max_nan(a, v):
     return v if (v > a or v != v) else a
 
 
-def flash(q, k, v, scale, mask_mode, mask, D):
-    """q (B,Hq,Lq,D) etc. float64 arrays (already rounded values)."""
+def flash(q, k, v, scale, mask_mode, mask, D, lse=None):
+    """q (B,Hq,Lq,D) etc. float64 arrays (already rounded values); `lse` (B,Hq,Lq), when
+    given, receives the row logsumexp as the kernel's LSE variant writes it."""
     B, Hq, lq, _ = q.shape
     Hk, lk = k.shape[1], k.shape[2]
     group = Hq // Hk
@@ -168,6 +169,11 @@ def flash(q, k, v, scale, mask_mode, mask, D):
                     i = i0 + warp * 16 + g + rh * 8
                     if i >= lq:
                         continue
+                    if lse is not None and tq == 0:
+                        lv = -np.inf if lk == 0 else (m[l][rh] + np.log2(Ls[l])) * np.log(2.0)
+                        if mask_mode == 1 and lk > 0 and i + shift < 0:
+                            lv = np.log(lk)
+                        lse[b, h, i] = lv
                     inv = 0.0 if lk == 0 else 1.0 / Ls[l]
                     for n in range(D // 8):
                         out[b, h, i, n * 8 + 2 * tq] = o[l][n][2 * rh] * inv
@@ -192,20 +198,25 @@ def np_sdpa(q, k, v, scale, mode, mask):
     return (p / p.sum(-1, keepdims=True)) @ v
 
 
-rng = np.random.default_rng(0)
-for (B, Hq, Hk, lq, lk, D) in [(1, 2, 1, 70, 100, 64), (1, 1, 1, 130, 40, 64), (1, 1, 1, 20, 65, 128),
-                                (1, 2, 1, 70, 100, 80), (1, 1, 1, 30, 40, 16), (1, 2, 2, 20, 65, 32)]:
-    q, k, v = (rng.standard_normal(s) for s in ((B, Hq, lq, D), (B, Hk, lk, D), (B, Hk, lk, D)))
-    for mode in range(4):
-        mask = None
-        if mode == 2:
-            mask = rng.standard_normal((B, Hq, lq, lk))
-        if mode == 3:
-            mask = rng.random((B, Hq, lq, lk)) < 0.6
-            mask[:, :, :3] = False
-        got = flash(q, k, v, 0.125, mode, mask, D)
-        want = np_sdpa(q, k, v, 0.125, mode, mask)
-        err = np.abs(got - want).max()
-        print((B, Hq, Hk, lq, lk, D), "mask", mode, "max err", err)
-        assert err < 1e-6, err
-print("ok")
+def main():
+    rng = np.random.default_rng(0)
+    for (B, Hq, Hk, lq, lk, D) in [(1, 2, 1, 70, 100, 64), (1, 1, 1, 130, 40, 64), (1, 1, 1, 20, 65, 128),
+                                    (1, 2, 1, 70, 100, 80), (1, 1, 1, 30, 40, 16), (1, 2, 2, 20, 65, 32)]:
+        q, k, v = (rng.standard_normal(s) for s in ((B, Hq, lq, D), (B, Hk, lk, D), (B, Hk, lk, D)))
+        for mode in range(4):
+            mask = None
+            if mode == 2:
+                mask = rng.standard_normal((B, Hq, lq, lk))
+            if mode == 3:
+                mask = rng.random((B, Hq, lq, lk)) < 0.6
+                mask[:, :, :3] = False
+            got = flash(q, k, v, 0.125, mode, mask, D)
+            want = np_sdpa(q, k, v, 0.125, mode, mask)
+            err = np.abs(got - want).max()
+            print((B, Hq, Hk, lq, lk, D), "mask", mode, "max err", err)
+            assert err < 1e-6, err
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -89,6 +89,16 @@ pub enum FastOp {
     /// `softmax(scale q kᵀ + mask) v` over q (B, Hq, Lq, D), k (B, Hk, Lk, D), v (B, Hk, Lk, Dv)
     /// of one float dtype, `Hq` a multiple of `Hk` (grouped-query attention).
     Attention { scale: Scalar, mask: AttentionMask },
+    /// Attention's training forward: `Attention`'s inputs (mask `None` or `Causal` only) and
+    /// two outputs, `o` and the float32 row logsumexp `lse` (B, Hq, Lq) of the scaled,
+    /// masked scores (natural log; a row that sees no key has `log(Lk)`, its scores taken
+    /// as equal). What the fused backward needs.
+    AttentionTrain { scale: Scalar, mask: AttentionMask },
+    /// Attention's fused backward. Inputs: q, k, v, o (of one float dtype), lse (float32,
+    /// from `AttentionTrain`) and `do` (o's cotangent, o's dtype); outputs dq, dk, dv. Mask
+    /// `None` or `Causal` only. (lse's own cotangent is always zero: lse only ever feeds
+    /// this op, whose rules give it none.)
+    AttentionVjp { scale: Scalar, mask: AttentionMask },
     /// A user C kernel (several outputs).
     CKernel(Arc<CKernelSpec>),
     /// A user CUDA kernel (several outputs; GPU only).
@@ -103,7 +113,10 @@ impl FastOp {
             FastOp::LayerNormVjp { .. } => "layer_norm_vjp",
             FastOp::RmsNormVjp { .. } => "rms_norm_vjp",
             FastOp::Rope { .. } => "rope",
-            FastOp::Attention { .. } => "scaled_dot_product_attention",
+            FastOp::Attention { .. } | FastOp::AttentionTrain { .. } => {
+                "scaled_dot_product_attention"
+            }
+            FastOp::AttentionVjp { .. } => "scaled_dot_product_attention_vjp",
             FastOp::CKernel(_) => "c_kernel",
             FastOp::CudaKernel(_) => "cuda_kernel",
         }
@@ -120,6 +133,8 @@ impl FastOp {
             FastOp::Attention { mask, .. } => {
                 3 + matches!(mask, AttentionMask::Additive | AttentionMask::Boolean) as usize
             }
+            FastOp::AttentionTrain { .. } => 3,
+            FastOp::AttentionVjp { .. } => 6,
             FastOp::CKernel(spec) => spec.num_inputs,
             FastOp::CudaKernel(spec) => spec.num_inputs,
         }
@@ -131,6 +146,8 @@ impl FastOp {
             FastOp::CudaKernel(spec) => spec.output_shapes.len(),
             FastOp::LayerNormVjp { weight, bias, .. } => 1 + *weight as usize + *bias as usize,
             FastOp::RmsNormVjp { weight, .. } => 1 + *weight as usize,
+            FastOp::AttentionTrain { .. } => 2,
+            FastOp::AttentionVjp { .. } => 3,
             _ => 1,
         }
     }
@@ -290,10 +307,47 @@ impl FastOp {
                 }
                 Ok(vec![(Shape::from_slice(&[q[0], q[1], q[2], v[3]]), dq)])
             }
+            FastOp::AttentionTrain { scale, mask } => {
+                train_mask(op, *mask)?;
+                let fwd = FastOp::Attention { scale: *scale, mask: *mask };
+                let (o, d) = fwd.output_shapes(inputs)?.remove(0);
+                let lse = Shape::from_slice(&o[..3]);
+                Ok(vec![(o, d), (lse, DType::F32)])
+            }
+            FastOp::AttentionVjp { scale, mask } => {
+                train_mask(op, *mask)?;
+                let fwd = FastOp::AttentionTrain { scale: *scale, mask: *mask };
+                let outs = fwd.output_shapes(&inputs[..3])?;
+                let d = inputs[0].1;
+                // o, lse and do: the forward's outputs and o's cotangent.
+                for (i, (want, wd)) in [3, 4, 5].into_iter().zip([&outs[0], &outs[1], &outs[0]]) {
+                    let (s, sd) = inputs[i];
+                    ensure!(
+                        s == want.as_slice() && sd == *wd,
+                        Value,
+                        op,
+                        "Input {i} has shape {} and dtype {sd}, expected {} and {wd}.",
+                        fmt_shape(s),
+                        fmt_shape(want)
+                    );
+                }
+                Ok([0, 1, 2].map(|i| (Shape::from(inputs[i].0), d)).to_vec())
+            }
             FastOp::CKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
             FastOp::CudaKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
         }
     }
+}
+
+/// The training forward and the fused backward take no mask arrays.
+fn train_mask(op: &'static str, mask: AttentionMask) -> Result<()> {
+    ensure!(
+        matches!(mask, AttentionMask::None | AttentionMask::Causal),
+        Value,
+        op,
+        "The fused attention backward takes no mask array."
+    );
+    Ok(())
 }
 
 /// A user kernel's outputs: the shapes and dtypes it declares, one dtype per shape.

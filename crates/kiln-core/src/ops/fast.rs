@@ -14,20 +14,26 @@ use std::sync::Arc;
 /// shared memory) record their composition of basic ops instead (GPU elementwise kernels and
 /// cuBLAS, not a trip to the CPU).
 ///
-/// Under grad (and jvp) the GPU records attention's composition, which autodiff then
-/// differentiates directly: its forward intermediates (the probabilities) are what the
-/// backward needs, and compile shares them, where the fused forward would make the vjp rule
-/// recompute them (measured on the H200: a compiled training step went from 9.0 to 11.8 ms)
-/// until a fused backward kernel exists. The norms keep their fused forward: their vjp is
-/// one fused backward kernel (`LayerNormVjp`/`RmsNormVjp`), which recomputes the row
+/// Under grad (and jvp), attention where the GPU's flash kernels take the call records the
+/// training forward (`AttentionTrain`: o and the row logsumexp), whose vjp is the fused
+/// backward (`AttentionVjp`). Other attention calls record the composition on the GPU, which
+/// autodiff differentiates directly: its forward intermediates (the probabilities) are what
+/// the backward needs, and compile shares them. The norms keep their fused forward: their vjp
+/// is one fused backward kernel (`LayerNormVjp`/`RmsNormVjp`), which recomputes the row
 /// statistics from x in the same read.
 fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
-    let differentiating = || {
-        matches!(fop, FastOp::Attention { .. })
-            && crate::transforms::active().contains(&crate::transforms::Transform::Grad)
-    };
+    let differentiating =
+        || crate::transforms::active().contains(&crate::transforms::Transform::Grad);
+    if let FastOp::Attention { scale, mask } = &fop {
+        if differentiating() && train_fused(*mask, &inputs) {
+            let train = FastOp::AttentionTrain { scale: *scale, mask: *mask };
+            let mut outs = record_all(Primitive::Fast(train), inputs)?;
+            return Ok(outs.swap_remove(0));
+        }
+    }
+    let composed_under_grad = || matches!(fop, FastOp::Attention { .. }) && differentiating();
     if crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
-        && (differentiating() || !gpu_fused(&fop, &inputs))
+        && (composed_under_grad() || !gpu_fused(&fop, &inputs))
     {
         // The primitive's checks first, so errors are the same on every device.
         let metas: Vec<(&[usize], DType)> = inputs.iter().map(|x| (x.shape(), x.dtype())).collect();
@@ -53,6 +59,20 @@ fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
         _ => inputs.iter().all(gpu_float),
     };
     fits && kiln_cuda::supports(&Primitive::Fast(fop.clone()), inputs.iter().map(|x| x.dtype()))
+}
+
+/// Whether attention under grad takes the fused training primitives: on the GPU when its
+/// flash kernels take these inputs (no mask array); on the CPU only under
+/// `KILN_ATTENTION_FUSED_VJP=1`, a testing switch (its kernels are plain references).
+fn train_fused(mask: AttentionMask, inputs: &[Array]) -> bool {
+    if !matches!(mask, AttentionMask::None | AttentionMask::Causal) {
+        return false;
+    }
+    if crate::device::default_stream().device.kind != kiln_base::DeviceKind::Gpu {
+        return std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1");
+    }
+    let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
+    kiln_cuda::fast::attention_train_fused(inputs[0].dtype(), q, k, v)
 }
 
 /// Checks a norm's weight or bias and returns the dtype it promotes with.

@@ -5,6 +5,7 @@
 //! split over rayon, and inner loops run under `simd::run` so they vectorise.
 
 mod attention;
+mod attention_train;
 mod custom;
 mod norm;
 mod norm_vjp;
@@ -173,6 +174,12 @@ pub(crate) fn eval(
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             bail!(Runtime, op.name(), "Dispatched above.")
+        }
+        FastOp::AttentionTrain { scale, mask } => {
+            return attention_train::forward(inputs, *mask, scale.as_f64(), outputs)
+        }
+        FastOp::AttentionVjp { scale, mask } => {
+            return attention_train::backward(inputs, *mask, scale.as_f64(), outputs)
         }
         FastOp::CudaKernel(spec) => bail!(
             Value,

@@ -47,6 +47,8 @@ pub(crate) struct Key {
     pub dtype: DType,
     pub mask: AttentionMask,
     pub variant: Variant,
+    /// The flash kernel also writes the row logsumexp (`AttentionTrain`).
+    pub lse: bool,
 }
 
 /// Shared floats per warp of the simple kernel: the scaled query, the output row, 32
@@ -65,7 +67,7 @@ pub fn fits(dk: usize, dv: usize) -> bool {
 /// tensor-core path (below, cuBLAS products and a softmax beat the simple kernel).
 const SCORES_LIMIT: u128 = 256 << 20;
 
-fn simple_requested() -> bool {
+pub(crate) fn simple_requested() -> bool {
     std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "simple")
 }
 
@@ -93,8 +95,20 @@ pub fn fused(dtype: DType, q: &[usize], k: &[usize], v: &[usize]) -> bool {
         || scores >= SCORES_LIMIT
 }
 
+/// Whether attention under grad takes the training forward and the fused backward
+/// (`AttentionTrain`, `AttentionVjp`): the flash kernel's cases (half floats, one head dim, a
+/// multiple of 16 up to 128), unless `KILN_CUDA_ATTENTION=simple` asks for the composition.
+pub fn train_fused(dtype: DType, q: &[usize], k: &[usize], v: &[usize]) -> bool {
+    let (Ok([_, _, _, dk]), true, Ok([_, _, _, dv])) =
+        (<[usize; 4]>::try_from(q), k.len() == 4, <[usize; 4]>::try_from(v))
+    else {
+        return false;
+    };
+    !simple_requested() && matches!(variant(dtype, dk, dv, false), Variant::Flash(_))
+}
+
 /// Shared by both kernels: mask mode, the lowest float, the NaN-propagating maximum.
-fn common(key: &Key) -> String {
+pub(crate) fn common(key: &Key) -> String {
     let mut s = header(key.dtype);
     let (mode, mtype) = match key.mask {
         AttentionMask::None => (0, "S"),
@@ -191,11 +205,9 @@ extern "C" __global__ void kiln_attn_simple(const int64_t rows, const int64_t hq
 }
 "#;
 
-const FLASH_BODY: &str = r#"
-#define BM 64
-#define BN 64
-#define WARPS 4
-
+/// The tensor-core helpers of the flash kernels (forward and backward): cp.async, ldmatrix,
+/// mma.sync, packing, the swizzled tile layout and a tile loader. Needs `D` and `MMA_T`.
+pub(crate) const FLASH_HELPERS: &str = r#"
 K_INLINE uint32_t k_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read). */
 K_INLINE void k_cp16(uint32_t dst, const void *src, bool valid) {
@@ -236,22 +248,34 @@ K_INLINE int k_sw(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) +
 K_INLINE int k_sw(int r, int c) { return r * LD + c; }
 #endif
 
-/* Rows [r0, r0 + 64) of a row-major (rows, D) matrix into a tile; rows past the end are zeros
-   (so padded keys and queries hold no garbage: 0 * NaN would poison P V). */
-K_INLINE void k_load_tile(uint16_t *tile, const S *src, int64_t r0, int64_t rows) {
+/* Rows [r0, r0 + R) of a row-major (rows, D) matrix into a tile by the block's T threads;
+   rows past the end are zeros (so padded keys and queries hold no garbage: 0 * NaN would
+   poison a product). */
+template <int R, int T>
+K_INLINE void k_load_rows(uint16_t *tile, const S *src, int64_t r0, int64_t rows) {
     #pragma unroll
-    for (int e = threadIdx.x; e < BM * (D / 8); e += WARPS * 32) {
+    for (int e = threadIdx.x; e < R * (D / 8); e += T) {
         const int r = e / (D / 8), c = (e % (D / 8)) * 8;
         const bool valid = r0 + r < rows;
         k_cp16(k_smem(tile + k_sw(r, c)), src + (valid ? (r0 + r) * D + c : 0), valid);
     }
+}
+"#;
+
+const FLASH_BODY: &str = r#"
+#define BM 64
+#define BN 64
+#define WARPS 4
+
+K_INLINE void k_load_tile(uint16_t *tile, const S *src, int64_t r0, int64_t rows) {
+    k_load_rows<BM, WARPS * 32>(tile, src, r0, rows);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_flash(
         const int64_t hq, const int64_t lq, const int64_t lk, const int64_t group, const int64_t hk,
         const int64_t q_blocks, const S *__restrict__ q, const S *__restrict__ k,
         const S *__restrict__ v, const M *__restrict__ mask, S *__restrict__ out,
-        const KStrides ms, const double scale) {
+        float *__restrict__ lse, const KStrides ms, const double scale) {
     __shared__ __align__(128) uint16_t sq[BM * LD];
     __shared__ __align__(128) uint16_t sk[BN * LD];
     __shared__ __align__(128) uint16_t sv[BN * LD];
@@ -402,6 +426,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_flash(
         l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 2);
         const int64_t i = row0 + rh * 8;
         if (i >= lq) continue;
+#if LSE
+        /* The row logsumexp in natural units; a row that sees no key takes its scores as
+           equal (log Lk), which keeps exp(s - lse) exact in the backward. */
+        if (tq == 0) {
+            float lv = lk == 0 ? -INFINITY : (m[rh] + log2f(l[rh])) * 0.6931471805599453f;
+#if MASK == 1
+            if (lk > 0 && i + shift < 0) lv = logf((float)lk);
+#endif
+            lse[bh * lq + i] = lv;
+        }
+#endif
         const float inv = lk == 0 ? 0.0f : 1.0f / l[rh];
         uint32_t *orow = (uint32_t *)(out + (bh * lq + i) * D);
         #pragma unroll
@@ -416,13 +451,20 @@ pub(crate) fn source(key: &Key) -> String {
     match key.variant {
         Variant::Simple => s.push_str(SIMPLE_BODY),
         Variant::Flash(d) => {
-            let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
-            let swizzle = matches!(d, 64 | 128) as u8;
-            let _ = writeln!(s, "#define D {d}\n#define MMA_T \"{t}\"\n#define SWIZZLE {swizzle}");
+            let _ = writeln!(s, "#define LSE {}", key.lse as u8);
+            s.push_str(&flash_defines(key.dtype, d));
+            s.push_str(FLASH_HELPERS);
             s.push_str(FLASH_BODY);
         }
     }
     s
+}
+
+/// `D`, `MMA_T` and `SWIZZLE` of the flash kernels for head dim `d`.
+pub(crate) fn flash_defines(dtype: DType, d: usize) -> String {
+    let t = if dtype == DType::BF16 { "bf16" } else { "f16" };
+    let swizzle = matches!(d, 64 | 128) as u8;
+    format!("#define D {d}\n#define MMA_T \"{t}\"\n#define SWIZZLE {swizzle}\n")
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -463,6 +505,34 @@ pub(crate) fn attention(
     scale: f64,
     shape: &[usize],
 ) -> Result<ArrayData> {
+    run(inputs, mask, scale, shape, None)
+}
+
+/// `AttentionTrain`: the flash kernel's output and its row logsumexp (float32, (B, Hq, Lq)).
+pub(crate) fn attention_train(
+    inputs: &[ArrayData],
+    mask: AttentionMask,
+    scale: f64,
+    shape: &[usize],
+) -> Result<Vec<ArrayData>> {
+    let op = "scaled_dot_product_attention";
+    let [b, hq, lq, dk] = [0, 1, 2, 3].map(|a| inputs[0].layout.shape[a]);
+    let dv = inputs[2].layout.shape[3];
+    if !matches!(variant(inputs[0].dtype, dk, dv, false), Variant::Flash(_)) {
+        kiln_base::bail!(Value, op, "The training forward takes half floats of one head dim.");
+    }
+    let lse = empty(&[b, hq, lq], DType::F32)?;
+    let o = run(inputs, mask, scale, shape, Some(&lse))?;
+    Ok(vec![o, lse])
+}
+
+fn run(
+    inputs: &[ArrayData],
+    mask: AttentionMask,
+    scale: f64,
+    shape: &[usize],
+    lse: Option<&ArrayData>,
+) -> Result<ArrayData> {
     let op = "scaled_dot_product_attention";
     let out = empty(shape, inputs[0].dtype)?;
     let [b_n, hq, lq, dk] = [0, 1, 2, 3].map(|a| inputs[0].layout.shape[a]);
@@ -474,7 +544,8 @@ pub(crate) fn attention(
     if !fits(dk, dv) {
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     }
-    let variant = variant(inputs[0].dtype, dk, dv, simple_requested());
+    // The training forward always takes the flash kernel (its caller checked it can).
+    let variant = variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested());
     let prep = if matches!(variant, Variant::Flash(_)) { dense_aligned } else { dense };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
     // The mask is read in place through its strides.
@@ -484,7 +555,7 @@ pub(crate) fn attention(
         }
         _ => (0, [0; 4]),
     };
-    let key = Key { dtype: q.dtype, mask, variant };
+    let key = Key { dtype: q.dtype, mask, variant, lse: lse.is_some() };
     let group = (hq / hk.max(1)) as i64;
     let mut args = Args::new();
     match variant {
@@ -505,7 +576,8 @@ pub(crate) fn attention(
             let q_blocks = lq.div_ceil(BM);
             args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
             args.i64(q_blocks as i64).ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
-            args.ptr(out.buffer.as_ptr() as u64).i64_struct(&mstrides);
+            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
+            args.i64_struct(&mstrides);
             args.i64(scale.to_bits() as i64);
             let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
             launch(FLASH, kernel(&key)?, blocks, 32 * FLASH_WARPS, 0, &mut args)?;
@@ -539,8 +611,12 @@ mod tests {
 
     #[test]
     fn sources() {
-        let key =
-            Key { dtype: DType::BF16, mask: AttentionMask::Boolean, variant: Variant::Flash(128) };
+        let key = Key {
+            dtype: DType::BF16,
+            mask: AttentionMask::Boolean,
+            variant: Variant::Flash(128),
+            lse: false,
+        };
         let s = source(&key);
         assert!(s.contains("#define MASK 3\ntypedef uint8_t M;"));
         assert!(s.contains("#define D 128\n#define MMA_T \"bf16\"\n#define SWIZZLE 1"));
@@ -548,6 +624,7 @@ mod tests {
             dtype: DType::F32,
             mask: AttentionMask::Causal,
             variant: Variant::Simple,
+            lse: false,
         });
         assert!(s.contains("kiln_attn_simple") && !s.contains("kiln_attn_flash"));
     }

@@ -6,6 +6,7 @@
 //! `custom`'s.
 
 mod attention;
+mod attention_bwd;
 pub mod custom;
 mod norm;
 mod norm_vjp;
@@ -15,6 +16,7 @@ use crate::alloc::device_ptr;
 use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};
 
 pub use attention::fused as attention_fused;
+pub use attention::train_fused as attention_train_fused;
 
 /// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
 pub fn supports(op: &FastOp) -> bool {
@@ -65,8 +67,15 @@ pub fn eval(
     outputs: &[(Shape, DType)],
 ) -> Result<Vec<ArrayData>> {
     let name = op.name();
-    if let FastOp::CudaKernel(spec) = op {
-        return custom::run(spec, inputs);
+    match op {
+        FastOp::CudaKernel(spec) => return custom::run(spec, inputs),
+        FastOp::AttentionTrain { scale, mask } => {
+            return attention::attention_train(inputs, *mask, scale.as_f64(), &outputs[0].0)
+        }
+        FastOp::AttentionVjp { scale, mask } => {
+            return attention_bwd::attention_vjp(inputs, *mask, scale.as_f64())
+        }
+        _ => {}
     }
     let (shape, dtype) = (&outputs[0].0, outputs[0].1);
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
@@ -108,7 +117,9 @@ pub fn eval(
             attention::attention(inputs, *mask, scale.as_f64(), shape)?
         }
         FastOp::CKernel(_) => bail!(Unsupported, name, "User C kernels run on the CPU."),
-        FastOp::CudaKernel(spec) => return custom::run(spec, inputs),
+        FastOp::CudaKernel(_) | FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
+            bail!(Value, name, "Dispatched above.")
+        }
     };
     Ok(vec![out])
 }
@@ -171,11 +182,18 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
             }
             for variant in variants {
-                let key = attention::Key { dtype, mask, variant };
-                out.push((format!("attention_{key:?}"), attention::source(&key)));
+                let lses: &[bool] = match (variant, mask) {
+                    (attention::Variant::Flash(_), Am::None | Am::Causal) => &[false, true],
+                    _ => &[false],
+                };
+                for &lse in lses {
+                    let key = attention::Key { dtype, mask, variant, lse };
+                    out.push((format!("attention_{key:?}"), attention::source(&key)));
+                }
             }
         }
     }
+    out.extend(attention_bwd::all_sources());
     out
 }
 

@@ -267,13 +267,19 @@ fn norm_composed(op: &FastOp, inputs: &[Array]) -> Result<Array> {
 
 /// Attention's pieces, grouped: q (B, Hk, G, Lq, D), k and v (B, Hk, 1, L, ·) and the
 /// probabilities P (B, Hk, G, Lq, Lk), all in the compute dtype.
-struct Attn {
+pub(super) struct Attn {
     q: Array,
     /// `q * scale`: the scale goes on q (L x D) rather than on the scores (L x L).
     qs: Array,
     k: Array,
     v: Array,
+    /// The masked scores (B, Hk, G, Lq, Lk), scaled.
+    s: Array,
     p: Array,
+    /// Where scores are visible, when some row may see no key (causal with Lq > Lk, a
+    /// boolean mask): such a row averages every value, and its hidden scores, constants,
+    /// pass no gradient (elsewhere hidden scores have zero weight anyway).
+    visible: Option<Array>,
     scale: f64,
     shape: [usize; 5],
     /// The products' operand dtype: the compute dtype, except half floats on the GPU, whose
@@ -293,7 +299,7 @@ fn grouped(x: &Array, hk: usize, g: usize) -> Result<Array> {
 }
 
 impl Attn {
-    fn new(op: &FastOp, primals: &[Array]) -> Result<Attn> {
+    pub(super) fn new(op: &FastOp, primals: &[Array]) -> Result<Attn> {
         let FastOp::Attention { scale, mask } = op else { bail!(Value, "vjp", "Not attention.") };
         let scale = scale.as_f64();
         let (qs, ks) = (primals[0].shape().to_vec(), primals[1].shape().to_vec());
@@ -310,6 +316,7 @@ impl Attn {
         let mut s = product(operands, &qs, &ops::swapaxes(&k, -1, -2)?)?;
         let full = [b, hk, g, lq, lk];
         let lowest = f(if s.dtype() == DType::F64 { f64::MIN } else { f32::MIN as f64 }, &s)?;
+        let mut visible_where = None;
         match mask {
             AttentionMask::None => {}
             AttentionMask::Causal => {
@@ -318,11 +325,15 @@ impl Attn {
                 let shift = ops::scalar(Scalar::Int(lk as i64 - lq as i64), DType::I64)?;
                 let visible = ops::less_equal(&j, &ops::add(&i, &shift)?)?;
                 s = ops::where_(&visible, &s, &lowest)?;
+                if lq > lk {
+                    visible_where = Some(visible);
+                }
             }
             AttentionMask::Additive | AttentionMask::Boolean => {
                 let m = ops::broadcast_to(&primals[3], &[b, hq, lq, lk])?;
                 let m = ops::reshape(&m, &full.map(|d| d as i64))?;
                 s = if *mask == AttentionMask::Boolean {
+                    visible_where = Some(m.clone());
                     ops::where_(&m, &s, &lowest)?
                 } else {
                     ops::add(&s, &compute(&m)?)?
@@ -330,7 +341,8 @@ impl Attn {
             }
         }
         let p = ops::softmax(&s, Some(LAST), true)?;
-        Ok(Attn { q, qs, k, v, p, scale, shape: [b, hq, lq, hk, g], operands })
+        let visible = visible_where;
+        Ok(Attn { q, qs, k, v, s, p, visible, scale, shape: [b, hq, lq, hk, g], operands })
     }
 
     /// `a @ b` with operands in the products' dtype, result in the compute dtype.
@@ -350,8 +362,25 @@ impl Attn {
         ops::sum(x, Some(&[2]), false)
     }
 
-    fn output(&self) -> Result<Array> {
+    pub(super) fn output(&self) -> Result<Array> {
         self.ungroup(&self.mm(&self.p, &self.v)?)
+    }
+
+    /// The row logsumexp of the masked scores, (B, Hq, Lq) float32. (A row that sees no key
+    /// gives about the lowest float here, `log(Lk)` in the fused kernels: the same
+    /// probabilities, and no tangent either way.)
+    pub(super) fn lse(&self) -> Result<Array> {
+        let [b, hq, lq, ..] = self.shape;
+        let l = ops::logsumexp(&self.s, Some(LAST), false)?;
+        ops::astype(&ops::reshape(&l, &[b as i64, hq as i64, lq as i64])?, DType::F32)
+    }
+
+    /// `x` with hidden scores' entries zeroed (see `visible`).
+    fn visible_only(&self, x: &Array) -> Result<Array> {
+        match &self.visible {
+            Some(m) => ops::where_(m, x, &ops::scalar(Scalar::Float(0.0), x.dtype())?),
+            None => Ok(x.clone()),
+        }
     }
 
     /// `P (dS - sum(dS P))`: the softmax Jacobian (symmetric) applied to `ds`.
@@ -361,7 +390,8 @@ impl Attn {
     }
 }
 
-fn attention_vjp(
+/// Attention's vjp as a composition, given o's cotangent `g`.
+pub(super) fn attention_vjp(
     op: &FastOp,
     primals: &[Array],
     g: &Array,
@@ -373,9 +403,10 @@ fn attention_vjp(
     let t = |x: &Array| ops::swapaxes(x, -1, -2);
     let dp = a.mm(&go, &t(&a.v)?)?;
     // The scores' gradient without the scale: it is applied to the (L x D) products instead.
+    let ds = a.visible_only(&a.softmax_apply(&dp)?)?;
     // Cast to the products' dtype before transposing: one cast (fused into the softmax
     // Jacobian's kernel) serves both products, instead of one per view.
-    let ds = ops::astype(&a.softmax_apply(&dp)?, a.operands)?;
+    let ds = ops::astype(&ds, a.operands)?;
     argnums
         .iter()
         .map(|&i| match i {
@@ -418,7 +449,7 @@ fn attention_jvp(
         }
     }
     if let Some(ds) = ds {
-        let ds = ops::multiply(&ds, &f(a.scale, &ds)?)?;
+        let ds = a.visible_only(&ops::multiply(&ds, &f(a.scale, &ds)?)?)?;
         acc(&mut out, a.mm(&a.softmax_apply(&ds)?, &a.v)?)?;
     }
     match out {
@@ -453,9 +484,13 @@ pub(super) fn vjp(
     primals: &[Array],
     cotangents: &[Array],
     argnums: &[usize],
+    outputs: &[Array],
 ) -> Result<Vec<Array>> {
     let g = &cotangents[0];
     match op {
+        FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
+            super::fast_train::vjp(op, primals, cotangents, argnums, outputs)
+        }
         FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => norm_vjp(op, primals, g, argnums),
         FastOp::Rope { .. } => argnums
             .iter()
@@ -486,6 +521,9 @@ pub(super) fn jvp(
     argnums: &[usize],
 ) -> Result<Vec<Array>> {
     let out = match op {
+        FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
+            return super::fast_train::jvp(op, primals, tangents, argnums)
+        }
         FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => {
             norm_jvp(op, primals, tangents, argnums)?
         }
@@ -510,6 +548,9 @@ pub(super) fn jvp(
 pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Result<Out> {
     let prim = Primitive::Fast(op.clone());
     match op {
+        FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
+            super::fast_train::vmap(op, inputs, axes)
+        }
         FastOp::LayerNorm { .. } | FastOp::RmsNorm { .. } => {
             let x_only = axes[1..].iter().all(Option::is_none);
             let x = match axes[0] {

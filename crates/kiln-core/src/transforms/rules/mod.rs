@@ -5,6 +5,7 @@ mod complex;
 mod conv;
 mod elementwise;
 pub(crate) mod fast;
+mod fast_train;
 mod indexing;
 mod linalg;
 mod movement;
@@ -247,7 +248,7 @@ fn real_vjp(
         Primitive::Matmul => linalg::matmul_vjp(primals, &cotangents[0], argnums)?,
         Primitive::Conv(_) => conv::vjp(prim, primals, &cotangents[0], argnums)?,
         Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
-        Primitive::Fast(op) => fast::vjp(op, primals, cotangents, argnums)?,
+        Primitive::Fast(op) => fast::vjp(op, primals, cotangents, argnums, outputs)?,
         // Fused kernels exist only in compiled graphs, which transforms never walk.
         Primitive::Fused(_) => return Err(missing("vjp", prim)),
         Primitive::Complex(_) | Primitive::Fft { .. } => {
