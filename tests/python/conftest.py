@@ -147,7 +147,8 @@ def pytest_configure(config):
 # Tests of the CPU's own kernels (SIMD paths, error bounds, host buffer export) and of
 # transforms checked by float64 finite differences stay on the CPU on a GPU machine.
 CPU_MODULES = {"test_kernels", "test_buffer", "test_transforms", "test_transforms_rules",
-               "test_transforms_complex", "test_donation"}  # donation: CPU fused kernels only
+               "test_transforms_complex", "test_donation",  # donation: CPU fused kernels only
+               "test_attention_fused_vjp"}  # the CPU kernels of attention's training primitives
 _USES_FLOAT64 = {}
 
 

@@ -102,11 +102,13 @@ def test_shared_memory_must_be_non_negative():
 def test_verbose_prints_the_generated_signature(capsys, dtype, ctype):
     body = "out[0] = static_cast<int32_t>(static_cast<float>(inp[0]));"
     kernel = mx.fast.cuda_kernel("my_kernel", ["inp", "s"], ["out"], body, header="// my header")
+    # The inputs are made on the CPU (float64 has no GPU kernels); the kernel runs on the
+    # GPU where there is one (the suite's float64 tests otherwise run on the CPU stream).
     try:
-        kernel(inputs=[mx.zeros((2, 3), dtype=dtype), mx.array(1)],
+        kernel(inputs=[mx.zeros((2, 3), dtype=dtype, stream=mx.cpu), mx.array(1)],
                output_shapes=[(1,)], output_dtypes=[mx.int32], grid=(1, 1, 1),
                threadgroup=(1, 1, 1), template=[("T", dtype), ("N", 3), ("B", False)],
-               verbose=True)
+               verbose=True, stream=mx.gpu if HAS_GPU else None)
     except RuntimeError:
         assert not HAS_GPU
     src = capsys.readouterr().out
