@@ -51,12 +51,12 @@ pub(crate) struct Key {
 /// (measured on the H200: bf16 rows of 8192 at 0.59 of the copy floor with 64 per thread).
 const MAX_FLOATS: usize = 32;
 /// Threads per block in warp-per-row mode (8 rows per block).
-const WARP_BLOCK: u32 = 256;
+pub(super) const WARP_BLOCK: u32 = 256;
 /// Most threads per block when rows live in registers (`__launch_bounds__` then leaves 128
 /// registers per thread).
-const MAX_REG_BLOCK: u32 = 512;
+pub(super) const MAX_REG_BLOCK: u32 = 512;
 /// Threads per block that stream rows too long for registers.
-const STREAM_BLOCK: u32 = 1024;
+pub(super) const STREAM_BLOCK: u32 = 1024;
 
 /// The row kernel's body, after `header`: the mode constants are macros so one text serves
 /// every variant (the compiler drops the dead branches).

@@ -11,6 +11,9 @@
 //! `KILN_CUDA_NORM_VJP=simple` forces the streamed kernel with scalar loads: slow but
 //! obviously correct, to tell a fast-path bug apart on a device.
 
+// The forward's row modes and block sizes serve the backward too.
+pub(crate) use super::norm::Kind;
+use super::norm::{MAX_REG_BLOCK, STREAM_BLOCK, WARP_BLOCK};
 use super::{dense, header, ptr};
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -21,12 +24,6 @@ use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_norm_vjp";
 const SUM_SYMBOL: &str = "kiln_norm_vjp_sum";
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) enum Kind {
-    Layer,
-    Rms,
-}
 
 /// A compiled variant of the row kernel.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -48,13 +45,6 @@ pub(crate) struct Key {
 /// Most values of x (and as many of g) a thread keeps in registers: half the forward's,
 /// since g and the dweight/dbias sums live there too.
 const MAX_FLOATS: usize = 16;
-/// Threads per block in warp-per-row mode (8 rows at a time per block).
-const WARP_BLOCK: u32 = 256;
-/// Most threads per block when rows live in registers (`__launch_bounds__` leaves 128
-/// registers per thread).
-const MAX_REG_BLOCK: u32 = 512;
-/// Threads per block that stream rows too long for registers.
-const STREAM_BLOCK: u32 = 1024;
 /// Registers of a multiprocessor (sm_80 and later). The register-resident variants take
 /// about 100 per thread (ptxas for sm_90: 96 to 109, no spills; forcing fewer spills), so
 /// the grid is capped at one wave of blocks of 128-register threads and few partial rows
