@@ -185,50 +185,46 @@ K_INLINE float k_tanhf_poly(float x) {
     const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
     return a < 0.5f ? small : (__builtin_isnan(x) ? x : big);
 }
-K_INLINE float k_erff_poly(float x) {
-    /* |x| < 1: x P(x^2), P the Taylor series of erf(x) / x to x^22 (truncation < 1e-10);
-     * else 1 - t Q(t) exp(-x^2), t = 1 / (1 + 0.3275911 |x|), Q of degree 4 (Hastings'
-     * approximation, error < 1.5e-7 absolute); +-1 past |x| = 4. */
-    const float a = fabsf(x), z = x * x;
-    float p = -1.2290555e-09f;
-    p = K_FMA(p, z, 1.4807193e-08f);
-    p = K_FMA(p, z, -1.6365845e-07f);
-    p = K_FMA(p, z, 1.6462114e-06f);
-    p = K_FMA(p, z, -1.4925650e-05f);
-    p = K_FMA(p, z, 1.2055333e-04f);
-    p = K_FMA(p, z, -8.5483270e-04f);
-    p = K_FMA(p, z, 5.2239776e-03f);
-    p = K_FMA(p, z, -2.6866171e-02f);
-    p = K_FMA(p, z, 1.1283792e-01f);
-    p = K_FMA(p, z, -3.7612639e-01f);
-    p = K_FMA(p, z, 1.1283792e+00f);
-    const float small = x * p;
-    const float c = a < 4.0f ? a : 4.0f;
-    const float t = 1.0f / K_FMA(0.3275911f, c, 1.0f);
-    float q = 1.061405429f;
-    q = K_FMA(q, t, -1.453152027f);
-    q = K_FMA(q, t, 1.421413741f);
-    q = K_FMA(q, t, -0.284496736f);
-    q = K_FMA(q, t, 0.254829592f);
-    const float big = copysignf(1.0f - t * q * k_expf_poly(-c * c), x);
-    return a < 1.0f ? small : (__builtin_isnan(x) ? x : big);
+K_INLINE float k_erff_rational(float x) {
+    /* x P(x^2) / Q(x^2) on |x| <= 3.925 (erf rounds to +-1 past it), P of degree 5 and Q of
+     * degree 6, fitted for kiln for least relative error (fit 2.4e-9; in float32 3.0e-7
+     * absolute, 4 ulp relative near 0). One division and eleven FMAs and no exp: 1.25x faster
+     * than libmvec's erff, so used everywhere. Separate selects: gcc vectorises those, not
+     * nested ones. */
+    const float lo = x < -3.925f ? -3.925f : x;
+    const float c = lo > 3.925f ? 3.925f : lo;
+    const float z = c * c;
+    float p = 6.534055956e-06f;
+    p = K_FMA(p, z, 4.043538065e-04f);
+    p = K_FMA(p, z, 4.191690590e-03f);
+    p = K_FMA(p, z, 5.555549264e-02f);
+    p = K_FMA(p, z, 1.924868971e-01f);
+    p = K_FMA(p, z, 1.128379226e+00f);
+    float q = 2.460240580e-07f;
+    q = K_FMA(q, z, 7.071616710e-05f);
+    q = K_FMA(q, z, 1.405171934e-03f);
+    q = K_FMA(q, z, 1.620282233e-02f);
+    q = K_FMA(q, z, 1.172077879e-01f);
+    q = K_FMA(q, z, 5.039204359e-01f);
+    q = K_FMA(q, z, 1.000000000e+00f);
+    const float r = c * p / q;
+    const float hi = r > 1.0f ? 1.0f : r;
+    return hi < -1.0f ? -1.0f : hi;
 }
-/* glibc's vector math (libmvec, with gcc): exp, tanh and erf as SIMD calls, the fastest
- * choice where it exists (glibc >= 2.35 has all three); the polynomials above elsewhere.
- * KILN_NO_MVEC (tests) forces the polynomials. */
+/* glibc's vector math (libmvec, with gcc): exp and tanh as SIMD calls, the fastest choice
+ * where it exists (glibc >= 2.35); the polynomials above elsewhere. KILN_NO_MVEC (tests)
+ * forces the polynomials. erf is the rational above in both cases. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) \
     && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)) && !defined(KILN_NO_MVEC)
 __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) float tanhf(float);
-__attribute__((simd("notinbranch"))) float erff(float);
 #define k_expf expf
 #define k_tanhf tanhf
-#define k_erff erff
 #else
 #define k_expf k_expf_poly
 #define k_tanhf k_tanhf_poly
-#define k_erff k_erff_poly
 #endif
+#define k_erff k_erff_rational
 K_INLINE float k_sigmoidf(float x) {
     const float y = 1.0f / (1.0f + k_expf(fabsf(x)));
     return x < 0.0f ? y : 1.0f - y;

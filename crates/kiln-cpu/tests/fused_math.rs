@@ -59,7 +59,7 @@ fn fast_math_error_bounds() {
     let (src, exe) = (dir.join("sweep.c"), dir.join("sweep"));
     std::fs::write(&src, format!("{}{SWEEP}", kiln_codegen::c::PREAMBLE)).unwrap();
     // The polynomials (forced) and whatever kernels use on this machine (libmvec where
-    // glibc and gcc provide it).
+    // glibc and gcc provide it; erf is the same rational in both).
     for define in ["-DKILN_NO_MVEC", "-DKILN_DEFAULT_MATH"] {
         let built = Command::new(&cc)
             .args(["-O3", "-march=native", "-std=gnu11", "-fwrapv", "-ffp-contract=off"])
@@ -75,9 +75,9 @@ fn fast_math_error_bounds() {
         let v: Vec<f64> = text.split_whitespace().map(|s| s.parse().unwrap()).collect();
         // (exp, tanh, sigmoid in ulp; erf absolute): the polynomials, libmvec.
         let bounds = if define == "-DKILN_NO_MVEC" {
-            [1.0, 2.0, 3.0, 2.0e-7]
+            [1.0, 2.0, 3.0, 3.5e-7]
         } else {
-            [3.0, 2.0, 4.0, 2.5e-7]
+            [3.0, 2.5, 4.0, 3.5e-7]
         };
         for (k, name) in ["exp", "tanh", "sigmoid", "erf"].iter().enumerate() {
             assert!(v[k] <= bounds[k], "{define} {name}: error {} over {}", v[k], bounds[k]);

@@ -1,8 +1,8 @@
 //! layer_norm and rms_norm over the last axis in one read of the data: a warp per row for
 //! short rows, a block per row for long ones, each thread keeping its share of the row in
-//! registers (`ITEMS` vectors of `VEC` elements, 16-byte loads when every pointer is aligned
-//! and the row length a multiple of the vector), so the statistics and the normalised write
-//! need no second read. Rows too long for registers are streamed (read again per pass, from
+//! registers (`ITEMS` vectors of `VEC` elements, half floats packed two to a register; 16-byte
+//! loads when every pointer is aligned and the row length a multiple of the vector), so the
+//! statistics and the normalised write need no second read. Rows too long for registers are streamed (read again per pass, from
 //! L2 mostly). Statistics in float32: the mean square (rms_norm), or the mean and centred
 //! variance (layer_norm): the mean, then the centred squares from registers, two plain
 //! reduction rounds; weight and bias read as vectors like x. `KILN_CUDA_NORM=v1` selects the
@@ -46,9 +46,11 @@ pub(crate) struct Key {
     pub threads: u32,
 }
 
-/// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32, 4 of
-/// half floats. More per thread left too few warps per multiprocessor to hide latency
-/// (measured on the H200: bf16 rows of 8192 at 0.59 of the copy floor with 64 per thread).
+/// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32, 4 of half
+/// floats (kept packed, two per register). More per thread left too few warps per
+/// multiprocessor to hide latency, or spilled (measured on the H200, bf16 rows of 4096 and
+/// 8192: 64 packed halves per thread ran at 0.82 to 0.85 of the copy floor, 32 at 0.90 to
+/// 0.96; 64 converted to float at 0.59).
 const MAX_FLOATS: usize = 32;
 /// Threads per block in warp-per-row mode (8 rows per block).
 pub(super) const WARP_BLOCK: u32 = 256;
@@ -164,6 +166,25 @@ K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, con
     *(V *)(q + j) = o;
 }
 
+#if PACKED
+/* Half floats kept two to a 32-bit register (element 0 in the low half). */
+typedef KVec<uint32_t, VEC / 2> U;
+K_INLINE float k_elem(const U &u, int e) { return k_load((S)(u.v[e >> 1] >> (16 * (e & 1)))); }
+/* Hides the packed values' identity from the compiler, so it converts them again in the next
+   pass instead of keeping every converted float alive (twice the registers: no packing). */
+K_INLINE void k_opaque(U (&u)[ITEMS]) {
+    #pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        #pragma unroll
+        for (int k = 0; k < VEC / 2; ++k) asm volatile("" : "+r"(u[it].v[k]));
+    }
+}
+#else
+typedef V U;
+K_INLINE float k_elem(const U &u, int e) { return k_load(u.v[e]); }
+template <int N> K_INLINE void k_opaque(U (&)[N]) {}
+#endif
+
 K_INLINE void k_read(const S *p, float *v, int64_t j) {
     const V u = *(const V *)(p + j);
     #pragma unroll
@@ -189,20 +210,27 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
         const S *p = x + row * d;
         S *q = y + row * d;
 #if ITEMS > 0
-        float v[ITEMS][VEC];
+        /* The row's share as loaded (half floats stay packed: half the registers, so twice
+           the values per thread at the same occupancy), converted in each pass. */
+        U u[ITEMS];
         float sum = 0.0f;
         #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int64_t j = ((int64_t)it * threads + t) * VEC;
             if (j < d) {
-                k_read(p, v[it], j);
+                u[it] = *(const U *)(p + j);
             } else {
                 #pragma unroll
-                for (int e = 0; e < VEC; ++e) v[it][e] = 0.0f;
+                for (int k = 0; k < (int)(sizeof(U) / sizeof(u[it].v[0])); ++k)
+                    u[it].v[k] = 0; /* +0.0 in every dtype */
             }
             #pragma unroll
-            for (int e = 0; e < VEC; ++e) sum += RMS ? v[it][e] * v[it][e] : v[it][e];
+            for (int e = 0; e < VEC; ++e) {
+                const float a = k_elem(u[it], e);
+                sum += RMS ? a * a : a;
+            }
         }
+        k_opaque(u);
         float mean = 0.0f, r;
         if (RMS) {
             r = 1.0f / sqrtf(k_row_sum(sum, scratch) / n + eps);
@@ -217,9 +245,13 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
                 const int64_t j = ((int64_t)it * threads + t) * VEC;
                 if (j < d) {
                     #pragma unroll
-                    for (int e = 0; e < VEC; ++e) sq += (v[it][e] - mean) * (v[it][e] - mean);
+                    for (int e = 0; e < VEC; ++e) {
+                        const float c = k_elem(u[it], e) - mean;
+                        sq += c * c;
+                    }
                 }
             }
+            k_opaque(u);
             r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
         } else {
             /* This thread's count, mean and centred squares from registers, then one
@@ -234,7 +266,10 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
                 const int64_t j = ((int64_t)it * threads + t) * VEC;
                 if (j < d) {
                     #pragma unroll
-                    for (int e = 0; e < VEC; ++e) m2 += (v[it][e] - mu) * (v[it][e] - mu);
+                    for (int e = 0; e < VEC; ++e) {
+                        const float c = k_elem(u[it], e) - mu;
+                        m2 += c * c;
+                    }
                 }
             }
             k_row_stats(cnt, mu, m2, scratch);
@@ -244,7 +279,12 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
         #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int64_t j = ((int64_t)it * threads + t) * VEC;
-            if (j < d) k_write(q, v[it], mean, r, w, b, j);
+            if (j < d) {
+                float v[VEC];
+                #pragma unroll
+                for (int e = 0; e < VEC; ++e) v[e] = k_elem(u[it], e);
+                k_write(q, v, mean, r, w, b, j);
+            }
         }
 #else
         float v[VEC], sum = 0.0f;
@@ -281,7 +321,8 @@ pub(crate) fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
-         #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n#define V2 {}\n",
+         #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n#define V2 {}\n\
+         #define PACKED {}\n",
         key.vec,
         key.items,
         (key.kind == Kind::Rms) as u8,
@@ -290,7 +331,8 @@ pub(crate) fn source(key: &Key) -> String {
         key.warp as u8,
         max_threads(key),
         min_blocks(key),
-        key.v2 as u8
+        key.v2 as u8,
+        (key.dtype.size() == 2 && key.vec >= 2 && key.items > 0) as u8
     );
     s.push_str(BODY);
     s
@@ -464,5 +506,8 @@ mod tests {
         assert!(s.contains("#define VEC 8\n#define ITEMS 4\n#define RMS 1\n#define HAS_W 1"));
         assert!(s.contains("typedef uint16_t S;"));
         assert!(s.contains("k_bf16_to_f32(x)"));
+        assert!(s.contains("#define PACKED 1\n"));
+        let f32_key = Key { dtype: DType::F32, vec: 4, ..key };
+        assert!(source(&f32_key).contains("#define PACKED 0\n"));
     }
 }
