@@ -147,10 +147,13 @@ impl Array {
 
     /// A fresh input of a transform: `x` seen through an identity view, marked as a tracer
     /// so that everything computed from it keeps its graph while the transform runs.
+    /// On the default stream like every op: on `x`'s own, a host-made input viewed on the
+    /// CPU gave each call's tracer new host data for the GPU to copy again.
     pub fn tracer_of(x: &Array) -> Array {
         let meta = vec![(Shape::from(x.shape()), x.dtype())];
         let inputs = vec![x.clone()];
-        Array::build_call(Primitive::Identity, inputs, meta, x.stream(), true).swap_remove(0)
+        let stream = crate::device::default_stream();
+        Array::build_call(Primitive::Identity, inputs, meta, stream, true).swap_remove(0)
     }
 
     /// Whether this array depends on the inputs of a transform that is running now.

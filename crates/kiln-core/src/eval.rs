@@ -67,7 +67,7 @@ fn eval_node(array: &Array) -> Result<()> {
     // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
     // device that runs the call.
     let device = match array.stream().device.kind {
-        DeviceKind::Gpu if !call_runs_on_gpu(&call) => {
+        DeviceKind::Gpu if !runs_anywhere(&call) && !call_runs_on_gpu(&call) => {
             log_cpu_fallback(&call);
             kiln_base::Device::CPU
         }
@@ -81,10 +81,11 @@ fn eval_node(array: &Array) -> Result<()> {
         .iter()
         .map(|input| {
             let data = input.0.data.get().expect("inputs are evaluated first");
-            if data.buffer.device() == device || call.prim.view_layout(&data.layout).is_some() {
+            if data.buffer.device() == device {
                 donated.push(!keep_graph && sole_owner(input, data));
                 Ok(data.clone())
             } else {
+                // Views too (see `runs_anywhere`): the input keeps its copy.
                 donated.push(false);
                 input.data_on(device)
             }
@@ -170,14 +171,6 @@ fn log_cpu_fallback(call: &crate::array::OpCall) {
     if !std::env::var("KILN_LOG").is_ok_and(|v| v.contains("gpu")) {
         return;
     }
-    let view = match (&call.prim, call.inputs.as_slice()) {
-        (Primitive::Custom { .. }, _) => true,
-        (prim, [x]) => x.0.data.get().is_some_and(|d| prim.view_layout(&d.layout).is_some()),
-        _ => false,
-    };
-    if view {
-        return;
-    }
     let op = call.prim.name();
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     if !seen.contains(&op) {
@@ -187,6 +180,17 @@ fn log_cpu_fallback(call: &crate::array::OpCall) {
 }
 
 /// Whether a call runs on the GPU (the others run on the CPU for now).
+/// Views and custom functions' outputs need no kernel: they run on the stream's device, their
+/// input moved there once (kept by the input). Sent to the CPU instead, a view of GPU data
+/// came back as a new host array copied to the GPU by every consumer (each vjp's tracers).
+fn runs_anywhere(call: &crate::array::OpCall) -> bool {
+    match (&call.prim, call.inputs.as_slice()) {
+        (Primitive::Custom { .. }, _) => true,
+        (prim, [x]) => x.0.data.get().is_some_and(|d| prim.view_layout(&d.layout).is_some()),
+        _ => false,
+    }
+}
+
 fn call_runs_on_gpu(call: &crate::array::OpCall) -> bool {
     let dtypes = call.inputs.iter().map(|x| x.dtype()).chain(call.output_meta.iter().map(|o| o.1));
     gpu_runs(&call.prim, dtypes)
