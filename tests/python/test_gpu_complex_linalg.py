@@ -547,7 +547,7 @@ SCRIPT = textwrap.dedent(
     """
     import numpy as np
     import kiln.core as mx
-    z = (np.arange(24).reshape(4, 6) * (1 - 1j) % 5).astype(np.complex64)
+    z = (np.arange(24).reshape(4, 6) % 5 * (1 - 1j)).astype(np.complex64)
     with mx.stream(mx.gpu):
         x = mx.array(z)
         mx.eval(x @ x.T, mx.sort(x, axis=1), mx.argsort(x, axis=0), mx.argmax(x, axis=1),
