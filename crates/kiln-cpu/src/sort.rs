@@ -11,10 +11,15 @@ use crate::strided::output;
 use kiln_base::{ensure, ArrayData, Layout, Primitive, Result};
 use std::cmp::Ordering;
 
-/// The total order used everywhere here: IEEE order with NaN last.
+/// The total order used everywhere here: IEEE order with NaN last (NaNs tied). A complex
+/// value is NaN when either part is (MLX's order); its `partial_cmp` still orders by the
+/// real parts when only an imaginary part is NaN, so NaN is checked before it.
 #[inline(always)]
 fn order<A: Num>(a: &A, b: &A) -> Ordering {
-    a.partial_cmp(b).unwrap_or_else(|| a.is_nan().cmp(&b.is_nan()))
+    match a.partial_cmp(b) {
+        Some(o) if !(a.is_nan() || b.is_nan()) => o,
+        _ => a.is_nan().cmp(&b.is_nan()),
+    }
 }
 
 /// Evaluates `Sort` (`kth` None) or `Partition` (`kth` Some).
@@ -143,4 +148,33 @@ fn search_typed<T: Element>(
         });
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::complex::C64;
+
+    #[test]
+    fn complex_nan_goes_last_whichever_part_is_nan() {
+        let nan = f32::NAN;
+        let mut v = [
+            C64::new(2.0, 0.0),
+            C64::new(1.0, nan),
+            C64::new(1.0, 1.0),
+            C64::new(nan, -3.0),
+            C64::new(-2.0, nan),
+            C64::new(0.0, 0.0),
+        ];
+        v.sort_by(order);
+        let got: Vec<(f32, f32)> = v.iter().map(|z| (z.re(), z.im())).collect();
+        // Numbers lexicographically, then the NaN values tied (stable: input order).
+        assert_eq!(
+            format!("{got:?}"),
+            "[(0.0, 0.0), (1.0, 1.0), (2.0, 0.0), (1.0, NaN), (NaN, -3.0), (-2.0, NaN)]"
+        );
+        assert_eq!(order(&1.0f32, &f32::NAN), Ordering::Less);
+        assert_eq!(order(&f32::NAN, &f32::NAN), Ordering::Equal);
+        assert_eq!(order(&-0.0f32, &0.0), Ordering::Equal);
+    }
 }

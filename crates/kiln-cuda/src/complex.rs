@@ -11,7 +11,7 @@ use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
 use crate::runtime::{driver_error, gpu};
 use kiln_base::{
-    bail, ArrayData, BinaryOp, ComplexOp, DType, Primitive, ReduceOp, Result, UnaryOp,
+    bail, ArrayData, BinaryOp, ComplexOp, DType, Primitive, ReduceOp, Result, ScanOp, UnaryOp,
 };
 use std::fmt::Write;
 use std::sync::OnceLock;
@@ -22,9 +22,9 @@ fn enabled(var: &str) -> bool {
 }
 
 /// Whether the GPU runs `prim` when complex64 is among its dtypes (and every FFT). The others
-/// (sorts, scans, arg reductions, matmul, linalg) run on the CPU, which also gives the clear
-/// errors for ops MLX rejects on complex64. `KILN_CUDA_COMPLEX=0` sends all complex64 work
-/// to the CPU and `KILN_CUDA_FFT=0` every FFT, the simple paths to compare a GPU result with.
+/// (linalg, and the ops kiln rejects on complex64) run on the CPU, which also gives the clear
+/// errors for them. `KILN_CUDA_COMPLEX=0` sends all complex64 work to the CPU and
+/// `KILN_CUDA_FFT=0` every FFT, the simple paths to compare a GPU result with.
 pub fn supports(prim: &Primitive) -> bool {
     static COMPLEX: OnceLock<bool> = OnceLock::new();
     static FFT: OnceLock<bool> = OnceLock::new();
@@ -40,6 +40,14 @@ pub fn supports(prim: &Primitive) -> bool {
         Primitive::Reduce { op, .. } => {
             matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
         }
+        // kiln-cpu refuses a complex log-add-exp scan; that error comes from there.
+        Primitive::Scan { op, .. } => *op != ScanOp::LogAddExp,
+        // cuBLAS's CUDA_C_32F (matmul.rs); lexicographic orders (sort.rs, rows.rs).
+        Primitive::Matmul
+        | Primitive::Sort { .. }
+        | Primitive::Partition { .. }
+        | Primitive::SearchSorted { .. }
+        | Primitive::ArgReduce { .. } => true,
         Primitive::Where
         | Primitive::AsType(_)
         | Primitive::Copy
@@ -258,7 +266,12 @@ mod tests {
         assert!(!supports(&Primitive::Binary(BinaryOp::Remainder)));
         assert!(supports(&Primitive::Reduce { op: ReduceOp::Prod, axes: vec![0] }));
         assert!(!supports(&Primitive::Reduce { op: ReduceOp::And, axes: vec![0] }));
-        assert!(!supports(&Primitive::Sort { axis: 0, arg: false }));
+        assert!(supports(&Primitive::Sort { axis: 0, arg: false }));
+        assert!(supports(&Primitive::Matmul));
+        let scan = |op| Primitive::Scan { op, axis: 0, reverse: false, inclusive: true };
+        assert!(supports(&scan(ScanOp::Prod)));
+        assert!(!supports(&scan(ScanOp::LogAddExp)));
+        assert!(!supports(&Primitive::Linalg(kiln_base::LinalgOp::Inv)));
         assert!(supports(&Primitive::Complex(ComplexOp::Abs)));
     }
 }

@@ -1,5 +1,5 @@
-//! Matmul through cuBLAS (`cublasGemmStridedBatchedEx`): float32, float16 and bfloat16,
-//! accumulated in float32 (TF32 off unless KILN_CUDA_TF32=1). Operands are read in place
+//! Matmul through cuBLAS (`cublasGemmStridedBatchedEx`): float32, float16, bfloat16 and
+//! complex64 (`CUDA_C_32F`), accumulated in float32 (TF32 off unless KILN_CUDA_TF32=1). Operands are read in place
 //! when each matrix is row- or column-major: with one stride through the batch (stride 0 for
 //! a broadcast batch) as a strided batch, otherwise (attention's heads split out of a wider
 //! row) through per-matrix pointer arrays that a small kernel fills (`cublasGemmBatchedEx`).
@@ -178,6 +178,7 @@ fn data_type(op: &'static str, dtype: DType) -> Result<bsys::cudaDataType> {
         DType::F32 => bsys::cudaDataType::CUDA_R_32F,
         DType::F16 => bsys::cudaDataType::CUDA_R_16F,
         DType::BF16 => bsys::cudaDataType::CUDA_R_16BF,
+        DType::C64 => bsys::cudaDataType::CUDA_C_32F,
         d => bail!(Type, op, "The GPU does not support matmul on {d}."),
     })
 }
@@ -224,8 +225,10 @@ pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData
             bsys::cublasOperation_t::CUBLAS_OP_N
         }
     };
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    let (alpha, beta) = (&alpha as *const f32 as *const _, &beta as *const f32 as *const _);
+    // alpha = 1 and beta = 0 as (re, im) pairs: a real scale type reads the first float,
+    // complex64's (CUDA_C_32F under CUBLAS_COMPUTE_32F) both.
+    let (one, zero) = ([1.0f32, 0.0], [0.0f32, 0.0]);
+    let (alpha, beta) = (one.as_ptr() as *const _, zero.as_ptr() as *const _);
     let (ta, tb) = (op(ob.transposed), op(oa.transposed));
     let (n32, m32, k32) = (n as i32, m as i32, k as i32);
     let (compute, algo) = (
@@ -239,7 +242,7 @@ pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData
             // SAFETY: pointers are live device blocks kept alive by `oa`, `ob` and `out`
             // until the stream runs the call (their buffers are only reused by later stream
             // work); sizes and leading dimensions describe those blocks; alpha/beta are host
-            // floats (compute 32F).
+            // float pairs living to the end of this function (compute 32F).
             unsafe {
                 blas::gemm_strided_batched_ex(
                     h.0,

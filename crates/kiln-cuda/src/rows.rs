@@ -21,6 +21,7 @@ fn load(dtype: DType) -> &'static str {
 }
 
 /// argmax / argmin over rows: the first NaN wins, ties go to the lower index (as the CPU).
+/// complex64 compares lexicographically (the kc64 operators) and is NaN when either part is.
 fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
     let storage = kiln_codegen::c_type(dtype);
     let cmp = match op {
@@ -28,19 +29,22 @@ fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
         ArgReduceOp::ArgMin => "<",
     };
     let value = match dtype {
+        DType::C64 => "kc64",
         d if d.is_float() => "float",
         DType::U64 => "uint64_t",
         _ => "int64_t",
     };
+    let is_nan = if dtype == DType::C64 { "k_isnan" } else { "k_isnan_real" };
     let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
     let _ = write!(
         s,
         r#"
 typedef {value} V;
 K_INLINE V k_load({storage} x) {{ return (V){load}; }}
+K_INLINE bool k_isnan_real(V v) {{ return v != v; }}
 /* Whether (v, i) beats (w, j). */
 K_INLINE bool k_better(V v, int64_t i, V w, int64_t j) {{
-    const bool vn = v != v, wn = w != w;
+    const bool vn = {is_nan}(v), wn = {is_nan}(w);
     if (vn || wn) return vn && (!wn || i < j);
     return (v {cmp} w) || (v == w && i < j);
 }}
@@ -51,7 +55,7 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
         const {storage} *p = in + row * len;
-        V best = 0; int64_t at = len;
+        V best = V(); int64_t at = len;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {{
             const V v = k_load(p[j]);
             if (at == len || k_better(v, j, best, at)) {{ best = v; at = j; }}
@@ -64,7 +68,7 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
         if (lane == 0) {{ sv[warp] = best; si[warp] = at; }}
         __syncthreads();
         if (warp == 0) {{
-            best = lane < warps ? sv[lane] : (V)0; at = lane < warps ? si[lane] : len;
+            best = lane < warps ? sv[lane] : V(); at = lane < warps ? si[lane] : len;
             for (int o = 16; o > 0; o >>= 1) {{
                 const V v = __shfl_down_sync(0xffffffffu, best, o);
                 const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
@@ -243,9 +247,6 @@ pub fn arg_reduce(
     x: &ArrayData,
     shape: &[usize],
 ) -> Result<ArrayData> {
-    if x.dtype == DType::C64 {
-        bail!(Type, "argmax", "Complex arg reductions are not supported on the GPU yet.");
-    }
     let (input, rows, len) = rows_of(x, axis)?;
     let out_size: usize = shape.iter().product();
     if len == 0 && out_size > 0 {
@@ -298,6 +299,24 @@ mod tests {
                 })
                 .collect();
         crate::nvrtc::dump_sources(&sources);
+    }
+
+    #[test]
+    fn complex_arg_sources() {
+        let c = arg_source(ArgReduceOp::ArgMax, DType::C64);
+        assert!(c.contains("typedef kc64 V;"));
+        assert!(c.contains("const bool vn = k_isnan(v), wn = k_isnan(w);"));
+        assert!(c.contains("return (v > w) || (v == w && i < j);"));
+        assert!(c.contains("V best = V();") && !c.contains("(V)0"));
+        let f = arg_source(ArgReduceOp::ArgMin, DType::F16);
+        assert!(f.contains("typedef float V;"));
+        assert!(f.contains("const bool vn = k_isnan_real(v), wn = k_isnan_real(w);"));
+        let mut all = Vec::new();
+        for (k, d) in [DType::C64, DType::F16, DType::U64, DType::Bool].into_iter().enumerate() {
+            all.push((format!("argmax_{k}.cu"), arg_source(ArgReduceOp::ArgMax, d)));
+            all.push((format!("argmin_{k}.cu"), arg_source(ArgReduceOp::ArgMin, d)));
+        }
+        crate::nvrtc::dump_sources(&all);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Cumulative ops (Scan) along one axis of a row-major copy seen as (outer, len, inner).
 //! Along the last axis (inner == 1) a block scans each row tile by tile (a shared-memory
-//! inclusive scan per tile plus the running carry); along other axes one thread walks each
-//! column in order, reading neighbouring columns side by side. Accumulation types and
+//! inclusive scan per tile plus the running carry); along other axes (and for complex64
+//! max / min, whose combine is not associative) one thread walks each column in order,
+//! reading neighbouring columns side by side. Accumulation types and
 //! identities are the reductions' (half floats in float, integers in 64 bits, truncated on
-//! store); as on the CPU, a scan's first element starts the running value as it is.
+//! store, complex64 in `kc64`); as on the CPU, a scan's first element starts the running
+//! value as it is.
 
 use crate::alloc::device_ptr;
 use crate::copy::{contiguous, empty};
@@ -29,7 +31,17 @@ fn source((op, dtype, reverse, inclusive, rows): Key) -> String {
         ScanOp::Max | ScanOp::LogAddExp => ReduceOp::Max,
         ScanOp::Min => ReduceOp::Min,
     };
-    let combine = if op == ScanOp::LogAddExp {
+    let combine = if dtype == DType::C64 {
+        // The binary ops' complex forms (the kc64 operators): lexicographic, NaN-propagating
+        // maximum / minimum as kiln-cpu's. LogAddExp never gets here: `scan` refuses it on
+        // complex64, as the CPU does.
+        match op {
+            ScanOp::Max => "k_maximum(a, b)",
+            ScanOp::Min => "k_minimum(a, b)",
+            _ => combine(reduce, false),
+        }
+        .to_string()
+    } else if op == ScanOp::LogAddExp {
         "(a != a || b != b) ? NAN : ((a > b ? b : a) == -INFINITY || (a > b ? a : b) == INFINITY) \
          ? (a > b ? a : b) : (a > b ? a : b) + log1pf(expf((a > b ? b : a) - (a > b ? a : b)))"
             .to_string()
@@ -138,7 +150,11 @@ pub(crate) fn scan(
     let outer: usize = shape[..axis].iter().product();
     let len = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
-    let rows = inner == 1;
+    // complex64 max / min are not associative (kiln-cpu's `maximum` keeps a number over a
+    // value whose imaginary part alone is NaN when its real part is larger), so their rows
+    // are walked in order by one thread each, as the CPU does, never combined as a tree.
+    let in_order = x.dtype == DType::C64 && matches!(op, ScanOp::Max | ScanOp::Min);
+    let rows = inner == 1 && !in_order;
     let key = (op, x.dtype, reverse, inclusive, rows);
     let f = KERNELS.get(&key, "kiln_scan", || source(key))?;
     let size = x.dtype.size();
@@ -172,5 +188,30 @@ mod tests {
         assert!(cols.contains("base + (len - 1 - j) * inner"));
         let lae = source((ScanOp::LogAddExp, DType::F32, false, true, true));
         assert!(lae.contains("log1pf(expf("));
+    }
+
+    #[test]
+    fn complex_scan_sources() {
+        let sum = source((ScanOp::Sum, DType::C64, false, false, true));
+        assert!(sum.contains("typedef kc64 Acc;\ntypedef kc64 S;"));
+        assert!(sum.contains("#define IDENT ((Acc)(k_c64(0.0f, 0.0f)))"));
+        assert!(sum.contains("return a + b;"));
+        let prod = source((ScanOp::Prod, DType::C64, true, true, false));
+        assert!(prod.contains("#define IDENT ((Acc)(k_c64(1.0f, 0.0f)))"));
+        assert!(prod.contains("return a * b;"));
+        let max = source((ScanOp::Max, DType::C64, false, false, false));
+        assert!(max.contains("return k_maximum(a, b);"));
+        assert!(max.contains("k_c64(-INFINITY, -INFINITY)"));
+        let min = source((ScanOp::Min, DType::C64, true, false, true));
+        assert!(min.contains("return k_minimum(a, b);"));
+        let mut all = Vec::new();
+        for (k, op) in [ScanOp::Sum, ScanOp::Prod, ScanOp::Max, ScanOp::Min].into_iter().enumerate()
+        {
+            for flags in 0..8 {
+                let key = (op, DType::C64, flags & 1 == 1, flags & 2 == 2, flags & 4 == 4);
+                all.push((format!("scan_c64_{k}_{flags}.cu"), source(key)));
+            }
+        }
+        crate::nvrtc::dump_sources(&all);
     }
 }

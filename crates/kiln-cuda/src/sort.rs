@@ -30,29 +30,54 @@ fn key_load(dtype: DType) -> &'static str {
     }
 }
 
-/// Helpers shared by both kernels: `k_before` orders (key, index) pairs; indices at or past
-/// `len` are padding and sort after everything.
-fn header(dtype: DType) -> String {
-    let nan = if dtype.is_float() { "a != a" } else { "false" };
-    let nan_b = if dtype.is_float() { "b != b" } else { "false" };
+/// The three-way order of two keys, `k_order(a, b)`: -1, 0 or 1 as `a` goes before, ties
+/// with or goes after `b`: NaN after every number and NaNs tied (numpy's rule for floats;
+/// -0.0 and 0.0 tie). complex64 orders lexicographically, real parts first, and is NaN when
+/// either part is (MLX's order, and kiln-cpu's: numpy instead groups NaN values by which part
+/// is NaN), so NaN values keep their input order at the end.
+fn order(dtype: DType) -> String {
+    let nan = |v: &str| match dtype {
+        DType::C64 => format!("k_isnan({v})"),
+        d if d.is_float() => format!("{v} != {v}"),
+        _ => "false".into(),
+    };
     format!(
         r#"
-typedef {storage} S;
-typedef {key} K;
-K_INLINE K k_key(S x) {{ return {load}; }}
-K_INLINE bool k_before(K a, uint32_t ia, K b, uint32_t ib, uint32_t len) {{
-    if (ia >= len || ib >= len) return ia < ib;
-    const bool na = {nan}, nb = {nan_b};
-    if (na || nb) return na == nb ? ia < ib : nb;
-    if (a < b) return true;
-    if (b < a) return false;
-    return ia < ib;
+K_INLINE int k_order(K a, K b) {{
+    const bool na = {na}, nb = {nb};
+    if (na || nb) return na == nb ? 0 : (na ? 1 : -1);
+    return a < b ? -1 : (b < a ? 1 : 0);
 }}
 "#,
+        na = nan("a"),
+        nb = nan("b"),
+    )
+}
+
+/// The key types and order shared by every kernel here.
+fn keys(dtype: DType) -> String {
+    format!(
+        "\ntypedef {storage} S;\ntypedef {key} K;\nK_INLINE K k_key(S x) {{ return {load}; }}{order}",
         storage = kiln_codegen::c_type(dtype),
         key = key_type(dtype),
         load = key_load(dtype),
+        order = order(dtype),
     )
+}
+
+/// Helpers shared by both sort kernels: `k_before` orders (key, index) pairs, so ties keep
+/// their input order; indices at or past `len` are padding and sort after everything.
+fn header(dtype: DType) -> String {
+    let mut s = keys(dtype);
+    s.push_str(
+        r#"K_INLINE bool k_before(K a, uint32_t ia, K b, uint32_t ib, uint32_t len) {
+    if (ia >= len || ib >= len) return ia < ib;
+    const int o = k_order(a, b);
+    return o != 0 ? o < 0 : ia < ib;
+}
+"#,
+    );
+    s
 }
 
 /// A block sorts each row in shared memory: `p` (a power of two) keys, then `p` indices from
@@ -72,7 +97,7 @@ extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, cons
         const S *src = in + row * len;
         for (int64_t i = threadIdx.x; i < p; i += blockDim.x) {
             ix[i] = (uint32_t)i;
-            key[i] = i < len ? k_key(src[i]) : (K)0;
+            key[i] = i < len ? k_key(src[i]) : K();
         }
         __syncthreads();
         for (int64_t k = 2; k <= p; k <<= 1) {
@@ -124,7 +149,7 @@ extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, cons
         uint32_t *ri = ix + row * p;
         if (phase == 0) {
             ri[i] = (uint32_t)i;
-            rk[i] = i < len ? k_key(src[i]) : (K)0;
+            rk[i] = i < len ? k_key(src[i]) : K();
         } else if (phase == 1) {
             const int64_t l = i ^ j;
             if (l > i) {
@@ -150,18 +175,8 @@ extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, cons
 /// Binary search of each value in a sorted 1-d sequence under the same order (NaN last,
 /// equal values equal): the count of elements before it (`RIGHT`: not after it).
 fn search_source(dtype: DType, right: bool) -> String {
-    let nan = |v: &str| if dtype.is_float() { format!("{v} != {v}") } else { "false".into() };
     format!(
-        r#"{preamble}
-typedef {storage} S;
-typedef {key} K;
-K_INLINE K k_key(S x) {{ return {load}; }}
-/* -1, 0, 1 as a is before, equal to or after b. */
-K_INLINE int k_order(K a, K b) {{
-    const bool na = {na}, nb = {nb};
-    if (na || nb) return na == nb ? 0 : (na ? 1 : -1);
-    return a < b ? -1 : (b < a ? 1 : 0);
-}}
+        r#"{preamble}{keys}
 extern "C" __global__ void kiln_searchsorted(const int64_t n, const int64_t len, const S *__restrict__ seq,
                                            const S *__restrict__ values, uint32_t *__restrict__ out) {{
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
@@ -178,11 +193,7 @@ extern "C" __global__ void kiln_searchsorted(const int64_t n, const int64_t len,
 }}
 "#,
         preamble = kiln_codegen::cuda::PREAMBLE,
-        storage = kiln_codegen::c_type(dtype),
-        key = key_type(dtype),
-        load = key_load(dtype),
-        na = nan("a"),
-        nb = nan("b"),
+        keys = keys(dtype),
         before = if right { "o <= 0" } else { "o < 0" },
     )
 }
@@ -229,9 +240,6 @@ pub(crate) fn sort(
     x: &ArrayData,
     shape: &[usize],
 ) -> Result<ArrayData> {
-    if x.dtype == DType::C64 {
-        bail!(Type, op, "Complex sorts are not supported on the GPU yet.");
-    }
     let out_dtype = if arg { DType::U32 } else { x.dtype };
     let out = empty(shape, out_dtype)?;
     let len = shape[axis];
@@ -260,6 +268,7 @@ pub(crate) fn sort(
             global_source(x.dtype)
         }
     })?;
+    // Half floats compare as float; complex64's key is its (re, im) pair.
     let key_size = match x.dtype {
         DType::F16 | DType::BF16 => 4,
         d => d.size(),
@@ -324,5 +333,26 @@ mod tests {
         assert!(r.contains("if (o <= 0) lo = mid + 1; else hi = mid;"));
         assert!(r.contains("const bool na = a != a, nb = b != b;"));
         assert!(search_source(DType::I32, false).contains("if (o < 0) lo = mid + 1;"));
+    }
+
+    #[test]
+    fn complex_sort_sources() {
+        let c = shared_source(DType::C64);
+        assert!(c.contains("typedef kc64 S;\ntypedef kc64 K;"));
+        assert!(c.contains("const bool na = k_isnan(a), nb = k_isnan(b);"));
+        assert!(c.contains("return a < b ? -1 : (b < a ? 1 : 0);"));
+        // Padding keys are value-initialised (no `(K)0` cast, which a struct refuses).
+        assert!(c.contains(": K();") && !c.contains("(K)0"));
+        assert!(global_source(DType::C64).contains("rk[i] = i < len ? k_key(src[i]) : K();"));
+        assert!(search_source(DType::C64, false).contains("k_order(k_key(seq[mid]), v)"));
+        // Integers need no NaN rule.
+        assert!(shared_source(DType::U8).contains("const bool na = false, nb = false;"));
+        let mut all = Vec::new();
+        for d in [DType::C64, DType::BF16, DType::I32] {
+            all.push((format!("sort_shared_{d}.cu"), shared_source(d)));
+            all.push((format!("sort_global_{d}.cu"), global_source(d)));
+            all.push((format!("searchsorted_{d}.cu"), search_source(d, true)));
+        }
+        crate::nvrtc::dump_sources(&all);
     }
 }

@@ -47,8 +47,16 @@ fn gpu_support_table() {
     assert!(kiln_cuda::supports(&Primitive::Sort { axis: 0, arg: false }, f32s()));
     assert!(kiln_cuda::supports(&Primitive::SearchSorted { right: false }, f32s()));
     assert!(kiln_cuda::supports(&Primitive::MaskedScatter, f32s()));
-    assert!(!kiln_cuda::supports(
-        &Primitive::Sort { axis: 0, arg: true },
-        [DType::C64].into_iter()
-    ));
+    // complex64 sorts, products, arg reductions and scans have GPU kernels; the complex
+    // log-add-exp scan and linalg stay on the CPU (which refuses or computes them).
+    let c64 = || [DType::C64].into_iter();
+    assert!(kiln_cuda::supports(&Primitive::Sort { axis: 0, arg: true }, c64()));
+    assert!(kiln_cuda::supports(&Primitive::Matmul, [DType::C64, DType::C64].into_iter()));
+    let arg = Primitive::ArgReduce { op: kiln_base::ArgReduceOp::ArgMin, axis: 0 };
+    assert!(kiln_cuda::supports(&arg, c64()));
+    let scan = |op| Primitive::Scan { op, axis: 0, reverse: true, inclusive: false };
+    assert!(kiln_cuda::supports(&scan(kiln_base::ScanOp::Max), c64()));
+    assert!(!kiln_cuda::supports(&scan(kiln_base::ScanOp::LogAddExp), c64()));
+    let inv = Primitive::Linalg(kiln_base::LinalgOp::Inv);
+    assert!(!kiln_cuda::supports(&inv, c64()));
 }
