@@ -372,7 +372,7 @@ mod tests {
             assert_eq!(&image[..4], b"\x7fELF", "a CUBIN is an ELF image");
         }
         assert_ne!(images[0].as_ref().unwrap(), images[1].as_ref().unwrap());
-        let err = images[6].as_ref().err().expect("does not compile").to_string();
+        let err = images[6].as_ref().expect_err("does not compile").to_string();
         assert!(err.contains("undeclared_name"), "{err}");
         eprintln!("{} kernels on {threads} threads: {wall:?}", sources.len());
     }

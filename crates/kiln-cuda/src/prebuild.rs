@@ -104,10 +104,7 @@ pub fn threads_for(jobs: usize) -> usize {
 
 /// The distinct requests (by source) in first-seen order, each with whether `known` says it
 /// needs no work.
-pub fn distinct<'a>(
-    requests: &'a [Request],
-    known: impl Fn(&str) -> bool,
-) -> Vec<(&'a Request, bool)> {
+pub fn distinct(requests: &[Request], known: impl Fn(&str) -> bool) -> Vec<(&Request, bool)> {
     let mut seen = rustc_hash::FxHashSet::default();
     requests
         .iter()
