@@ -4,7 +4,10 @@
 use crate::alloc::{device_ptr, DEVICE};
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::{function, Function};
-use kiln_base::{ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result};
+use crate::prebuild::Request;
+use kiln_base::{
+    ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result, Shape,
+};
 use kiln_codegen::c::InputKind;
 use kiln_codegen::cuda::{cuda_kernel, kernel_symbol, vector_width, CudaVariant};
 use rustc_hash::FxHashMap;
@@ -45,15 +48,141 @@ fn kernel(program: &Arc<FusedProgram>, variant: CudaVariant) -> Result<Function>
     if let Some(f) = kernels.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(*f);
     }
-    let source = cuda_kernel(program, &key.1);
-    let f = function(&source, &kernel_symbol(program))?;
+    let request = kernel_request(program, &key.1);
+    let f = function(&request.source, &request.symbol)?;
     kernels.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f);
     Ok(f)
+}
+
+/// The CUDA C and entry point of one variant of `program`.
+fn kernel_request(program: &FusedProgram, variant: &CudaVariant) -> Request {
+    Request { source: cuda_kernel(program, variant), symbol: kernel_symbol(program) }
+}
+
+/// The kernel `run_program` will build for `prim` (a fused program or an eager elementwise
+/// primitive) over inputs of these layouts, named without running it (parallel builds,
+/// `prebuild`). Device blocks are 256-byte aligned, so a layout's offset decides whether its
+/// vector accesses are aligned. `None` for other primitives and for launches of no kernel.
+pub fn predict(
+    prim: &Primitive,
+    inputs: &[(Layout, DType)],
+    output: &(Shape, DType),
+) -> Option<Request> {
+    let program = match prim {
+        Primitive::Fused(p) => p.clone(),
+        _ => {
+            let dtypes: Vec<DType> = inputs.iter().map(|(_, d)| *d).collect();
+            Arc::new(single_op_program(prim, &dtypes, output.1)?)
+        }
+    };
+    if program.inputs.len() != inputs.len() || output.0.iter().product::<usize>() == 0 {
+        return None;
+    }
+    let views: Vec<InputView<'_>> = inputs
+        .iter()
+        .map(|(layout, dtype)| InputView {
+            layout,
+            dtype: *dtype,
+            addr: (layout.offset as u64).wrapping_mul(dtype.size() as u64),
+        })
+        .collect();
+    let plan = plan(&program, &views, &output.0).ok()?;
+    Some(kernel_request(&program, &plan.variant))
+}
+
+/// An input as the choice of variant sees it: its layout, dtype and the device address of
+/// its first element (only the address's alignment matters).
+struct InputView<'a> {
+    layout: &'a Layout,
+    dtype: DType,
+    addr: u64,
+}
+
+/// How `run_program` runs a program: the kernel variant, elements per thread, and for the
+/// strided variant its dims-and-strides argument.
+struct Plan {
+    variant: CudaVariant,
+    per_thread: usize,
+    table: Option<Vec<i64>>,
+}
+
+/// Contiguous inputs (or broadcast scalars) take the flat-index variant, with vector
+/// accesses when every vector input is aligned for them; any other layout the strided one.
+fn plan(program: &FusedProgram, inputs: &[InputView<'_>], shape: &[usize]) -> Result<Plan> {
+    let n: usize = shape.iter().product();
+    let kinds: Option<Vec<InputKind>> = inputs
+        .iter()
+        .map(|x| {
+            if x.layout.shape.as_slice() == shape && x.layout.row_contiguous {
+                Some(InputKind::Vector)
+            } else if x
+                .layout
+                .strides
+                .iter()
+                .zip(x.layout.shape.iter())
+                .all(|(&s, &d)| s == 0 || d == 1)
+            {
+                Some(InputKind::Scalar)
+            } else {
+                None
+            }
+        })
+        .collect();
+    match kinds {
+        Some(kinds) => {
+            let width = vector_width(program);
+            let aligned = inputs.iter().zip(&kinds).all(|(x, k)| {
+                *k == InputKind::Scalar || x.addr % (x.dtype.size() * width) as u64 == 0
+            });
+            let vector = if aligned { width } else { 1 };
+            Ok(Plan {
+                variant: CudaVariant::Contiguous { kinds, vector },
+                per_thread: vector,
+                table: None,
+            })
+        }
+        None => {
+            if let Some(x) = inputs.iter().find(|x| x.layout.shape.as_slice() != shape) {
+                kiln_base::bail!(
+                    Runtime,
+                    "elementwise",
+                    "A kernel input of shape {:?} does not match the output shape {shape:?}.",
+                    x.layout.shape
+                );
+            }
+            let layouts: Vec<&Layout> = inputs.iter().map(|x| x.layout).collect();
+            let (dims, strides) = collapse_layouts(shape, &layouts);
+            let reach: i64 = strides
+                .iter()
+                .map(|s| s.iter().zip(&dims).map(|(st, d)| st.abs() * (d - 1)).sum::<i64>())
+                .max()
+                .unwrap_or(0);
+            let wide = n as i64 > (i32::MAX as i64 >> 1) || reach > (i32::MAX as i64 >> 1);
+            let mut table = dims.clone();
+            for s in &strides {
+                table.extend_from_slice(s);
+            }
+            if inputs.is_empty() {
+                table.extend(std::iter::repeat_n(0, dims.len()));
+            }
+            Ok(Plan {
+                variant: CudaVariant::Strided { ndim: dims.len(), wide },
+                per_thread: 1,
+                table: Some(table),
+            })
+        }
+    }
 }
 
 /// Dims of `shape` merged where every input's strides allow (fewer index divisions), with
 /// each input's strides over the merged dims.
 pub(crate) fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<Vec<i64>>) {
+    let layouts: Vec<&Layout> = inputs.iter().map(|x| &x.layout).collect();
+    collapse_layouts(shape, &layouts)
+}
+
+/// `collapse` over layouts.
+fn collapse_layouts(shape: &[usize], inputs: &[&Layout]) -> (Vec<i64>, Vec<Vec<i64>>) {
     let mut dims: Vec<i64> = Vec::new();
     let mut strides: Vec<Vec<i64>> = vec![Vec::new(); inputs.len()];
     for (d, &extent) in shape.iter().enumerate() {
@@ -63,17 +192,17 @@ pub(crate) fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<
         let mergeable = !dims.is_empty()
             && inputs.iter().enumerate().all(|(k, x)| {
                 let last = *strides[k].last().expect("same length as dims");
-                last == x.layout.strides[d] as i64 * extent as i64
+                last == x.strides[d] as i64 * extent as i64
             });
         if mergeable {
             *dims.last_mut().expect("nonempty") *= extent as i64;
             for (k, x) in inputs.iter().enumerate() {
-                *strides[k].last_mut().expect("nonempty") = x.layout.strides[d] as i64;
+                *strides[k].last_mut().expect("nonempty") = x.strides[d] as i64;
             }
         } else {
             dims.push(extent as i64);
             for (k, x) in inputs.iter().enumerate() {
-                strides[k].push(x.layout.strides[d] as i64);
+                strides[k].push(x.strides[d] as i64);
             }
         }
     }
@@ -108,24 +237,11 @@ pub fn run_program(
         return Ok(outputs);
     }
     let in_ptr = |x: &ArrayData| device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size());
-    let kinds: Option<Vec<InputKind>> = inputs
+    let views: Vec<InputView<'_>> = inputs
         .iter()
-        .map(|x| {
-            if x.layout.shape.as_slice() == shape && x.layout.row_contiguous {
-                Some(InputKind::Vector)
-            } else if x
-                .layout
-                .strides
-                .iter()
-                .zip(x.layout.shape.iter())
-                .all(|(&s, &d)| s == 0 || d == 1)
-            {
-                Some(InputKind::Scalar)
-            } else {
-                None
-            }
-        })
+        .map(|x| InputView { layout: &x.layout, dtype: x.dtype, addr: in_ptr(x) })
         .collect();
+    let Plan { variant, per_thread, table } = plan(program, &views, shape)?;
     let mut args = Args::new();
     args.i64(n as i64);
     for x in inputs {
@@ -134,42 +250,10 @@ pub fn run_program(
     for y in &outputs {
         args.ptr(device_ptr(&y.buffer, 0, y.dtype.size()));
     }
-    let (f, per_thread) = match kinds {
-        Some(kinds) => {
-            let width = vector_width(program);
-            let aligned = inputs.iter().zip(&kinds).all(|(x, k)| {
-                *k == InputKind::Scalar || in_ptr(x) % (x.dtype.size() * width) as u64 == 0
-            });
-            let vector = if aligned { width } else { 1 };
-            (kernel(program, CudaVariant::Contiguous { kinds, vector })?, vector)
-        }
-        None => {
-            if let Some(x) = inputs.iter().find(|x| x.layout.shape.as_slice() != shape) {
-                kiln_base::bail!(
-                    Runtime,
-                    "elementwise",
-                    "A kernel input of shape {:?} does not match the output shape {shape:?}.",
-                    x.layout.shape
-                );
-            }
-            let (dims, strides) = collapse(shape, inputs);
-            let reach: i64 = strides
-                .iter()
-                .map(|s| s.iter().zip(&dims).map(|(st, d)| st.abs() * (d - 1)).sum::<i64>())
-                .max()
-                .unwrap_or(0);
-            let wide = n as i64 > (i32::MAX as i64 >> 1) || reach > (i32::MAX as i64 >> 1);
-            let mut table = dims.clone();
-            for s in &strides {
-                table.extend_from_slice(s);
-            }
-            if inputs.is_empty() {
-                table.extend(std::iter::repeat_n(0, dims.len()));
-            }
-            args.i64_struct(&table);
-            (kernel(program, CudaVariant::Strided { ndim: dims.len(), wide })?, 1)
-        }
-    };
+    if let Some(table) = &table {
+        args.i64_struct(table);
+    }
+    let f = kernel(program, variant)?;
     let blocks = blocks_for(n as u64, BLOCK as u64 * per_thread as u64);
     launch("elementwise", f, blocks, BLOCK, 0, &mut args)?;
     Ok(outputs)
@@ -224,6 +308,54 @@ mod tests {
         };
         out.push(("mixed".into(), mixed));
         out
+    }
+
+    /// `predict` names the variant `run_program` picks for each layout (it shares `plan`).
+    #[test]
+    fn predict_follows_the_layouts() {
+        use kiln_base::BinaryOp;
+        let f32s = DType::F32;
+        let add = Primitive::Binary(BinaryOp::Add);
+        let out: (Shape, DType) = ([4, 6].as_slice().into(), f32s);
+        let program = single_op_program(&add, &[f32s, f32s], f32s).unwrap();
+        let expect = |variant| Some(kernel_request(&program, &variant));
+        let row = Layout::contiguous(&[4, 6]);
+        let vector = vector_width(&program);
+        let both = vec![InputKind::Vector; 2];
+        let aligned = [(row.clone(), f32s), (row.clone(), f32s)];
+        assert_eq!(
+            predict(&add, &aligned, &out),
+            expect(CudaVariant::Contiguous { kinds: both.clone(), vector })
+        );
+        // An offset of one element breaks 16-byte vector accesses: scalar loads.
+        let shifted = Layout::new([4, 6].as_slice().into(), [6, 1].as_slice().into(), 1);
+        let unaligned = [(row.clone(), f32s), (shifted, f32s)];
+        assert_eq!(
+            predict(&add, &unaligned, &out),
+            expect(CudaVariant::Contiguous { kinds: both, vector: 1 })
+        );
+        // A broadcast scalar is read once; a transposed view takes the strided variant.
+        let scalar = Layout::new([4, 6].as_slice().into(), [0, 0].as_slice().into(), 0);
+        let kinds = vec![InputKind::Vector, InputKind::Scalar];
+        assert_eq!(
+            predict(&add, &[(row.clone(), f32s), (scalar, f32s)], &out),
+            expect(CudaVariant::Contiguous { kinds, vector })
+        );
+        let t = Layout::new([4, 6].as_slice().into(), [1, 4].as_slice().into(), 0);
+        assert_eq!(
+            predict(&add, &[(row.clone(), f32s), (t, f32s)], &out),
+            expect(CudaVariant::Strided { ndim: 2, wide: false })
+        );
+        // No kernel for empty outputs or non-elementwise primitives; a fused program is
+        // predicted as itself.
+        let empty: (Shape, DType) = ([0, 6].as_slice().into(), f32s);
+        let e = Layout::contiguous(&[0, 6]);
+        assert_eq!(predict(&add, &[(e.clone(), f32s), (e, f32s)], &empty), None);
+        assert_eq!(predict(&Primitive::Matmul, &aligned, &out), None);
+        let fused = Primitive::Fused(Arc::new(program.clone()));
+        assert_eq!(predict(&fused, &aligned, &out), predict(&add, &aligned, &out));
+        // Wrong input count: no guess.
+        assert_eq!(predict(&fused, &aligned[..1], &out), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - `alloc`: device memory behind a size-class cache, with counters and limits;
 //! - `transfer`: host <-> device copies of array data;
 //! - `nvrtc`: CUDA C -> CUBIN for the device's architecture, cached in memory and on disk;
+//! - `prebuild`: the kernels a compiled function will need, built on several threads at once;
 //! - `launch`: kernel argument packing and launches;
 //! - `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
 //!   every eager elementwise primitive;
@@ -37,6 +38,7 @@ pub mod launch;
 pub mod masked;
 pub mod matmul;
 pub mod nvrtc;
+pub mod prebuild;
 pub mod reduce;
 pub mod rows;
 pub mod runtime;

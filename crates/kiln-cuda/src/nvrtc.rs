@@ -1,7 +1,8 @@
 //! CUDA C -> CUBIN with NVRTC for the device's exact architecture, loaded as a module.
 //! Built kernels are cached in memory by source and on disk by (source hash, architecture,
 //! NVRTC version), so a second process pays no compile. Files are written atomically and
-//! checked against their source before use.
+//! checked against their source before use. No lock is held while building: kernels build
+//! lazily at their first launch (`function`), or several at once ahead of it (`prebuild`).
 
 use crate::runtime::{driver_error, gpu};
 use cudarc::driver::{result as driver, sys as dsys};
@@ -49,6 +50,9 @@ pub struct Built {
     /// NVRTC time (zero when loaded from disk).
     pub build_ms: f64,
     pub from_disk: bool,
+    /// The parallel batch that built it (`prebuild::BatchReport::id`); `None`: built alone,
+    /// at its first launch.
+    pub batch: Option<u64>,
 }
 
 static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
@@ -58,9 +62,21 @@ pub fn built() -> Vec<Built> {
     BUILT.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-fn record(symbol: &str, source: &str, build_ms: f64, from_disk: bool) {
-    let built = Built { symbol: symbol.into(), source: source.into(), build_ms, from_disk };
-    BUILT.lock().unwrap_or_else(|e| e.into_inner()).push(built);
+/// Builds of a parallel batch that failed, by source: the error is given to the first
+/// `function` call for that source, so it surfaces where a lazy build would have raised it.
+static FAILED: OnceLock<Mutex<HashMap<String, kiln_base::Error>>> = OnceLock::new();
+
+fn failed() -> &'static Mutex<HashMap<String, kiln_base::Error>> {
+    FAILED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn modules() -> &'static Mutex<HashMap<String, Function>> {
+    MODULES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Whether `source` is loaded in this process already (no build, no disk read needed).
+pub(crate) fn in_memory(source: &str) -> bool {
+    modules().lock().unwrap_or_else(|e| e.into_inner()).contains_key(source)
 }
 
 fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -90,48 +106,100 @@ fn cache_dir() -> Option<PathBuf> {
     Some(base.join("kiln").join("cuda-kernels"))
 }
 
-/// The entry point `symbol` of `source`, built (or found in a cache) and loaded.
-pub fn function(source: &str, symbol: &str) -> Result<Function> {
-    let modules = MODULES.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(f) = modules.lock().unwrap_or_else(|e| e.into_inner()).get(source) {
-        STATS.lock().unwrap_or_else(|e| e.into_inner()).memory_hits += 1;
-        return Ok(*f);
+/// What kernels are built for: the device's architecture and the NVRTC version (both part
+/// of the disk cache key).
+pub(crate) struct Target {
+    arch: String,
+    nvrtc: String,
+}
+
+impl Target {
+    /// The GPU's target (its context is made current on the calling thread).
+    pub(crate) fn of_gpu() -> Result<Target> {
+        let gpu = gpu()?;
+        let (vmaj, vmin) = nvrtc_version();
+        Ok(Target {
+            arch: format!("sm_{}{}", gpu.arch.0, gpu.arch.1),
+            nvrtc: format!("nvrtc{vmaj}.{vmin}"),
+        })
     }
-    let gpu = gpu()?;
-    let arch = format!("sm_{}{}", gpu.arch.0, gpu.arch.1);
-    let (vmaj, vmin) = nvrtc_version();
-    let key =
-        fnv1a(&[source.as_bytes(), arch.as_bytes(), format!("nvrtc{vmaj}.{vmin}").as_bytes()]);
+}
+
+/// A kernel loaded from the disk cache or built, and how.
+pub(crate) struct Loaded {
+    pub function: Function,
+    /// NVRTC wall time on the building thread (zero when loaded from disk).
+    pub build_ms: f64,
+    pub from_disk: bool,
+}
+
+/// The entry point `symbol` of `source`, from the disk cache or built by NVRTC (and written
+/// to the cache), then loaded. Takes no lock: several threads may build at once (NVRTC
+/// programs are independent); loading binds the GPU's context on the calling thread.
+pub(crate) fn obtain(source: &str, symbol: &str, target: &Target) -> Result<Loaded> {
+    let key = fnv1a(&[source.as_bytes(), target.arch.as_bytes(), target.nvrtc.as_bytes()]);
     let paths = cache_dir()
         .map(|d| (d.join(format!("{key:016x}.cubin")), d.join(format!("{key:016x}.cu"))));
     let cached = paths.as_ref().and_then(|(cubin, src)| {
         let same = std::fs::read_to_string(src).ok().is_some_and(|s| s == source);
         same.then(|| std::fs::read(cubin).ok()).flatten()
     });
-    let image = match cached.as_ref().and_then(|image| load(image, symbol).ok()) {
-        Some(f) => {
-            STATS.lock().unwrap_or_else(|e| e.into_inner()).disk_hits += 1;
-            record(symbol, source, 0.0, true);
-            modules.lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), f);
-            return Ok(f);
-        }
-        None => {
-            let start = Instant::now();
-            let image = compile(source, &arch)?;
-            let mut stats = STATS.lock().unwrap_or_else(|e| e.into_inner());
-            stats.compiled += 1;
-            stats.compile_time += start.elapsed();
-            record(symbol, source, start.elapsed().as_secs_f64() * 1e3, false);
-            image
-        }
-    };
+    if let Some(function) = cached.as_ref().and_then(|image| load(image, symbol).ok()) {
+        return Ok(Loaded { function, build_ms: 0.0, from_disk: true });
+    }
+    let start = Instant::now();
+    let image = compile(source, &target.arch)?;
+    let build_ms = start.elapsed().as_secs_f64() * 1e3;
     if let Some((cubin, src)) = &paths {
         let _ =
             write_atomically(cubin, &image).and_then(|_| write_atomically(src, source.as_bytes()));
     }
-    let f = load(&image, symbol)?;
-    modules.lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), f);
-    Ok(f)
+    let function = load(&image, symbol)?;
+    Ok(Loaded { function, build_ms, from_disk: false })
+}
+
+/// Publishes a kernel `obtain` produced: counters, the explain record, the memory cache.
+pub(crate) fn publish(source: &str, symbol: &str, loaded: &Loaded, batch: Option<u64>) {
+    {
+        let mut stats = STATS.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.from_disk {
+            stats.disk_hits += 1;
+        } else {
+            stats.compiled += 1;
+            stats.compile_time += Duration::from_secs_f64(loaded.build_ms / 1e3);
+        }
+    }
+    let built = Built {
+        symbol: symbol.into(),
+        source: source.into(),
+        build_ms: loaded.build_ms,
+        from_disk: loaded.from_disk,
+        batch,
+    };
+    BUILT.lock().unwrap_or_else(|e| e.into_inner()).push(built);
+    modules().lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), loaded.function);
+}
+
+/// Keeps a batch build's error for the first `function` call of `source`.
+pub(crate) fn remember_failure(source: &str, error: kiln_base::Error) {
+    failed().lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), error);
+}
+
+/// The entry point `symbol` of `source`, built (or found in a cache) and loaded.
+pub fn function(source: &str, symbol: &str) -> Result<Function> {
+    if let Some(f) = modules().lock().unwrap_or_else(|e| e.into_inner()).get(source) {
+        STATS.lock().unwrap_or_else(|e| e.into_inner()).memory_hits += 1;
+        return Ok(*f);
+    }
+    // A parallel batch tried this source and failed: its error, once (a later call builds
+    // again, as it would have without the batch).
+    if let Some(e) = failed().lock().unwrap_or_else(|e| e.into_inner()).remove(source) {
+        return Err(e);
+    }
+    let target = Target::of_gpu()?;
+    let loaded = obtain(source, symbol, &target)?;
+    publish(source, symbol, &loaded, None);
+    Ok(loaded.function)
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -143,7 +211,7 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 }
 
 /// NVRTC: source -> CUBIN for `arch`. Errors carry the compiler log (with line numbers).
-fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
+pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
     let src = CString::new(source).map_err(|_| kiln_base::Error::Value {
         op: "cuda_compile",
         msg: "The kernel source contains a NUL byte.".into(),
@@ -253,5 +321,59 @@ pub(crate) fn dump_sources(sources: &[(String, String)]) {
         for (name, source) in sources {
             std::fs::write(dir.join(name), source).unwrap();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch's failed build is raised by the first launch needing that kernel, with the
+    /// same error; later calls build again as without a batch (here: no GPU).
+    #[test]
+    fn batch_failures_reach_the_launch_once() {
+        let source = "extern \"C\" __global__ void kiln_broken() { undeclared; }";
+        let error = kiln_base::Error::Value {
+            op: "cuda_compile",
+            msg: "NVRTC failed to compile the kernel:\nerror: identifier is undefined".into(),
+        };
+        remember_failure(source, error.clone());
+        assert_eq!(function(source, "kiln_broken").err(), Some(error));
+        if !crate::is_available() {
+            let again = function(source, "kiln_broken").err().expect("no GPU here");
+            assert!(again.to_string().contains("GPU is not available"), "{again}");
+        }
+    }
+
+    /// NVRTC needs no GPU: where libnvrtc loads (`LD_LIBRARY_PATH`), kernels compile on
+    /// several threads at once, each to its own CUBIN, and a broken one carries its log.
+    #[test]
+    fn nvrtc_compiles_in_parallel_without_a_gpu() {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { nsys::is_culib_present() } {
+            eprintln!("skipped: libnvrtc not found");
+            return;
+        }
+        let kernel = |k: usize| {
+            format!(
+                "extern \"C\" __global__ void kiln_t{k}(float* y, const float* x, long long n) {{\n\
+                 long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n\
+                 if (i < n) y[i] = x[i] * {k}.0f + 1.0f;\n}}\n"
+            )
+        };
+        let mut sources: Vec<String> = (0..6).map(kernel).collect();
+        sources.push("extern \"C\" __global__ void kiln_bad() { undeclared_name; }".into());
+        let threads = crate::prebuild::threads_for(sources.len()).max(2);
+        let start = Instant::now();
+        let images = crate::prebuild::run_parallel(&sources, threads, |s| compile(s, "sm_90"));
+        let wall = start.elapsed();
+        for image in &images[..6] {
+            let image = image.as_ref().expect("compiles");
+            assert_eq!(&image[..4], b"\x7fELF", "a CUBIN is an ELF image");
+        }
+        assert_ne!(images[0].as_ref().unwrap(), images[1].as_ref().unwrap());
+        let err = images[6].as_ref().expect_err("does not compile").to_string();
+        assert!(err.contains("undeclared_name"), "{err}");
+        eprintln!("{} kernels on {threads} threads: {wall:?}", sources.len());
     }
 }

@@ -60,8 +60,41 @@ impl PyCompiled {
             None => None,
         };
         d.set_item("cuda_graph", graph)?;
+        let prebuild = match self.0.prebuild_report() {
+            Some(r) => Some(batch_dict(py, r)?),
+            None => None,
+        };
+        d.set_item("gpu_prebuild", prebuild)?;
         Ok(d)
     }
+}
+
+/// A parallel kernel build as data: each kernel with how it was obtained, the threads, the
+/// batch's wall time and the NVRTC time summed over its threads.
+fn batch_dict<'py>(
+    py: Python<'py>,
+    r: &kiln_cuda::prebuild::BatchReport,
+) -> PyResult<Bound<'py, PyDict>> {
+    use kiln_cuda::prebuild::Outcome;
+    let d = PyDict::new(py);
+    d.set_item("id", r.id)?;
+    let kernels = PyList::empty(py);
+    for k in &r.kernels {
+        let kd = PyDict::new(py);
+        kd.set_item("name", &k.symbol)?;
+        kd.set_item("state", k.outcome.name())?;
+        kd.set_item("build_ms", k.build_ms)?;
+        kernels.append(kd)?;
+    }
+    d.set_item("kernels", kernels)?;
+    d.set_item("built", r.count(Outcome::Built))?;
+    d.set_item("disk_hits", r.count(Outcome::Disk))?;
+    d.set_item("memory_hits", r.count(Outcome::Memory))?;
+    d.set_item("failed", r.count(Outcome::Failed))?;
+    d.set_item("threads", r.threads)?;
+    d.set_item("wall_ms", r.wall_ms)?;
+    d.set_item("build_ms", r.build_ms())?;
+    Ok(d)
 }
 
 /// Traces `fun(list[array]) -> list[array]` on placeholders shaped like `inputs`.
@@ -306,9 +339,15 @@ fn cuda_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         kd.set_item("build_ms", k.build_ms)?;
         kd.set_item("from_disk", k.from_disk)?;
         kd.set_item("source", k.source)?;
+        kd.set_item("batch", k.batch)?;
         kernels.append(kd)?;
     }
     d.set_item("kernels", kernels)?;
+    let batches = PyList::empty(py);
+    for b in kiln_cuda::prebuild::batches() {
+        batches.append(batch_dict(py, &b)?)?;
+    }
+    d.set_item("batches", batches)?;
     Ok(d)
 }
 

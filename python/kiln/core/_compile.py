@@ -225,10 +225,12 @@ class _CompiledFunction:
         """What compile did, as data: one dict per cache entry (its key, the graph as
         traced, after simplify and after fusion, the fused regions with the reason fusion
         stopped at each border; on the GPU, ``cuda_graph``: the state of the entry's CUDA
-        graph, its node count and launches), why the last call traced again, call and trace
-        counts, and the kernel builders' counters (``kernels``; GPU kernels under
-        ``kernels["cuda"]``: NVRTC builds, disk hits, and each kernel's name, source and build
-        time)."""
+        graph, its node count and launches; ``gpu_prebuild``: the kernels its first call
+        needed, built in parallel before it ran, with the threads, the batch's wall time and
+        each kernel's build time), why the last call traced again, call and trace counts, and
+        the kernel builders' counters (``kernels``; GPU kernels under ``kernels["cuda"]``:
+        NVRTC builds, disk hits, each kernel's name, source, build time and batch, and every
+        parallel batch under ``batches``)."""
         _core._wait_for_builds()
         entries = []
         for graph, _, n_out, key in self._cache.values():

@@ -254,6 +254,11 @@ impl GraphReplay {
 
     /// Records the nodes over fresh staging buffers into a CUDA graph.
     fn capture(&self, graph: &Graph, inputs: &[ArrayData], consts: Vec<ArrayData>) -> Result<Plan> {
+        // Inputs that were views took other kernel variants so far: build the row-major
+        // ones together now rather than one by one inside the capture.
+        if inputs.iter().any(|x| !x.layout.row_contiguous || x.layout.offset != 0) {
+            super::prebuild::prebuild_row_major(graph);
+        }
         let staging = inputs
             .iter()
             .map(|x| row_major_buffer(&x.layout.shape, x.dtype))

@@ -6,6 +6,7 @@
 //! - `concat.rs`: sums of zero-padded slices (split gradients) -> one concatenate;
 //! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
 //! - `cuda_graph.rs`: GPU entries replayed as one captured CUDA graph;
+//! - `prebuild.rs`: a GPU entry's kernels built in parallel before its first call;
 //! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
 //!
 //! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
@@ -16,6 +17,7 @@ mod cuda_graph;
 mod dot;
 mod fuse;
 mod graph;
+mod prebuild;
 mod simplify;
 
 pub use cuda_graph::GraphStatus;
@@ -83,6 +85,9 @@ pub struct Compiled {
     pub regions: Vec<Region>,
     /// GPU entries: the CUDA-graph replay (none for shapeless or CPU entries).
     cuda_graph: Option<cuda_graph::GraphReplay>,
+    /// The parallel build of the kernels the first call needed (set at the first replay
+    /// over real inputs of the traced shapes; `None` inside: nothing to build on the GPU).
+    prebuilt: OnceLock<Option<kiln_cuda::prebuild::BatchReport>>,
 }
 
 /// Traces `fun` on placeholders shaped like `inputs` and optimises the graph.
@@ -143,6 +148,7 @@ where
     let cuda_graph = if shapeless { None } else { cuda_graph::GraphReplay::new(&graph) };
     Ok(Compiled {
         cuda_graph,
+        prebuilt: OnceLock::new(),
         broadcast_like,
         traced: traced.describe(),
         simplified: simplified.describe(),
@@ -194,6 +200,25 @@ impl Compiled {
         self.cuda_graph.as_ref().map(cuda_graph::GraphReplay::status)
     }
 
+    /// What the parallel build before the first GPU call did (explain); `None` before the
+    /// first call, for CPU entries, or with nothing to build.
+    pub fn prebuild_report(&self) -> Option<&kiln_cuda::prebuild::BatchReport> {
+        self.prebuilt.get().and_then(Option::as_ref)
+    }
+
+    /// Before the first call over real inputs: the GPU kernels it will launch, built in
+    /// parallel (concurrent first calls wait for one batch). Shapeless entries predict only
+    /// for inputs of the traced shapes, the ones the graph's nodes record.
+    fn prebuild_kernels(&self, inputs: &[Array]) {
+        if self.prebuilt.get().is_some()
+            || inputs.iter().any(|a| a.is_tracer() || a.is_placeholder())
+            || inputs.iter().zip(&self.graph.inputs).any(|(a, (s, _))| a.shape() != s.as_slice())
+        {
+            return;
+        }
+        self.prebuilt.get_or_init(|| prebuild::prebuild(&self.graph, inputs));
+    }
+
     /// Number of primitive calls one replay records.
     pub fn num_nodes(&self) -> usize {
         self.graph.nodes.len()
@@ -231,6 +256,7 @@ impl Compiled {
                 );
             }
         }
+        self.prebuild_kernels(inputs);
         if let Some(replay) = &self.cuda_graph {
             if let Some(outputs) = replay.call(g, inputs)? {
                 return Ok(outputs);
