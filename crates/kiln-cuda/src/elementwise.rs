@@ -7,6 +7,7 @@ use crate::nvrtc::{function, Function};
 use kiln_base::{ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result};
 use kiln_codegen::c::InputKind;
 use kiln_codegen::cuda::{cuda_kernel, kernel_symbol, vector_width, CudaVariant};
+use kiln_codegen::cuda_packed::packs;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -34,6 +35,13 @@ pub fn single_op_program(
     steps.push(FusedStep { op, dtype: output });
     let last = steps.len() - 1;
     Some(FusedProgram { inputs: inputs.to_vec(), steps, outputs: vec![last] })
+}
+
+/// Half-precision steps computed two at a time in contiguous kernels (`cuda_packed`), unless
+/// `KILN_CUDA_PACKED=0` (read once): the per-element code, to compare on a device.
+fn packed_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_CUDA_PACKED").map_or(true, |v| v.trim() != "0"))
 }
 
 type Key = (Arc<FusedProgram>, CudaVariant);
@@ -141,7 +149,8 @@ pub fn run_program(
                 *k == InputKind::Scalar || in_ptr(x) % (x.dtype.size() * width) as u64 == 0
             });
             let vector = if aligned { width } else { 1 };
-            (kernel(program, CudaVariant::Contiguous { kinds, vector })?, vector)
+            let packed = packed_enabled() && packs(program, vector);
+            (kernel(program, CudaVariant::Contiguous { kinds, vector, packed })?, vector)
         }
         None => {
             if let Some(x) = inputs.iter().find(|x| x.layout.shape.as_slice() != shape) {
@@ -174,6 +183,9 @@ pub fn run_program(
     launch("elementwise", f, blocks, BLOCK, 0, &mut args)?;
     Ok(outputs)
 }
+
+#[cfg(test)]
+mod packed_tests;
 
 #[cfg(test)]
 mod tests {
@@ -232,11 +244,15 @@ mod tests {
         for (name, p) in complex_programs() {
             let kinds = vec![InputKind::Vector; p.inputs.len()];
             let width = kiln_codegen::cuda::vector_width(&p);
-            let v = cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width });
+            let v =
+                cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width, packed: true });
             assert!(v.contains("kc64"), "{name}");
             sources.push((format!("ew_{name}_vec.cu"), v));
             let scalars = vec![InputKind::Scalar; p.inputs.len()];
-            let s = cuda_kernel(&p, &CudaVariant::Contiguous { kinds: scalars, vector: 1 });
+            let s = cuda_kernel(
+                &p,
+                &CudaVariant::Contiguous { kinds: scalars, vector: 1, packed: true },
+            );
             sources.push((format!("ew_{name}_scalar.cu"), s));
             let st = cuda_kernel(&p, &CudaVariant::Strided { ndim: 2, wide: true });
             sources.push((format!("ew_{name}_strided.cu"), st));
