@@ -80,14 +80,25 @@ fn exact_reciprocal(v: Scalar, dtype: DType) -> Option<u16> {
     (back == r && normal).then_some(bits)
 }
 
+/// Whether step `k` is a literal whose half bits are `bits`.
+fn is_literal_bits(program: &FusedProgram, k: usize, bits: u16) -> bool {
+    let step = &program.steps[k];
+    matches!(step.op, FusedOp::Literal(v) if half_bits(v.as_f64(), step.dtype) == bits)
+}
+
 /// How a step's value is made.
 enum Rule {
-    /// A half step computed packed from its operands' packed forms: the expression.
-    Packed(String),
+    /// A half step computed packed: the expression, the steps whose packed forms it reads
+    /// and those whose float forms it reads (where's condition).
+    Packed { expr: String, packed: Vec<usize>, float: Vec<usize> },
     /// Computed per lane from the operands' float forms (rounded once per pair if half).
     Lanes,
     /// A half input or literal: both forms are free.
     Leaf,
+}
+
+fn packed(expr: String, packed: Vec<usize>) -> Rule {
+    Rule::Packed { expr, packed, float: vec![] }
 }
 
 fn rule(program: &FusedProgram, i: usize) -> Rule {
@@ -100,51 +111,60 @@ fn rule(program: &FusedProgram, i: usize) -> Rule {
     let h = tag(d);
     match &step.op {
         FusedOp::Input(_) | FusedOp::Literal(_) => Rule::Leaf,
-        FusedOp::Binary(op, a, b) if same(*a) && same(*b) => match op {
-            BinaryOp::Add => Rule::Packed(format!("k_add_{h}x2(p{a}, p{b})")),
-            BinaryOp::Subtract => Rule::Packed(format!("k_sub_{h}x2(p{a}, p{b})")),
-            BinaryOp::Multiply => Rule::Packed(format!("k_mul_{h}x2(p{a}, p{b})")),
-            BinaryOp::Maximum => Rule::Packed(format!("k_maximum_{h}x2(p{a}, p{b})")),
-            BinaryOp::Minimum => Rule::Packed(format!("k_minimum_{h}x2(p{a}, p{b})")),
-            BinaryOp::Divide => match program.steps[*b].op {
-                FusedOp::Literal(v) => match exact_reciprocal(v, d) {
-                    Some(r) => Rule::Packed(format!("k_mul_{h}x2(p{a}, 0x{r:04x}{r:04x}u)")),
-                    None => Rule::Lanes,
+        FusedOp::Binary(op, a, b) if same(*a) && same(*b) => {
+            let (a, b) = (*a, *b);
+            let both = |name: &str| packed(format!("k_{name}_{h}x2(p{a}, p{b})"), vec![a, b]);
+            match op {
+                BinaryOp::Add => both("add"),
+                BinaryOp::Subtract => both("sub"),
+                BinaryOp::Multiply => both("mul"),
+                // max(x, +0.0): bit operations only (NaN and -0.0 as k_maximum).
+                BinaryOp::Maximum if is_literal_bits(program, b, 0) => {
+                    packed(format!("k_relu_{h}x2(p{a})"), vec![a])
+                }
+                BinaryOp::Maximum => both("maximum"),
+                BinaryOp::Minimum => both("minimum"),
+                BinaryOp::Divide => match program.steps[b].op {
+                    FusedOp::Literal(v) => match exact_reciprocal(v, d) {
+                        Some(r) => packed(format!("k_mul_{h}x2(p{a}, 0x{r:04x}{r:04x}u)"), vec![a]),
+                        None => Rule::Lanes,
+                    },
+                    _ => Rule::Lanes,
                 },
                 _ => Rule::Lanes,
-            },
-            _ => Rule::Lanes,
-        },
+            }
+        }
         // Exact on the bits: the sign flipped or cleared in both halves.
         FusedOp::Unary(UnaryOp::Negative, a) if same(*a) => {
-            Rule::Packed(format!("(p{a} ^ 0x80008000u)"))
+            packed(format!("(p{a} ^ 0x80008000u)"), vec![*a])
         }
         FusedOp::Unary(UnaryOp::Abs, a) if same(*a) => {
-            Rule::Packed(format!("(p{a} & 0x7fff7fffu)"))
+            packed(format!("(p{a} & 0x7fff7fffu)"), vec![*a])
         }
-        FusedOp::Where(c, a, b) if same(*a) && same(*b) => {
-            Rule::Packed(format!("k_pick_h2(t{c}_0, t{c}_1, p{a}, p{b})"))
-        }
-        FusedOp::AsType(a) if same(*a) => Rule::Packed(format!("p{a}")),
+        FusedOp::Where(c, a, b) if same(*a) && same(*b) => Rule::Packed {
+            expr: format!("k_pick_h2(t{c}_0, t{c}_1, p{a}, p{b})"),
+            packed: vec![*a, *b],
+            float: vec![*c],
+        },
+        FusedOp::AsType(a) if same(*a) => packed(format!("p{a}"), vec![*a]),
         _ => Rule::Lanes,
     }
 }
 
 /// The steps whose packed form (`.0`) or float form (`.1`) step `i` reads.
 fn operands(program: &FusedProgram, i: usize) -> (Vec<usize>, Vec<usize>) {
-    let step = &program.steps[i];
-    let all: Vec<usize> = match &step.op {
-        FusedOp::Input(_) | FusedOp::Literal(_) => vec![],
-        FusedOp::Unary(_, a) | FusedOp::AsType(a) => vec![*a],
-        FusedOp::Binary(_, a, b) => vec![*a, *b],
-        FusedOp::Where(c, a, b) => vec![*c, *a, *b],
-    };
-    match (rule(program, i), &step.op) {
-        (Rule::Packed(_), FusedOp::Where(c, a, b)) => (vec![*a, *b], vec![*c]),
-        // Divide by a literal reads the literal's reciprocal, not the literal.
-        (Rule::Packed(_), FusedOp::Binary(BinaryOp::Divide, a, _)) => (vec![*a], vec![]),
-        (Rule::Packed(_), _) => (all, vec![]),
-        _ => (vec![], all),
+    match rule(program, i) {
+        Rule::Packed { packed, float, .. } => (packed, float),
+        Rule::Leaf => (vec![], vec![]),
+        Rule::Lanes => {
+            let all = match program.steps[i].op {
+                FusedOp::Input(_) | FusedOp::Literal(_) => vec![],
+                FusedOp::Unary(_, a) | FusedOp::AsType(a) => vec![a],
+                FusedOp::Binary(_, a, b) => vec![a, b],
+                FusedOp::Where(c, a, b) => vec![c, a, b],
+            };
+            (vec![], all)
+        }
     }
 }
 
@@ -268,7 +288,7 @@ pub(crate) fn paired_vector(
                 }
                 continue;
             }
-            Rule::Packed(expr) => {
+            Rule::Packed { expr, .. } => {
                 let _ = writeln!(s, "{ind}const uint32_t p{i} = {expr};");
             }
             Rule::Lanes if is_half(d) => {

@@ -388,3 +388,13 @@ K_INLINE uint32_t k_pick_h2(bool lo, bool hi, uint32_t a, uint32_t b) {
     }
 K_HALF2_MINMAX(bf16)
 K_HALF2_MINMAX(f16)
+/* k_maximum(a, +0.0) per half on the bits (relu): a where its sign is clear (positive, +0,
+ * +NaN) or it is a NaN, else +0. `low` = 0x7fff - the infinity's bits, so a magnitude above
+ * the infinity's (a NaN) carries into bit 15 of its half, and never beyond it. */
+K_INLINE uint32_t k_relu_h2(uint32_t a, uint32_t low) {
+    const uint32_t nan = ((a & 0x7fff7fffu) + low * 0x10001u) & 0x80008000u;
+    const uint32_t drop = a & ~nan & 0x80008000u;
+    return a & ~((drop >> 15) * 0xffffu);
+}
+K_INLINE uint32_t k_relu_bf16x2(uint32_t a) { return k_relu_h2(a, 0x007fu); }
+K_INLINE uint32_t k_relu_f16x2(uint32_t a) { return k_relu_h2(a, 0x03ffu); }

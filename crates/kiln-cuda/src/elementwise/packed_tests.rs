@@ -137,6 +137,12 @@ fn single_ops(d: DType) -> Vec<(String, FusedProgram)> {
 fn packed_half_kernels_generate_for_every_op() {
     let mut sources = vec![];
     for d in [DType::BF16, DType::F16] {
+        // The per-element variants of the workloads, to compare the two offline.
+        for (name, p) in workloads(d) {
+            let kinds = vec![InputKind::Vector; p.inputs.len()];
+            let v = CudaVariant::Contiguous { kinds, vector: vector_width(&p), packed: false };
+            sources.push((format!("perelem_{d}_{name}.cu"), cuda_kernel(&p, &v)));
+        }
         let named = workloads(d).into_iter().map(|(n, p)| (n.to_string(), p));
         for (name, p) in named.chain(single_ops(d)) {
             let width = vector_width(&p);
@@ -161,6 +167,9 @@ fn packed_half_kernels_generate_for_every_op() {
     crate::nvrtc::dump_sources(&sources);
     let silu = &sources.iter().find(|(n, _)| n == "packed_bfloat16_silu_mul.cu").unwrap().1;
     assert!(silu.contains("const uint32_t p4 = k_mul_bf16x2(p3, p1);"));
+    let relu = &sources.iter().find(|(n, _)| n == "packed_float16_relu_chain.cu").unwrap().1;
+    assert!(relu.contains("const uint32_t p7 = k_relu_f16x2(p6);"));
+    assert!(!relu.contains("const uint32_t p3 ="), "the zero is not read packed");
     let adam = &sources.iter().find(|(n, _)| n == "packed_float16_adam.cu").unwrap().1;
     assert!(adam.contains("k_f16x2_pack((float)(k_sqrt((t16_0)))"));
 }
