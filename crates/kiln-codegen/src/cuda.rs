@@ -11,7 +11,7 @@
 //! `k_*` names as C++ overloads, so both backends compute one definition of each op.
 
 use crate::c::{body, compute_type, load, InputKind};
-use crate::c_type;
+use crate::{c_type, cuda_packed};
 use kiln_base::{DType, FusedProgram};
 use std::fmt::Write;
 
@@ -29,8 +29,10 @@ pub const PREAMBLE: &str = include_str!("preamble.cu");
 /// Which CUDA kernel to generate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CudaVariant {
-    /// Flat index; `vector` elements per access (1 = plain loads).
-    Contiguous { kinds: Vec<InputKind>, vector: usize },
+    /// Flat index; `vector` elements per access (1 = plain loads); `packed`: half-precision
+    /// steps of full vectors computed two at a time (`cuda_packed`; only where
+    /// `cuda_packed::packs` allows, else ignored).
+    Contiguous { kinds: Vec<InputKind>, vector: usize, packed: bool },
     /// Any layout over `ndim` dims; `wide` = 64-bit offsets.
     Strided { ndim: usize, wide: bool },
 }
@@ -79,14 +81,24 @@ pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
     let symbol = kernel_symbol(program);
     let _ = writeln!(s, "extern \"C\" __global__ void {symbol}({}) {{", params.join(", "));
     match variant {
-        CudaVariant::Contiguous { kinds, vector } => contiguous(&mut s, program, kinds, *vector),
+        CudaVariant::Contiguous { kinds, vector, packed } => {
+            contiguous(&mut s, program, kinds, *vector, *packed)
+        }
         CudaVariant::Strided { ndim, wide } => strided(&mut s, program, *ndim, *wide),
     }
     s.push_str("}\n");
     s
 }
 
-fn contiguous(s: &mut String, program: &FusedProgram, kinds: &[InputKind], vector: usize) {
+fn contiguous(
+    s: &mut String,
+    program: &FusedProgram,
+    kinds: &[InputKind],
+    vector: usize,
+    packed: bool,
+) {
+    let v = vector.max(1);
+    let packed = packed && cuda_packed::packs(program, v);
     let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
     for (k, &dtype) in program.inputs.iter().enumerate() {
         if scalar(k) {
@@ -94,7 +106,9 @@ fn contiguous(s: &mut String, program: &FusedProgram, kinds: &[InputKind], vecto
             let _ = writeln!(s, "    const {ty} s{k} = {};", load(dtype, &format!("in{k}[0]")));
         }
     }
-    let v = vector.max(1);
+    if packed {
+        s.push_str(&cuda_packed::scalar_prelude(program, kinds));
+    }
     let _ = writeln!(s, "    const int64_t step = (int64_t)gridDim.x * blockDim.x * {v};");
     let _ = writeln!(
         s,
@@ -110,31 +124,10 @@ fn contiguous(s: &mut String, program: &FusedProgram, kinds: &[InputKind], vecto
     let plain_output = |k: usize| format!("out{k}[i]");
     if v > 1 {
         let _ = writeln!(s, "        if (base + {v} <= n) {{");
-        for (k, &dtype) in program.inputs.iter().enumerate() {
-            if !scalar(k) {
-                let ty = storage_type(dtype);
-                let _ = writeln!(
-                    s,
-                    "            const KVec<{ty}, {v}> v{k} = *(const KVec<{ty}, {v}> *)(in{k} + base);"
-                );
-            }
-        }
-        for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
-            let _ = writeln!(s, "            KVec<{}, {v}> r{k};", storage_type(dtype));
-        }
-        let _ = writeln!(s, "#pragma unroll\n            for (int u = 0; u < {v}; ++u) {{");
-        let vec_input = |k: usize| {
-            if scalar(k) {
-                format!("s{k}")
-            } else {
-                load(program.inputs[k], &format!("v{k}.v[u]"))
-            }
-        };
-        s.push_str(&body(program, &vec_input, &|k| format!("r{k}.v[u]"), "                "));
-        s.push_str("            }\n");
-        for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
-            let ty = storage_type(dtype);
-            let _ = writeln!(s, "            *(KVec<{ty}, {v}> *)(out{k} + base) = r{k};");
+        if packed {
+            cuda_packed::paired_vector(s, program, kinds, v, "            ");
+        } else {
+            vector_body(s, program, kinds, v);
         }
         s.push_str("        } else {\n");
         let _ = writeln!(s, "            for (int64_t i = base; i < n; ++i) {{");
@@ -145,6 +138,37 @@ fn contiguous(s: &mut String, program: &FusedProgram, kinds: &[InputKind], vecto
         s.push_str(&body(program, &plain_input, &plain_output, "        "));
     }
     s.push_str("    }\n");
+}
+
+/// The full-vector part of the contiguous kernel, one element at a time.
+fn vector_body(s: &mut String, program: &FusedProgram, kinds: &[InputKind], v: usize) {
+    let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        if !scalar(k) {
+            let ty = storage_type(dtype);
+            let _ = writeln!(
+                    s,
+                    "            const KVec<{ty}, {v}> v{k} = *(const KVec<{ty}, {v}> *)(in{k} + base);"
+                );
+        }
+    }
+    for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+        let _ = writeln!(s, "            KVec<{}, {v}> r{k};", storage_type(dtype));
+    }
+    let _ = writeln!(s, "#pragma unroll\n            for (int u = 0; u < {v}; ++u) {{");
+    let vec_input = |k: usize| {
+        if scalar(k) {
+            format!("s{k}")
+        } else {
+            load(program.inputs[k], &format!("v{k}.v[u]"))
+        }
+    };
+    s.push_str(&body(program, &vec_input, &|k| format!("r{k}.v[u]"), "                "));
+    s.push_str("            }\n");
+    for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
+        let ty = storage_type(dtype);
+        let _ = writeln!(s, "            *(KVec<{ty}, {v}> *)(out{k} + base) = r{k};");
+    }
 }
 
 fn strided(s: &mut String, program: &FusedProgram, ndim: usize, wide: bool) {
@@ -199,6 +223,7 @@ mod tests {
         let v = CudaVariant::Contiguous {
             kinds: vec![InputKind::Vector, InputKind::Scalar],
             vector: vector_width(&p),
+            packed: true,
         };
         let src = cuda_kernel(&p, &v);
         let kernel = &src[PREAMBLE.len()..];
@@ -258,5 +283,145 @@ extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t
         p.steps.push(FusedStep { op: FusedOp::Literal(Scalar::Int(1)), dtype: DType::I64 });
         p.outputs.push(5);
         assert_eq!(vector_width(&p), 2);
+    }
+
+    #[test]
+    fn packed_bf16_kernel_snapshot() {
+        let p = silu_mul(DType::BF16);
+        let kinds = vec![InputKind::Vector, InputKind::Scalar];
+        let v = CudaVariant::Contiguous { kinds, vector: vector_width(&p), packed: true };
+        let src = cuda_kernel(&p, &v);
+        let kernel = &src[PREAMBLE.len()..];
+        let expected = r#"
+/* Compiled_sigmoid_multiply_multiply */
+extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t n, const uint16_t *__restrict__ in0, const uint16_t *__restrict__ in1, uint16_t *__restrict__ out0) {
+    const float s1 = k_bf16_to_f32(in1[0]);
+    const uint32_t sp1 = (uint32_t)in1[0] * 0x10001u;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * 8;
+    for (int64_t base = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; base < n; base += step) {
+        if (base + 8 <= n) {
+            const KVec<uint32_t, 4> v0 = *(const KVec<uint32_t, 4> *)(in0 + base);
+            KVec<uint32_t, 4> r0;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const uint32_t p0 = v0.v[u];
+                const float t0_0 = k_bf16x2_lo(v0.v[u]);
+                const float t0_1 = k_bf16x2_hi(v0.v[u]);
+                const uint32_t p1 = sp1;
+                const uint32_t p2 = k_bf16x2_pack((float)(k_sigmoid((t0_0))), (float)(k_sigmoid((t0_1))));
+                const uint32_t p3 = k_mul_bf16x2(p0, p2);
+                const uint32_t p4 = k_mul_bf16x2(p3, p1);
+                r0.v[u] = p4;
+            }
+            *(KVec<uint32_t, 4> *)(out0 + base) = r0;
+        } else {
+            for (int64_t i = base; i < n; ++i) {
+                const float t0 = k_bf16_to_f32(in0[i]);
+                const float t1 = s1;
+                const float t2 = k_round_bf16((float)(k_sigmoid((t0))));
+                const float t3 = k_round_bf16((float)(((t0) * (t2))));
+                const float t4 = k_round_bf16((float)(((t3) * (t1))));
+                out0[i] = k_f64_to_bf16((double)(t4));
+            }
+        }
+    }
+}
+"#;
+        assert_eq!(kernel, expected);
+        // The switch off (or a program without half steps) keeps the per-element body.
+        let off = CudaVariant::Contiguous {
+            kinds: vec![InputKind::Vector, InputKind::Scalar],
+            vector: 8,
+            packed: false,
+        };
+        assert!(!cuda_kernel(&p, &off).contains("k_mul_bf16x2(p"));
+        let f32_packed = CudaVariant::Contiguous {
+            kinds: vec![InputKind::Vector, InputKind::Scalar],
+            vector: 4,
+            packed: true,
+        };
+        let f = silu_mul(DType::F32);
+        assert_eq!(cuda_kernel(&f, &f32_packed), {
+            let v = CudaVariant::Contiguous {
+                kinds: vec![InputKind::Vector, InputKind::Scalar],
+                vector: 4,
+                packed: false,
+            };
+            cuda_kernel(&f, &v)
+        });
+    }
+
+    /// f16 with a float32 detour, a power-of-two divide, where / compare, negate, abs and max.
+    fn f16_mixed() -> FusedProgram {
+        let h = DType::F16;
+        let st = |op, dtype| FusedStep { op, dtype };
+        FusedProgram {
+            inputs: vec![h, DType::F32, DType::Bool],
+            steps: vec![
+                st(FusedOp::Input(0), h),                               // 0
+                st(FusedOp::Input(1), DType::F32),                      // 1
+                st(FusedOp::Literal(Scalar::Float(2.0)), h),            // 2
+                st(FusedOp::Binary(BinaryOp::Divide, 0, 2), h),         // 3
+                st(FusedOp::AsType(3), DType::F32),                     // 4
+                st(FusedOp::Binary(BinaryOp::Add, 4, 1), DType::F32),   // 5
+                st(FusedOp::AsType(5), h),                              // 6
+                st(FusedOp::Binary(BinaryOp::Less, 6, 0), DType::Bool), // 7
+                st(FusedOp::Unary(UnaryOp::Negative, 6), h),            // 8
+                st(FusedOp::Where(7, 8, 3), h),                         // 9
+                st(FusedOp::Unary(UnaryOp::Abs, 9), h),                 // 10
+                st(FusedOp::Binary(BinaryOp::Maximum, 10, 0), h),       // 11
+                st(FusedOp::Input(2), DType::Bool),                     // 12
+                st(FusedOp::Where(12, 11, 2), h),                       // 13
+                st(FusedOp::Literal(Scalar::Float(3.0)), h),            // 14
+                st(FusedOp::Binary(BinaryOp::Divide, 13, 14), h),       // 15
+            ],
+            outputs: vec![15, 5, 7],
+        }
+    }
+
+    #[test]
+    fn packed_f16_mixed_program() {
+        let p = f16_mixed();
+        assert_eq!(vector_width(&p), 4);
+        let kinds = vec![InputKind::Vector, InputKind::Vector, InputKind::Scalar];
+        let v = CudaVariant::Contiguous { kinds, vector: 4, packed: true };
+        let src = cuda_kernel(&p, &v);
+        for line in [
+            "const KVec<uint32_t, 2> v0 = *(const KVec<uint32_t, 2> *)(in0 + base);",
+            "const KVec<float, 4> v1 = *(const KVec<float, 4> *)(in1 + base);",
+            "for (int u = 0; u < 2; ++u) {",
+            "const float t1_1 = v1.v[2 * u + 1];",
+            // x / 2 is x * 0.5 (0x3800 in float16): exact, one instruction.
+            "const uint32_t p3 = k_mul_f16x2(p0, 0x38003800u);",
+            "const float t3_0 = k_f16x2_lo(p3);",
+            "const float t4_1 = ((float)(t3_1));",
+            "const float t5_0 = (float)(((t4_0) + (t1_0)));",
+            "const uint32_t p6 = k_f16x2_pack((float)(t5_0), (float)(t5_1));",
+            "const bool t7_0 = (bool)(((t6_0) < (t0_0)));",
+            "const uint32_t p8 = (p6 ^ 0x80008000u);",
+            "const uint32_t p9 = k_pick_h2(t7_0, t7_1, p8, p3);",
+            "const uint32_t p10 = (p9 & 0x7fff7fffu);",
+            "const uint32_t p11 = k_maximum_f16x2(p10, p0);",
+            "const bool t12_0 = s2;",
+            "const uint32_t p2 = 0x40004000u;",
+            "const uint32_t p13 = k_pick_h2(t12_0, t12_1, p11, p2);",
+            // x / 3 has no exact reciprocal: computed in float, rounded once per pair.
+            "const uint32_t p15 = k_f16x2_pack((float)(((t13_0) / (t14_0))), (float)(((t13_1) / (t14_1))));",
+            "const float t14_0 = 3e0f;",
+            "r0.v[u] = p15;",
+            "r1.v[2 * u + 0] = t5_0;",
+            "r2.v[2 * u + 1] = t7_1;",
+            "*(KVec<uint32_t, 2> *)(out0 + base) = r0;",
+            "*(KVec<bool, 4> *)(out2 + base) = r2;",
+        ] {
+            assert!(src.contains(line), "missing {line}\n{}", &src[PREAMBLE.len()..]);
+        }
+        // Forms nobody reads are not made: the literal 3 packed, input 0's floats are.
+        assert!(!src.contains("const uint32_t p14"));
+        assert!(src.contains("const float t0_0 = k_f16x2_lo(v0.v[u]);"));
+        // Unaligned (vector 1) kernels stay per element.
+        let one =
+            CudaVariant::Contiguous { kinds: vec![InputKind::Vector; 3], vector: 1, packed: true };
+        assert!(!cuda_kernel(&p, &one)[PREAMBLE.len()..].contains("x2"));
     }
 }

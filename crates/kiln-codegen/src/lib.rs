@@ -4,6 +4,7 @@
 
 pub mod c;
 pub mod cuda;
+pub mod cuda_packed;
 
 use kiln_base::{BinaryOp, DType, UnaryOp};
 

@@ -12,7 +12,7 @@ fn program(inputs: Vec<DType>, steps: Vec<(FusedOp, DType)>, outputs: Vec<usize>
 
 fn kernel(p: &FusedProgram) -> String {
     let kinds = vec![InputKind::Vector; p.inputs.len()];
-    let src = cuda_kernel(p, &CudaVariant::Contiguous { kinds, vector: 1 });
+    let src = cuda_kernel(p, &CudaVariant::Contiguous { kinds, vector: 1, packed: false });
     src[PREAMBLE.len()..].to_string()
 }
 

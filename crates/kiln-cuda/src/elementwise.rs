@@ -10,6 +10,7 @@ use kiln_base::{
 };
 use kiln_codegen::c::InputKind;
 use kiln_codegen::cuda::{cuda_kernel, kernel_symbol, vector_width, CudaVariant};
+use kiln_codegen::cuda_packed::packs;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -37,6 +38,13 @@ pub fn single_op_program(
     steps.push(FusedStep { op, dtype: output });
     let last = steps.len() - 1;
     Some(FusedProgram { inputs: inputs.to_vec(), steps, outputs: vec![last] })
+}
+
+/// Half-precision steps computed two at a time in contiguous kernels (`cuda_packed`), unless
+/// `KILN_CUDA_PACKED=0` (read once): the per-element code, to compare on a device.
+fn packed_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_CUDA_PACKED").map_or(true, |v| v.trim() != "0"))
 }
 
 type Key = (Arc<FusedProgram>, CudaVariant);
@@ -135,8 +143,9 @@ fn plan(program: &FusedProgram, inputs: &[InputView<'_>], shape: &[usize]) -> Re
                 *k == InputKind::Scalar || x.addr % (x.dtype.size() * width) as u64 == 0
             });
             let vector = if aligned { width } else { 1 };
+            let packed = packed_enabled() && packs(program, vector);
             Ok(Plan {
-                variant: CudaVariant::Contiguous { kinds, vector },
+                variant: CudaVariant::Contiguous { kinds, vector, packed },
                 per_thread: vector,
                 table: None,
             })
@@ -260,6 +269,9 @@ pub fn run_program(
 }
 
 #[cfg(test)]
+mod packed_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::complex::{binary_supported, unary_supported};
@@ -325,21 +337,21 @@ mod tests {
         let aligned = [(row.clone(), f32s), (row.clone(), f32s)];
         assert_eq!(
             predict(&add, &aligned, &out),
-            expect(CudaVariant::Contiguous { kinds: both.clone(), vector })
+            expect(CudaVariant::Contiguous { kinds: both.clone(), vector, packed: false })
         );
         // An offset of one element breaks 16-byte vector accesses: scalar loads.
         let shifted = Layout::new([4, 6].as_slice().into(), [6, 1].as_slice().into(), 1);
         let unaligned = [(row.clone(), f32s), (shifted, f32s)];
         assert_eq!(
             predict(&add, &unaligned, &out),
-            expect(CudaVariant::Contiguous { kinds: both, vector: 1 })
+            expect(CudaVariant::Contiguous { kinds: both, vector: 1, packed: false })
         );
         // A broadcast scalar is read once; a transposed view takes the strided variant.
         let scalar = Layout::new([4, 6].as_slice().into(), [0, 0].as_slice().into(), 0);
         let kinds = vec![InputKind::Vector, InputKind::Scalar];
         assert_eq!(
             predict(&add, &[(row.clone(), f32s), (scalar, f32s)], &out),
-            expect(CudaVariant::Contiguous { kinds, vector })
+            expect(CudaVariant::Contiguous { kinds, vector, packed: false })
         );
         let t = Layout::new([4, 6].as_slice().into(), [1, 4].as_slice().into(), 0);
         assert_eq!(
@@ -364,11 +376,15 @@ mod tests {
         for (name, p) in complex_programs() {
             let kinds = vec![InputKind::Vector; p.inputs.len()];
             let width = kiln_codegen::cuda::vector_width(&p);
-            let v = cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width });
+            let v =
+                cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width, packed: true });
             assert!(v.contains("kc64"), "{name}");
             sources.push((format!("ew_{name}_vec.cu"), v));
             let scalars = vec![InputKind::Scalar; p.inputs.len()];
-            let s = cuda_kernel(&p, &CudaVariant::Contiguous { kinds: scalars, vector: 1 });
+            let s = cuda_kernel(
+                &p,
+                &CudaVariant::Contiguous { kinds: scalars, vector: 1, packed: true },
+            );
             sources.push((format!("ew_{name}_scalar.cu"), s));
             let st = cuda_kernel(&p, &CudaVariant::Strided { ndim: 2, wide: true });
             sources.push((format!("ew_{name}_strided.cu"), st));
