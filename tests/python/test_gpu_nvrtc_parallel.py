@@ -57,7 +57,7 @@ def cuda_kernels():
 # Views of the inputs change the variants the first call needs: contiguous (16-byte vector
 # accesses), strided (transposed), and contiguous but misaligned (offset of one element).
 VIEWS = {
-    "plain": lambda a: a,
+    "plain": lambda a: mx.array(a),
     "transposed": lambda a: mx.array(np.ascontiguousarray(a.T)).T,
     "offset": lambda a: mx.array(np.concatenate([[0.0], a.ravel()]).astype(np.float32))[
         1:
@@ -74,7 +74,7 @@ def test_first_call_builds_every_fused_kernel_in_one_batch(view):
         c, s = regions(x, y, w)
         return c * scale, s
 
-    xs, ys, ws = (VIEWS[view](mx.array(v)) for v in (x, y, w))
+    xs, ys, ws = (VIEWS[view](np.asarray(v, np.float32)) for v in (x, y, w))
     mx.eval(xs, ys, ws)
     f = mx.compile(fn)
     before = len(cuda_kernels())

@@ -146,7 +146,13 @@ fn packed_half_kernels_generate_for_every_op() {
         let named = workloads(d).into_iter().map(|(n, p)| (n.to_string(), p));
         for (name, p) in named.chain(single_ops(d)) {
             let width = vector_width(&p);
-            assert!(packs(&p, width), "{name} {d}");
+            // Picks of halves (maximum, minimum, where) stay per element for now.
+            let picks = name.contains("relu")
+                || ["binary_maximum", "binary_minimum", "where"].contains(&name.as_str());
+            assert_eq!(packs(&p, width), !picks, "{name} {d}");
+            if picks {
+                continue;
+            }
             let n_in = p.inputs.len();
             let vector = CudaVariant::Contiguous {
                 kinds: vec![InputKind::Vector; n_in],
@@ -167,9 +173,6 @@ fn packed_half_kernels_generate_for_every_op() {
     crate::nvrtc::dump_sources(&sources);
     let silu = &sources.iter().find(|(n, _)| n == "packed_bfloat16_silu_mul.cu").unwrap().1;
     assert!(silu.contains("const uint32_t p4 = k_mul_bf16x2(p3, p1);"));
-    let relu = &sources.iter().find(|(n, _)| n == "packed_float16_relu_chain.cu").unwrap().1;
-    assert!(relu.contains("const uint32_t p7 = k_relu_f16x2(p6);"));
-    assert!(!relu.contains("const uint32_t p3 ="), "the zero is not read packed");
     let adam = &sources.iter().find(|(n, _)| n == "packed_float16_adam.cu").unwrap().1;
     assert!(adam.contains("k_f16x2_pack((float)(k_sqrt((t16_0)))"));
 }
