@@ -298,3 +298,18 @@ def test_diagonal_of_contiguous_input_is_a_view(name):
     assert_matches(mx.diagonal(x), np.diagonal(ref), name)
     assert_matches(mx.diagonal(x.T, 1), np.diagonal(ref.T, 1), name)
     assert_matches(mx.diagonal(x[::-1, ::-2], -1), np.diagonal(ref[::-1, ::-2], -1), name)
+
+
+def test_arange_keeps_the_sign_of_a_negative_zero_start():
+    # numpy and MLX: element 0 is `start` itself.
+    for dt in (mx.float32, mx.float16, mx.bfloat16):
+        a = np.array(mx.arange(-0.0, 3.0, dtype=dt).astype(mx.float32))
+        assert np.signbit(a[0]) and a.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_compiled_negative_zero_literal_on_every_call():
+    # The fused interpreter tier (first calls) builds literals with arange.
+    f = mx.compile(lambda x: (x + 0.5) * -0.0)
+    x = mx.array([1.0, 2.0])
+    for _ in range(3):
+        assert np.signbit(np.array(f(x))).all()

@@ -20,7 +20,8 @@ pub(crate) fn arange(
         } else {
             let (s, d) = (start.as_f64(), step.as_f64());
             for (i, o) in out.iter_mut().enumerate() {
-                *o = T::from_f64(s + i as f64 * d);
+                // Element 0 is `start` itself (-0.0 + 0.0 would lose the sign), as numpy.
+                *o = T::from_f64(if i == 0 { s } else { s + i as f64 * d });
             }
         }
         Ok(())

@@ -9,7 +9,8 @@ use kiln_base::shape::size_of;
 use kiln_base::{bail, ArrayData, DType, Layout, Result, Scalar};
 use std::fmt::Write;
 
-/// `out[i] = start + i * step`: floats computed in double and rounded once (as the CPU),
+/// `out[i] = start + i * step`: floats computed in double and rounded once (as the CPU;
+/// element 0 is `start` itself, keeping a -0.0),
 /// integers in wrapping 64-bit arithmetic and truncated.
 fn arange_source(dtype: DType) -> String {
     let storage = kiln_codegen::c_type(dtype);
@@ -21,7 +22,7 @@ fn arange_source(dtype: DType) -> String {
         };
         (
             "const double s, const double d",
-            format!("const double v = s + (double)i * d; out[i] = {store};"),
+            format!("const double v = i == 0 ? s : s + (double)i * d; out[i] = {store};"),
         )
     } else {
         let store = if dtype == DType::Bool { "v != 0" } else { "(S)(int64_t)v" };
