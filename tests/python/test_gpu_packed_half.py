@@ -47,6 +47,10 @@ PROGRAMS = {
     "where_cmp": (2, lambda x, y: mx.where(x < y, mx.maximum(x, y), mx.minimum(x, -y)), True),
     "where_eq": (2, lambda x, y: (mx.where(x == y, x, y * 2), x >= y, mx.maximum(y, x)), True),
     "relu": (1, lambda x: mx.maximum(x, 0) + mx.minimum(0, x), True),
+    # Picks against a literal: ptxas once made the bfloat16 high half of these a float
+    # min / max whose canonical NaN (0x7fffffff) turned the low half NaN too.
+    "pick_literal": (1, lambda x: (mx.minimum(0, x), mx.maximum(8, x), mx.minimum(8, x),
+                                   mx.where(mx.logical_not(x > 0), x, 0)), True),
     "mixed_f32": (2, lambda x, y: ((x.astype(mx.float32) * 1.1 + y.astype(mx.float32)).astype(x.dtype) * x,
                                    x.astype(mx.float32) - y), True),
     "mixed_int": (2, lambda x, y: (x * 4).astype(mx.int32).astype(x.dtype) + y, True),
@@ -228,6 +232,9 @@ BIT_OPS = {
     "multiply": mx.multiply,
     "divide_pow2": lambda x, y: (x / 4, y / -0.5),
     "where": lambda x, y: mx.where(x < y, x, y),
+    # The shuffled operand puts NaN high halves beside numbers (see PROGRAMS "pick_literal").
+    "pick_literal": lambda x, y: (mx.minimum(0.0, y), mx.maximum(8.0, y),
+                                  mx.where(mx.logical_not(y > 0), y, 0.0)),
 }
 
 

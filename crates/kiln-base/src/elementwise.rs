@@ -29,18 +29,33 @@ pub struct Facts {
     /// The value in generated C/CUDA, operands spelled `a` and `b` (unary: `a`), computed in
     /// the op's dtype; helpers named `k_*` come from kiln-codegen's preamble.
     pub c_expr: &'static str,
+    /// Rough cost per element in simple instructions (1: arithmetic, logic, compares; about 8:
+    /// a correctly rounded division or square root; about 20: a function of the math
+    /// library). Launch shapes read it: a kernel that computes much per byte it moves gives
+    /// each GPU thread several vectors (kiln-cuda `elementwise`).
+    pub cost: u32,
 }
 
 const fn row(name: &'static str, domain: Domain, c_expr: &'static str) -> Facts {
-    Facts { name, domain, bool_output: false, c_expr }
+    Facts { name, domain, bool_output: false, c_expr, cost: 1 }
+}
+
+/// A row whose op is a math-library function (`exp`, `erf`).
+const fn math(name: &'static str, c_expr: &'static str) -> Facts {
+    Facts { cost: 20, ..row(name, Domain::Float, c_expr) }
+}
+
+/// A row with a division or square root at its heart.
+const fn divides(name: &'static str, domain: Domain, c_expr: &'static str) -> Facts {
+    Facts { cost: 8, ..row(name, domain, c_expr) }
 }
 
 const fn logical(name: &'static str, c_expr: &'static str) -> Facts {
-    Facts { name, domain: Domain::Bool, bool_output: true, c_expr }
+    Facts { name, domain: Domain::Bool, bool_output: true, c_expr, cost: 1 }
 }
 
 const fn cmp(name: &'static str, c_expr: &'static str) -> Facts {
-    Facts { name, domain: Domain::Any, bool_output: true, c_expr }
+    Facts { name, domain: Domain::Any, bool_output: true, c_expr, cost: 1 }
 }
 
 /// One-input elementwise ops.
@@ -120,35 +135,35 @@ impl UnaryOp {
         match self {
             UnaryOp::Negative => row("negative", Numeric, "(-a)"),
             UnaryOp::Abs => row("abs", Any, "k_abs(a)"),
-            UnaryOp::Exp => row("exp", Float, "k_exp(a)"),
-            UnaryOp::Log => row("log", Float, "k_log(a)"),
-            UnaryOp::Sqrt => row("sqrt", Float, "k_sqrt(a)"),
-            UnaryOp::Sin => row("sin", Float, "k_sin(a)"),
-            UnaryOp::Tanh => row("tanh", Float, "k_tanh(a)"),
-            UnaryOp::Sigmoid => row("sigmoid", Float, "k_sigmoid(a)"),
-            UnaryOp::Erf => row("erf", Float, "k_erf(a)"),
-            UnaryOp::ErfInv => row("erfinv", Float, "k_erfinv(a)"),
+            UnaryOp::Exp => math("exp", "k_exp(a)"),
+            UnaryOp::Log => math("log", "k_log(a)"),
+            UnaryOp::Sqrt => divides("sqrt", Float, "k_sqrt(a)"),
+            UnaryOp::Sin => math("sin", "k_sin(a)"),
+            UnaryOp::Tanh => math("tanh", "k_tanh(a)"),
+            UnaryOp::Sigmoid => math("sigmoid", "k_sigmoid(a)"),
+            UnaryOp::Erf => math("erf", "k_erf(a)"),
+            UnaryOp::ErfInv => math("erfinv", "k_erfinv(a)"),
             // MLX's sign: NaN gives 0; unsigned gives 0 or 1; bool is the identity.
             UnaryOp::Sign => row("sign", Any, "k_sign(a)"),
             // Integers and bool are already integral: the front end returns them unchanged.
             UnaryOp::Floor => row("floor", Any, "k_floor(a)"),
             UnaryOp::Ceil => row("ceil", Any, "k_ceil(a)"),
             UnaryOp::Round => row("round", Any, "k_rint(a)"),
-            UnaryOp::Rsqrt => row("rsqrt", Float, "k_rsqrt(a)"),
-            UnaryOp::Expm1 => row("expm1", Float, "k_expm1(a)"),
-            UnaryOp::Log1p => row("log1p", Float, "k_log1p(a)"),
-            UnaryOp::Log2 => row("log2", Float, "k_log2(a)"),
-            UnaryOp::Log10 => row("log10", Float, "k_log10(a)"),
-            UnaryOp::Cos => row("cos", Float, "k_cos(a)"),
-            UnaryOp::Tan => row("tan", Float, "k_tan(a)"),
-            UnaryOp::ArcSin => row("arcsin", Float, "k_asin(a)"),
-            UnaryOp::ArcCos => row("arccos", Float, "k_acos(a)"),
-            UnaryOp::ArcTan => row("arctan", Float, "k_atan(a)"),
-            UnaryOp::Sinh => row("sinh", Float, "k_sinh(a)"),
-            UnaryOp::Cosh => row("cosh", Float, "k_cosh(a)"),
-            UnaryOp::ArcSinh => row("arcsinh", Float, "k_asinh(a)"),
-            UnaryOp::ArcCosh => row("arccosh", Float, "k_acosh(a)"),
-            UnaryOp::ArcTanh => row("arctanh", Float, "k_atanh(a)"),
+            UnaryOp::Rsqrt => divides("rsqrt", Float, "k_rsqrt(a)"),
+            UnaryOp::Expm1 => math("expm1", "k_expm1(a)"),
+            UnaryOp::Log1p => math("log1p", "k_log1p(a)"),
+            UnaryOp::Log2 => math("log2", "k_log2(a)"),
+            UnaryOp::Log10 => math("log10", "k_log10(a)"),
+            UnaryOp::Cos => math("cos", "k_cos(a)"),
+            UnaryOp::Tan => math("tan", "k_tan(a)"),
+            UnaryOp::ArcSin => math("arcsin", "k_asin(a)"),
+            UnaryOp::ArcCos => math("arccos", "k_acos(a)"),
+            UnaryOp::ArcTan => math("arctan", "k_atan(a)"),
+            UnaryOp::Sinh => math("sinh", "k_sinh(a)"),
+            UnaryOp::Cosh => math("cosh", "k_cosh(a)"),
+            UnaryOp::ArcSinh => math("arcsinh", "k_asinh(a)"),
+            UnaryOp::ArcCosh => math("arccosh", "k_acosh(a)"),
+            UnaryOp::ArcTanh => math("arctanh", "k_atanh(a)"),
             UnaryOp::LogicalNot => logical("logical_not", "(!a)"),
             // On bool it is logical not (C's `~` would promote to int first).
             UnaryOp::BitwiseInvert => row("bitwise_invert", Integer, "k_invert(a)"),
@@ -219,11 +234,11 @@ impl BinaryOp {
             BinaryOp::Add => row("add", Any, "(a + b)"),
             BinaryOp::Subtract => row("subtract", Any, "(a - b)"),
             BinaryOp::Multiply => row("multiply", Any, "(a * b)"),
-            BinaryOp::Divide => row("divide", Float, "(a / b)"),
+            BinaryOp::Divide => divides("divide", Float, "(a / b)"),
             // NaN wins in both, as in MLX.
             BinaryOp::Maximum => row("maximum", Any, "k_maximum(a, b)"),
             BinaryOp::Minimum => row("minimum", Any, "k_minimum(a, b)"),
-            BinaryOp::Power => row("power", Any, "k_power(a, b)"),
+            BinaryOp::Power => Facts { cost: 20, ..row("power", Any, "k_power(a, b)") },
             BinaryOp::Equal => cmp("equal", "(a == b)"),
             BinaryOp::NotEqual => cmp("not_equal", "(a != b)"),
             BinaryOp::Less => cmp("less", "(a < b)"),
@@ -232,12 +247,12 @@ impl BinaryOp {
             BinaryOp::GreaterEqual => cmp("greater_equal", "(a >= b)"),
             // Integers never trap: `x // 0` is 0 and `x % 0` is x; floats: floor(a / b) and
             // a remainder with the divisor's sign.
-            BinaryOp::FloorDivide => row("floor_divide", Any, "k_floor_divide(a, b)"),
-            BinaryOp::Remainder => row("remainder", Any, "k_remainder(a, b)"),
+            BinaryOp::FloorDivide => divides("floor_divide", Any, "k_floor_divide(a, b)"),
+            BinaryOp::Remainder => divides("remainder", Any, "k_remainder(a, b)"),
             BinaryOp::LogicalAnd => logical("logical_and", "(a && b)"),
             BinaryOp::LogicalOr => logical("logical_or", "(a || b)"),
-            BinaryOp::LogAddExp => row("logaddexp", Float, "k_logaddexp(a, b)"),
-            BinaryOp::ArcTan2 => row("arctan2", Float, "k_atan2(a, b)"),
+            BinaryOp::LogAddExp => math("logaddexp", "k_logaddexp(a, b)"),
+            BinaryOp::ArcTan2 => math("arctan2", "k_atan2(a, b)"),
             BinaryOp::BitwiseAnd => row("bitwise_and", Integer, "(a & b)"),
             BinaryOp::BitwiseOr => row("bitwise_or", Integer, "(a | b)"),
             BinaryOp::BitwiseXor => row("bitwise_xor", Integer, "(a ^ b)"),

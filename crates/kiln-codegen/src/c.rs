@@ -11,7 +11,7 @@
 //! float16/bfloat16 results are rounded at every node, exactly as the eager kernels do.
 
 use crate::{binary_expr, c_type, unary_expr};
-use kiln_base::{DType, FusedOp, FusedProgram, Scalar, UnaryOp};
+use kiln_base::{BinaryOp, DType, FusedOp, FusedProgram, Scalar, UnaryOp};
 use std::fmt::Write;
 
 /// The kernel function's name in every generated source.
@@ -155,10 +155,40 @@ pub(crate) fn step_expr(
         FusedOp::Input(k) => input(*k),
         FusedOp::Literal(v) => literal(*v, step.dtype),
         FusedOp::Unary(op, a) => round(step.dtype, &unary_expr(*op, &t(*a))),
-        FusedOp::Binary(op, a, b) => round(step.dtype, &binary_expr(*op, &t(*a), &t(*b))),
+        FusedOp::Binary(op, a, b) => {
+            let value = divide_by_literal(program, i, &t(*a), &t(*b))
+                .unwrap_or_else(|| binary_expr(*op, &t(*a), &t(*b)));
+            round(step.dtype, &value)
+        }
         FusedOp::Where(c, a, b) => format!("(t{c} ? t{a} : t{b})"),
         FusedOp::AsType(a) => convert(program.steps[*a].dtype, step.dtype, &t(*a)),
     }
+}
+
+/// Step `i` as `k_div_lit(a, c, RN(1/c))` when it divides float math by a literal `c` whose
+/// reciprocal is a normal float (|c| in [2^-64, 2^64]): each preamble computes the exactly
+/// rounded quotient its fastest way (C: the division; CUDA: a multiply and Markstein's
+/// correction, a third of a division's instructions).
+pub(crate) fn divide_by_literal(
+    program: &FusedProgram,
+    i: usize,
+    a: &str,
+    b: &str,
+) -> Option<String> {
+    let step = &program.steps[i];
+    let FusedOp::Binary(BinaryOp::Divide, _, k) = step.op else { return None };
+    let FusedOp::Literal(v) = program.steps[k].op else { return None };
+    if compute_type(step.dtype) != "float" || program.steps[k].dtype != step.dtype {
+        return None;
+    }
+    let c = match step.dtype {
+        DType::F16 => half::f16::from_f64(v.as_f64()).to_f32(),
+        DType::BF16 => half::bf16::from_f64(v.as_f64()).to_f32(),
+        _ => v.as_f64() as f32,
+    };
+    let r = (1.0 / c as f64) as f32;
+    let in_range = c.is_normal() && (2f32.powi(-64)..=2f32.powi(64)).contains(&c.abs());
+    (in_range && r.is_normal()).then(|| format!("k_div_lit({a}, {b}, {:e}f)", r as f64))
 }
 
 /// The loop body: every step as a typed local, then each output stored to `output(k)`
@@ -300,6 +330,79 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
         assert!(src.contains("const float t0 = in0[o0 + j * st0];"));
         assert!(src.contains("out0[i + j] = t3;"));
         assert!(src.contains("o0 += c * strides[0 * ndim + d];"));
+    }
+
+    /// The CUDA preamble's `k_div_lit` (Markstein's correction of `a * RN(1/c)`) equals the
+    /// correctly rounded division for every float significand of `a` (both signs, several
+    /// binades) and divisors of every kind of significand, and `divide_by_literal` offers it
+    /// only for divisors whose reciprocal it covers.
+    #[test]
+    fn markstein_division_by_literals_is_exact() {
+        let div_lit = |a: f32, c: f32, r: f32| {
+            let m = a.abs();
+            if (2f32.powi(-60)..=2f32.powi(60)).contains(&m) {
+                let q = a * r;
+                (-c).mul_add(q, a).mul_add(r, q)
+            } else {
+                a / c
+            }
+        };
+        let divisors = [
+            std::f32::consts::SQRT_2,
+            3.0,
+            10.0,
+            0.1,
+            7.0,
+            1.0 / 3.0,
+            1e-5,
+            255.0,
+            1.0000001,
+            1.9999999,
+            1.5,
+            6.0221e23,
+            -2.7182817,
+            1.1754944e-19,
+            8.5e18,
+            1.0,
+            0.5,
+        ];
+        for c in divisors {
+            let r = (1.0 / c as f64) as f32;
+            for bits in 0..1u32 << 23 {
+                for exp in [127u32, 127 + 37, 127 - 59, 127 + 59] {
+                    let a = f32::from_bits((exp << 23) | bits);
+                    assert_eq!(div_lit(a, c, r).to_bits(), (a / c).to_bits(), "{a:e} / {c:e}");
+                    let a = -a;
+                    assert_eq!(div_lit(a, c, r).to_bits(), (a / c).to_bits(), "{a:e} / {c:e}");
+                }
+            }
+        }
+        for a in [0.0f32, -0.0, f32::INFINITY, f32::NAN, 1e-40, 3e38, 1e-30, 2e30] {
+            let c = 3.0f32;
+            let (got, want) = (div_lit(a, c, 1.0 / 3.0), a / c);
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{a:e}");
+        }
+        let st = |op, dtype| kiln_base::FusedStep { op, dtype };
+        let program = |v: f64, d: DType| FusedProgram {
+            inputs: vec![d],
+            steps: vec![
+                st(FusedOp::Input(0), d),
+                st(FusedOp::Literal(Scalar::Float(v)), d),
+                st(FusedOp::Binary(BinaryOp::Divide, 0, 1), d),
+            ],
+            outputs: vec![2],
+        };
+        let expr = |v: f64, d: DType| divide_by_literal(&program(v, d), 2, "t0", "t1");
+        assert_eq!(
+            expr(3.0, DType::F32).as_deref(),
+            Some("k_div_lit(t0, t1, 3.333333432674408e-1f)")
+        );
+        assert!(expr(1.4142135623730951, DType::BF16).is_some());
+        assert_eq!(expr(0.0, DType::F32), None);
+        assert_eq!(expr(1e-30, DType::F32), None);
+        assert_eq!(expr(f64::INFINITY, DType::F16), None);
+        assert_eq!(expr(3.0, DType::F64), None);
+        assert_eq!(expr(3.0, DType::I32), None);
     }
 
     #[test]

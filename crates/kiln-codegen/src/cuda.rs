@@ -35,6 +35,12 @@ pub enum CudaVariant {
     Contiguous { kinds: Vec<InputKind>, vector: usize, packed: bool },
     /// Any layout over `ndim` dims; `wide` = 64-bit offsets.
     Strided { ndim: usize, wide: bool },
+    /// A layout whose innermost of `ndim` dims every input reads contiguously (`Vector`) or
+    /// not at all (stride 0, `Scalar`: one value per vector), that dim a multiple of
+    /// `vector`, every vector input aligned for it: each thread moves `vector` consecutive
+    /// elements of a row with one access per input, the row's offsets from the strided index
+    /// (matrix slices, row and column broadcasts). `wide` and `packed` as above.
+    Rows { ndim: usize, wide: bool, kinds: Vec<InputKind>, vector: usize, packed: bool },
 }
 
 /// Elements per vector access for a contiguous kernel: 16 bytes of the widest element.
@@ -59,7 +65,7 @@ pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
     let mut s = String::from(PREAMBLE);
     let _ = writeln!(s, "\n/* {} */", program.name());
     let n_in = program.inputs.len();
-    if let CudaVariant::Strided { ndim, .. } = variant {
+    if let CudaVariant::Strided { ndim, .. } | CudaVariant::Rows { ndim, .. } = variant {
         let _ = writeln!(
             s,
             "struct KIndex {{ int64_t shape[{}]; int64_t strides[{}][{}]; }};",
@@ -75,7 +81,7 @@ pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
     for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
         params.push(format!("{} *__restrict__ out{k}", storage_type(dtype)));
     }
-    if matches!(variant, CudaVariant::Strided { .. }) {
+    if matches!(variant, CudaVariant::Strided { .. } | CudaVariant::Rows { .. }) {
         params.push("const KIndex ix".to_string());
     }
     let symbol = kernel_symbol(program);
@@ -85,6 +91,9 @@ pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
             contiguous(&mut s, program, kinds, *vector, *packed)
         }
         CudaVariant::Strided { ndim, wide } => strided(&mut s, program, *ndim, *wide),
+        CudaVariant::Rows { ndim, wide, kinds, vector, packed } => {
+            rows(&mut s, program, *ndim, *wide, kinds, *vector, *packed)
+        }
     }
     s.push_str("}\n");
     s
@@ -107,7 +116,7 @@ fn contiguous(
         }
     }
     if packed {
-        s.push_str(&cuda_packed::scalar_prelude(program, kinds));
+        s.push_str(&cuda_packed::scalar_prelude(program, kinds, &|k| format!("in{k}[0]"), "    "));
     }
     let _ = writeln!(s, "    const int64_t step = (int64_t)gridDim.x * blockDim.x * {v};");
     let _ = writeln!(
@@ -124,10 +133,11 @@ fn contiguous(
     let plain_output = |k: usize| format!("out{k}[i]");
     if v > 1 {
         let _ = writeln!(s, "        if (base + {v} <= n) {{");
+        let src = |k: usize| format!("in{k} + base");
         if packed {
-            cuda_packed::paired_vector(s, program, kinds, v, "            ");
+            cuda_packed::paired_vector(s, program, kinds, v, &src, "            ");
         } else {
-            vector_body(s, program, kinds, v);
+            vector_body(s, program, kinds, v, &src, "            ");
         }
         s.push_str("        } else {\n");
         let _ = writeln!(s, "            for (int64_t i = base; i < n; ++i) {{");
@@ -140,22 +150,31 @@ fn contiguous(
     s.push_str("    }\n");
 }
 
-/// The full-vector part of the contiguous kernel, one element at a time.
-fn vector_body(s: &mut String, program: &FusedProgram, kinds: &[InputKind], v: usize) {
+/// The full-vector part of a kernel, one element at a time: vector input `k` is read at
+/// `src(k)`, outputs written at `out{k} + base`.
+fn vector_body(
+    s: &mut String,
+    program: &FusedProgram,
+    kinds: &[InputKind],
+    v: usize,
+    src: &dyn Fn(usize) -> String,
+    indent: &str,
+) {
     let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
     for (k, &dtype) in program.inputs.iter().enumerate() {
         if !scalar(k) {
             let ty = storage_type(dtype);
             let _ = writeln!(
-                    s,
-                    "            const KVec<{ty}, {v}> v{k} = *(const KVec<{ty}, {v}> *)(in{k} + base);"
-                );
+                s,
+                "{indent}const KVec<{ty}, {v}> v{k} = *(const KVec<{ty}, {v}> *)({});",
+                src(k)
+            );
         }
     }
     for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
-        let _ = writeln!(s, "            KVec<{}, {v}> r{k};", storage_type(dtype));
+        let _ = writeln!(s, "{indent}KVec<{}, {v}> r{k};", storage_type(dtype));
     }
-    let _ = writeln!(s, "#pragma unroll\n            for (int u = 0; u < {v}; ++u) {{");
+    let _ = writeln!(s, "#pragma unroll\n{indent}for (int u = 0; u < {v}; ++u) {{");
     let vec_input = |k: usize| {
         if scalar(k) {
             format!("s{k}")
@@ -163,12 +182,73 @@ fn vector_body(s: &mut String, program: &FusedProgram, kinds: &[InputKind], v: u
             load(program.inputs[k], &format!("v{k}.v[u]"))
         }
     };
-    s.push_str(&body(program, &vec_input, &|k| format!("r{k}.v[u]"), "                "));
-    s.push_str("            }\n");
+    let inner = format!("{indent}    ");
+    s.push_str(&body(program, &vec_input, &|k| format!("r{k}.v[u]"), &inner));
+    let _ = writeln!(s, "{indent}}}");
     for (k, dtype) in program.output_dtypes().into_iter().enumerate() {
         let ty = storage_type(dtype);
-        let _ = writeln!(s, "            *(KVec<{ty}, {v}> *)(out{k} + base) = r{k};");
+        let _ = writeln!(s, "{indent}*(KVec<{ty}, {v}> *)(out{k} + base) = r{k};");
     }
+}
+
+/// Offsets `o{k}` of element `start` in every input, from the `KIndex` table (`idx` the
+/// index type), walking the `ndim` dims from the innermost.
+fn strided_offsets(s: &mut String, n_in: usize, ndim: usize, idx: &str, start: &str, indent: &str) {
+    let _ = writeln!(s, "{indent}{idx} rest = {start};");
+    for k in 0..n_in {
+        let _ = writeln!(s, "{indent}{idx} o{k} = 0;");
+    }
+    let _ =
+        writeln!(s, "#pragma unroll\n{indent}for (int d = {} - 1; d >= 0; --d) {{", ndim.max(1));
+    let _ = writeln!(s, "{indent}    const {idx} extent = ({idx})ix.shape[d];");
+    let _ = writeln!(s, "{indent}    const auto c = rest % extent;\n{indent}    rest /= extent;");
+    for k in 0..n_in {
+        let _ = writeln!(s, "{indent}    o{k} += c * ({idx})ix.strides[{k}][d];");
+    }
+    let _ = writeln!(s, "{indent}}}");
+}
+
+/// The `Rows` variant: a grid-stride loop over vectors (`n` is a multiple of `v`), each
+/// located by the strided index; inputs broadcast along the rows read one value per vector.
+fn rows(
+    s: &mut String,
+    program: &FusedProgram,
+    ndim: usize,
+    wide: bool,
+    kinds: &[InputKind],
+    v: usize,
+    packed: bool,
+) {
+    let idx = if wide { "int64_t" } else { "int32_t" };
+    let packed = packed && cuda_packed::packs(program, v);
+    let _ = writeln!(s, "    const {idx} vectors = ({idx})(n / {v});");
+    let _ = writeln!(s, "    const {idx} step = ({idx})gridDim.x * ({idx})blockDim.x;");
+    let _ = writeln!(
+        s,
+        "    for ({idx} i = ({idx})blockIdx.x * ({idx})blockDim.x + ({idx})threadIdx.x; i < vectors; i += step) {{"
+    );
+    let _ = writeln!(s, "        const {idx} base = i * {v};");
+    strided_offsets(s, program.inputs.len(), ndim, idx, "base", "        ");
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        if kinds.get(k) == Some(&InputKind::Scalar) {
+            let ty = compute_type(dtype);
+            let _ =
+                writeln!(s, "        const {ty} s{k} = {};", load(dtype, &format!("in{k}[o{k}]")));
+        }
+    }
+    let src = |k: usize| format!("in{k} + o{k}");
+    if packed {
+        s.push_str(&cuda_packed::scalar_prelude(
+            program,
+            kinds,
+            &|k| format!("in{k}[o{k}]"),
+            "        ",
+        ));
+        cuda_packed::paired_vector(s, program, kinds, v, &src, "        ");
+    } else {
+        vector_body(s, program, kinds, v, &src, "        ");
+    }
+    s.push_str("    }\n");
 }
 
 fn strided(s: &mut String, program: &FusedProgram, ndim: usize, wide: bool) {
@@ -180,18 +260,7 @@ fn strided(s: &mut String, program: &FusedProgram, ndim: usize, wide: bool) {
         s,
         "    for ({idx} i = ({idx})blockIdx.x * ({idx})blockDim.x + ({idx})threadIdx.x; i < total; i += step) {{"
     );
-    let _ = writeln!(s, "        {idx} rest = i;");
-    for k in 0..n_in {
-        let _ = writeln!(s, "        {idx} o{k} = 0;");
-    }
-    let _ =
-        writeln!(s, "#pragma unroll\n        for (int d = {} - 1; d >= 0; --d) {{", ndim.max(1));
-    let _ = writeln!(s, "            const {idx} extent = ({idx})ix.shape[d];");
-    s.push_str("            const auto c = rest % extent;\n            rest /= extent;\n");
-    for k in 0..n_in {
-        let _ = writeln!(s, "            o{k} += c * ({idx})ix.strides[{k}][d];");
-    }
-    s.push_str("        }\n");
+    strided_offsets(s, n_in, ndim, idx, "i", "        ");
     let input = |k: usize| load(program.inputs[k], &format!("in{k}[o{k}]"));
     s.push_str(&body(program, &input, &|k| format!("out{k}[i]"), "        "));
     s.push_str("    }\n");
@@ -385,10 +454,41 @@ extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t
         assert_eq!(vector_width(&p), 4);
         let kinds = vec![InputKind::Vector, InputKind::Vector, InputKind::Scalar];
         let v = CudaVariant::Contiguous { kinds, vector: 4, packed: true };
-        // Picks of halves (maximum, where) keep the program per element for now (see
-        // `cuda_packed::packs`).
         let src = cuda_kernel(&p, &v);
-        assert!(!src[PREAMBLE.len()..].contains("x2"));
+        for line in [
+            "const KVec<uint32_t, 2> v0 = *(const KVec<uint32_t, 2> *)(in0 + base);",
+            "const KVec<float, 4> v1 = *(const KVec<float, 4> *)(in1 + base);",
+            "for (int u = 0; u < 2; ++u) {",
+            "const float t1_1 = v1.v[2 * u + 1];",
+            // x / 2 is x * 0.5 (0x3800 in float16): exact, one instruction.
+            "const uint32_t p3 = k_mul_f16x2(p0, 0x38003800u);",
+            "const float t3_0 = k_f16x2_lo(p3);",
+            "const float t4_1 = ((float)(t3_1));",
+            "const float t5_0 = (float)(((t4_0) + (t1_0)));",
+            "const uint32_t p6 = k_f16x2_pack((float)(t5_0), (float)(t5_1));",
+            "const bool t7_0 = (bool)(((t6_0) < (t0_0)));",
+            "const uint32_t p8 = (p6 ^ 0x80008000u);",
+            "const uint32_t p9 = k_pick_h2(t7_0, t7_1, p8, p3);",
+            "const uint32_t p10 = (p9 & 0x7fff7fffu);",
+            "const uint32_t p11 = k_maximum_f16x2(p10, p0);",
+            "const bool t12_0 = s2;",
+            "const uint32_t p2 = 0x40004000u;",
+            "const uint32_t p13 = k_pick_h2(t12_0, t12_1, p11, p2);",
+            // x / 3 has no exact reciprocal: divided in float (k_div_lit: exactly rounded),
+            // rounded once per pair.
+            "const uint32_t p15 = k_f16x2_pack((float)(k_div_lit(t13_0, t14_0, 3.333333432674408e-1f)), (float)(k_div_lit(t13_1, t14_1, 3.333333432674408e-1f)));",
+            "const float t14_0 = 3e0f;",
+            "r0.v[u] = p15;",
+            "r1.v[2 * u + 0] = t5_0;",
+            "r2.v[2 * u + 1] = t7_1;",
+            "*(KVec<uint32_t, 2> *)(out0 + base) = r0;",
+            "*(KVec<bool, 4> *)(out2 + base) = r2;",
+        ] {
+            assert!(src.contains(line), "missing {line}\n{}", &src[PREAMBLE.len()..]);
+        }
+        // Forms nobody reads are not made: the literal 3 packed, input 0's floats are.
+        assert!(!src.contains("const uint32_t p14"));
+        assert!(src.contains("const float t0_0 = k_f16x2_lo(v0.v[u]);"));
         // Unaligned (vector 1) kernels stay per element.
         let one =
             CudaVariant::Contiguous { kinds: vec![InputKind::Vector; 3], vector: 1, packed: true };

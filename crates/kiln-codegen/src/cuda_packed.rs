@@ -34,18 +34,7 @@ pub fn packs(program: &FusedProgram, vector: usize) -> bool {
     vector >= 2
         && vector.is_multiple_of(2)
         && program.steps.iter().any(|s| is_half(s.dtype))
-        && program.steps.iter().all(|s| s.dtype != DType::F64 && !picks_halves(s))
-}
-
-/// Steps that choose each half's bits (maximum, minimum, where): kept out of packed kernels.
-/// On the H200, `maximum(x, 0) + minimum(0, x)` fused and packed gave NaN in a lane whose
-/// neighbour was NaN (each op alone was right); per-element code until that is understood.
-fn picks_halves(step: &kiln_base::FusedStep) -> bool {
-    is_half(step.dtype)
-        && matches!(
-            step.op,
-            FusedOp::Binary(BinaryOp::Maximum | BinaryOp::Minimum, ..) | FusedOp::Where(..)
-        )
+        && program.steps.iter().all(|s| s.dtype != DType::F64)
 }
 
 /// The preamble helpers' type tag (`k_add_bf16x2`).
@@ -89,6 +78,39 @@ fn exact_reciprocal(v: Scalar, dtype: DType) -> Option<u16> {
         (h.to_f64(), h.is_normal())
     };
     (back == r && normal).then_some(bits)
+}
+
+/// `RN(1 / c)` for the bfloat16 value `c` of a divisor literal, where multiplying a bfloat16
+/// by it in float and rounding to bfloat16 gives exactly the rounded quotient (a multiply in
+/// place of a correctly rounded float division, about 15 instructions). Why it is exact:
+/// both operands have 8-bit significands, so the quotient is never a bfloat16 rounding
+/// midpoint and, when inexact, lies at least 2^-17 (relative) from one, while `x * RN(1/c)`
+/// is within 2^-23 of it. float16's 11-bit significands leave no such margin: it divides.
+fn bf16_reciprocal(v: Scalar) -> Option<f32> {
+    let c = half::bf16::from_bits(half_bits(v.as_f64(), DType::BF16)).to_f32();
+    let r = (1.0 / c as f64) as f32;
+    (c.is_normal() && r.is_normal()).then_some(r)
+}
+
+/// The reciprocal a bfloat16 step `i` divides by, when it is a division by a literal that
+/// `bf16_reciprocal` covers (and not a power of two, which `rule` packs).
+fn divisor_reciprocal(program: &FusedProgram, i: usize) -> Option<f32> {
+    let step = &program.steps[i];
+    match step.op {
+        FusedOp::Binary(BinaryOp::Divide, a, b) if step.dtype == DType::BF16 => {
+            match program.steps[b].op {
+                FusedOp::Literal(v)
+                    if program.steps[a].dtype == DType::BF16
+                        && program.steps[b].dtype == DType::BF16
+                        && exact_reciprocal(v, DType::BF16).is_none() =>
+                {
+                    bf16_reciprocal(v)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Whether step `k` is a literal whose half bits are `bits`.
@@ -203,14 +225,24 @@ fn lane_locals(expr: &str, lane: usize) -> String {
     out
 }
 
-/// Broadcast (scalar) half inputs read packed: `sp{k}`, declared before the loop.
-pub(crate) fn scalar_prelude(program: &FusedProgram, kinds: &[InputKind]) -> String {
+/// Broadcast (scalar) half inputs read packed: `sp{k}` from `element(k)`, declared before the
+/// loop (contiguous kernels) or per vector (`Rows`).
+pub(crate) fn scalar_prelude(
+    program: &FusedProgram,
+    kinds: &[InputKind],
+    element: &dyn Fn(usize) -> String,
+    indent: &str,
+) -> String {
     let (need_packed, _) = needs(program);
     let mut s = String::new();
     for (i, step) in program.steps.iter().enumerate() {
         if let FusedOp::Input(k) = step.op {
             if is_half(step.dtype) && need_packed[i] && kinds.get(k) == Some(&InputKind::Scalar) {
-                let _ = writeln!(s, "    const uint32_t sp{k} = (uint32_t)in{k}[0] * 0x10001u;");
+                let _ = writeln!(
+                    s,
+                    "{indent}const uint32_t sp{k} = (uint32_t){} * 0x10001u;",
+                    element(k)
+                );
             }
         }
     }
@@ -243,6 +275,7 @@ pub(crate) fn paired_vector(
     program: &FusedProgram,
     kinds: &[InputKind],
     v: usize,
+    src: &dyn Fn(usize) -> String,
     indent: &str,
 ) {
     let pairs = v / 2;
@@ -258,7 +291,7 @@ pub(crate) fn paired_vector(
     for (k, &d) in program.inputs.iter().enumerate() {
         if !scalar(k) {
             let ty = vec_type(d);
-            let _ = writeln!(s, "{indent}const {ty} v{k} = *(const {ty} *)(in{k} + base);");
+            let _ = writeln!(s, "{indent}const {ty} v{k} = *(const {ty} *)({});", src(k));
         }
     }
     for (k, d) in program.output_dtypes().into_iter().enumerate() {
@@ -348,7 +381,11 @@ fn half_lane_expr(program: &FusedProgram, i: usize, lane: usize) -> String {
     let t = |k: usize| format!("t{k}_{lane}");
     match &program.steps[i].op {
         FusedOp::Unary(op, a) => unary_expr(*op, &t(*a)),
-        FusedOp::Binary(op, a, b) => binary_expr(*op, &t(*a), &t(*b)),
+        FusedOp::Binary(op, a, b) => match divisor_reciprocal(program, i) {
+            Some(r) => format!("({} * __int_as_float(0x{:08x}))", t(*a), r.to_bits()),
+            None => crate::c::divide_by_literal(program, i, &t(*a), &t(*b))
+                .unwrap_or_else(|| binary_expr(*op, &t(*a), &t(*b))),
+        },
         FusedOp::Where(c, a, b) => format!("({} ? {} : {})", t(*c), t(*a), t(*b)),
         // c.rs `convert`: complex64 reaches a half type through its real part as a float,
         // every other dtype but float64 (excluded by `packs`) through float.
@@ -369,6 +406,38 @@ mod tests {
             "(int32_t)(k_tanh((t12_1)) + t3_1 * tt4 + t5x + true)"
         );
         assert_eq!(lane_locals("t0", 0), "t0_0");
+    }
+
+    /// `bf16_reciprocal`'s claim, checked: every bfloat16 numerator (all 65536 bit patterns)
+    /// times RN(1/c) rounds to the same bfloat16 as the correctly rounded float quotient, for
+    /// every divisor significand (c in [1, 2)) and divisors near both ends of the range.
+    #[test]
+    fn bf16_reciprocal_multiply_rounds_as_division() {
+        let bf = |f: f32| half::bf16::from_f32(f).to_bits();
+        let mut divisors: Vec<f32> =
+            (0..128u32).map(|m| f32::from_bits(0x3f80_0000 | (m << 16))).collect();
+        for scale in [2f32.powi(-125), 2f32.powi(-60), 2f32.powi(60), 2f32.powi(125)] {
+            divisors.extend(
+                [1.0078125f32, 1.4140625, 1.99, 1.0 + 2f32.powi(-7)]
+                    .map(|c| half::bf16::from_f32(c * scale).to_f32()),
+            );
+        }
+        divisors.extend(divisors.clone().iter().map(|c| -c));
+        let mut checked = 0;
+        for c in divisors {
+            let Some(r) = bf16_reciprocal(Scalar::Float(c as f64)) else { continue };
+            for bits in 0..=u16::MAX {
+                let x = half::bf16::from_bits(bits).to_f32();
+                let (want, got) = (bf(x / c), bf(x * r));
+                assert!(want == got || (x / c).is_nan(), "{x:e} / {c:e}: {want:04x} != {got:04x}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 250, "{checked}");
+        // A subnormal divisor, or one whose reciprocal overflows, keeps the division.
+        assert_eq!(bf16_reciprocal(Scalar::Float(1e-39)), None);
+        assert_eq!(bf16_reciprocal(Scalar::Float(0.0)), None);
+        assert_eq!(bf16_reciprocal(Scalar::Float(3.0)), Some(1.0 / 3.0));
     }
 
     #[test]

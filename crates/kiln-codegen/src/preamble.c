@@ -119,6 +119,9 @@ K_FLOAT_FNS(double, f64, exp, log, fabs, floor, fmod, log1p)
 K_INLINE float k_acosh_f32(float x) { return x < 1.0f ? NAN : acoshf(x); }
 K_INLINE double k_acosh_f64(double x) { return x < 1.0 ? NAN : acosh(x); }
 
+/* a / c for a literal c with r = RN(1/c) (c.rs `divide_by_literal`): the division itself. */
+K_INLINE float k_div_lit(float a, float c, float r) { (void)r; return a / c; }
+
 /* erfinv: the two-branch polynomial in log(1 - a^2) (single precision, as eager). */
 K_INLINE float k_erfinv_f32(float a) {
     float t = logf(fmaf(a, -a, 1.0f)), p;

@@ -55,7 +55,30 @@ K_INLINE float k_sin(float x) { return sinf(x); }
 K_INLINE float k_cos(float x) { return cosf(x); }
 K_INLINE float k_tan(float x) { return tanf(x); }
 K_INLINE float k_tanh(float x) { return tanhf(x); }
-K_INLINE float k_erf(float x) { return erff(x); }
+/* erf: x P(x^2) / Q(x^2) on |x| <= 3.925, the C preamble's rational (kiln's own fit; 3.0e-7
+ * absolute in float32) with the fast division (2 ulp more). On the H200 bf16 gelu_erf ran at
+ * 0.89 of the copy floor with it and 0.80 with erff, whose two branches both run in most
+ * warps. Selects (not fminf) keep NaN. */
+K_INLINE float k_erf(float x) {
+    const float lo = x < -3.925f ? -3.925f : x;
+    const float c = lo > 3.925f ? 3.925f : lo, z = c * c;
+    float p = 6.534055956e-06f;
+    p = fmaf(p, z, 4.043538065e-04f);
+    p = fmaf(p, z, 4.191690590e-03f);
+    p = fmaf(p, z, 5.555549264e-02f);
+    p = fmaf(p, z, 1.924868971e-01f);
+    p = fmaf(p, z, 1.128379226e+00f);
+    float q = 2.460240580e-07f;
+    q = fmaf(q, z, 7.071616710e-05f);
+    q = fmaf(q, z, 1.405171934e-03f);
+    q = fmaf(q, z, 1.620282233e-02f);
+    q = fmaf(q, z, 1.172077879e-01f);
+    q = fmaf(q, z, 5.039204359e-01f);
+    q = fmaf(q, z, 1.000000000e+00f);
+    const float r = c * __fdividef(p, q);
+    const float hi = r > 1.0f ? 1.0f : r;
+    return hi < -1.0f ? -1.0f : hi;
+}
 K_INLINE float k_expm1(float x) { return expm1f(x); }
 K_INLINE float k_log1p(float x) { return log1pf(x); }
 K_INLINE float k_log2(float x) { return log2f(x); }
@@ -88,6 +111,21 @@ K_INLINE float k_logaddexp(float a, float b) {
     if (lo == -INFINITY || hi == INFINITY) return hi;
     return hi + log1pf(expf(lo - hi));
 }
+/* a / c for a literal c with r = RN(1/c) (c.rs `divide_by_literal`), rounded exactly:
+ * q = RN(a r) is within an ulp of a / c, the residual a - c q is exact in one FMA, and
+ * RN(q + residual * r) is the correctly rounded quotient (Markstein's theorem; checked
+ * against the division over every float significand by kiln-codegen's test
+ * `markstein_division_by_literals_is_exact`). Where a residual could leave the normal range
+ * (|a| outside [2^-60, 2^60], zeros, infinities, NaN) the division itself. */
+K_INLINE float k_div_lit(float a, float c, float r) {
+    const float m = fabsf(a);
+    if (m >= 8.673617379884035e-19f && m <= 1.152921504606847e18f) { /* 2^-60, 2^60 */
+        const float q = a * r;
+        return fmaf(fmaf(-c, q, a), r, q);
+    }
+    return a / c;
+}
+
 /* erfinv: the two-branch polynomial in log(1 - a^2) (single precision, as eager). */
 K_INLINE float k_erfinv(float a) {
     float t = logf(fmaf(a, -a, 1.0f)), p;
@@ -212,9 +250,18 @@ K_BF16X2(bf16, mul, *, "mul.rn.bf16x2")
 K_F16X2(f16, add, +, "add.rn.f16x2")
 K_F16X2(f16, sub, -, "sub.rn.f16x2")
 K_F16X2(f16, mul, *, "mul.rn.f16x2")
-/* Each half of a or of b by its own condition (where; max / min pick an operand's bits). */
+/* Each half of a or of b by its own condition (where; max / min pick an operand's bits), as
+ * one byte permute: prmt takes bytes 0-3 from a and 4-7 from b, so the selector 0x7654 is b
+ * and each condition moves its half's two nibbles by 4 onto a. Not `(hi ? a : b) & 0xffff0000`:
+ * ptxas (CUDA 13.5, sm_90) turns that select, when the condition compares the bfloat16 high
+ * half's float (which is the register itself) with a constant arm, into a float min / max
+ * (`p <= 0 ? p : 0` -> FMNMX.NAN): a NaN there comes back as 0x7fffffff, whose low 16 bits
+ * made the other element NaN (minimum(0, x), maximum(8, x), where(!(x > 0), x, 0)). */
 K_INLINE uint32_t k_pick_h2(bool lo, bool hi, uint32_t a, uint32_t b) {
-    return ((lo ? a : b) & 0xffffu) | ((hi ? a : b) & 0xffff0000u);
+    const uint32_t sel = 0x7654u - (lo ? 0x0044u : 0u) - (hi ? 0x4400u : 0u);
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
 }
 /* k_maximum / k_minimum per half: a where a is NaN or wins, else b. */
 #define K_HALF2_MINMAX(T)                                                                    \

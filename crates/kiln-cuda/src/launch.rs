@@ -64,3 +64,12 @@ pub fn blocks_for(n: u64, per_block: u64) -> u32 {
     let sms = gpu().map(|g| g.multiprocessors).unwrap_or(1) as u64;
     n.div_ceil(per_block.max(1)).clamp(1, sms * 32) as u32
 }
+
+/// Blocks for `n` work items of `per_block` each, every item its own slot (up to the grid's
+/// limit; grid-stride loops cover anything past it). For streaming kernels: a grid capped at
+/// a few blocks per multiprocessor ran 3 to 6% slower on the H200, as its long-lived blocks
+/// end unevenly across multiprocessors (adam on 2^26 floats: 0.948 of the copy floor capped
+/// at 32 blocks per multiprocessor, 1.004 with a block per 1024 elements).
+pub fn blocks_covering(n: u64, per_block: u64) -> u32 {
+    n.div_ceil(per_block.max(1)).clamp(1, i32::MAX as u64) as u32
+}

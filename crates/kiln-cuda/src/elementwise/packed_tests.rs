@@ -146,13 +146,7 @@ fn packed_half_kernels_generate_for_every_op() {
         let named = workloads(d).into_iter().map(|(n, p)| (n.to_string(), p));
         for (name, p) in named.chain(single_ops(d)) {
             let width = vector_width(&p);
-            // Picks of halves (maximum, minimum, where) stay per element for now.
-            let picks = name.contains("relu")
-                || ["binary_maximum", "binary_minimum", "where"].contains(&name.as_str());
-            assert_eq!(packs(&p, width), !picks, "{name} {d}");
-            if picks {
-                continue;
-            }
+            assert!(packs(&p, width), "{name} {d}");
             let n_in = p.inputs.len();
             let vector = CudaVariant::Contiguous {
                 kinds: vec![InputKind::Vector; n_in],
@@ -168,11 +162,23 @@ fn packed_half_kernels_generate_for_every_op() {
             kinds[n_in - 1] = InputKind::Scalar;
             let bcast = CudaVariant::Contiguous { kinds, vector: width, packed: true };
             sources.push((format!("packed_{d}_{name}_bcast.cu"), cuda_kernel(&p, &bcast)));
+            // Rows of a strided layout, the last input broadcast along them (one value each).
+            let mut kinds = vec![InputKind::Vector; n_in];
+            kinds[n_in - 1] = InputKind::Scalar;
+            let rows =
+                CudaVariant::Rows { ndim: 3, wide: false, kinds, vector: width, packed: true };
+            let src = cuda_kernel(&p, &rows);
+            assert!(src.contains(&paired), "{name} {d}: rows not paired");
+            assert!(src.contains("o0 += c * (int32_t)ix.strides[0][d];"), "{name} {d}");
+            sources.push((format!("packed_{d}_{name}_rows.cu"), src));
         }
     }
     crate::nvrtc::dump_sources(&sources);
     let silu = &sources.iter().find(|(n, _)| n == "packed_bfloat16_silu_mul.cu").unwrap().1;
     assert!(silu.contains("const uint32_t p4 = k_mul_bf16x2(p3, p1);"));
+    let relu = &sources.iter().find(|(n, _)| n == "packed_float16_relu_chain.cu").unwrap().1;
+    assert!(relu.contains("const uint32_t p7 = k_relu_f16x2(p6);"));
+    assert!(!relu.contains("const uint32_t p3 ="), "the zero is not read packed");
     let adam = &sources.iter().find(|(n, _)| n == "packed_float16_adam.cu").unwrap().1;
     assert!(adam.contains("k_f16x2_pack((float)(k_sqrt((t16_0)))"));
 }

@@ -12,7 +12,7 @@
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
-use crate::launch::{blocks_for, launch, Args};
+use crate::launch::{blocks_covering, launch, Args};
 use crate::nvrtc::{Function, KernelCache};
 use kiln_base::{ArrayData, DType, Result};
 use std::fmt::Write;
@@ -46,8 +46,9 @@ pub(crate) struct Key {
     pub threads: u32,
 }
 
-/// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32, 4 of half
-/// floats (kept packed, two per register). More per thread left too few warps per
+/// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32 (only rows
+/// too long for 512 threads of `F32_BLOCK_FLOATS`), 4 of half floats (kept packed, two per
+/// register). More per thread left too few warps per
 /// multiprocessor to hide latency, or spilled (measured on the H200, bf16 rows of 4096 and
 /// 8192: 64 packed halves per thread ran at 0.82 to 0.85 of the copy floor, 32 at 0.90 to
 /// 0.96; 64 converted to float at 0.59).
@@ -376,15 +377,33 @@ fn max_items(vec: usize) -> usize {
     (MAX_FLOATS / vec).max(1)
 }
 
-/// The variant and block size for rows of `d` elements (`vec` elements per load).
-pub(crate) fn plan(d: usize, vec: usize) -> (bool, usize, u32) {
+/// Values a float32 thread aims to keep when a block shares a row: 16 (4 vectors). On the
+/// H200, rows of 4096 ran at 0.98 of the copy floor with 256 threads of 16 values and 0.97
+/// with 128 threads of 32 (both with a block per row); half floats keep `MAX_FLOATS` (packed,
+/// 16 registers).
+const F32_BLOCK_FLOATS: usize = 16;
+
+/// float32 layer_norm rows longer than 256 threads of `F32_BLOCK_FLOATS`: 128 threads keep up
+/// to this many values each. Its two reductions per row make each row's barriers cost more
+/// than more values per thread do; on the H200 rows of 8192 ran at 0.95 of the copy floor
+/// with 128 threads of 64 values, 0.93 with 512 of 16 and 0.91 with 256 of 32.
+const F32_LAYER_LONG_FLOATS: usize = 64;
+
+/// The variant and block size for rows of `d` elements (`vec` elements per load; `half`:
+/// 2-byte elements; `layer`: layer_norm, else rms_norm).
+pub(crate) fn plan(d: usize, vec: usize, half: bool, layer: bool) -> (bool, usize, u32) {
     let n = d.div_ceil(vec); // vectors per row
     let most = max_items(vec);
     if n <= 32 * most {
         return (true, n.div_ceil(32).max(1), WARP_BLOCK);
     }
-    // About `most` vectors per thread: many loads in flight, few idle lanes.
-    let threads = n.div_ceil(most).next_power_of_two().clamp(64, MAX_REG_BLOCK as usize);
+    let long = (F32_LAYER_LONG_FLOATS / vec).max(1);
+    if layer && !half && vec > 1 && n > 256 * (F32_BLOCK_FLOATS / vec).max(1) && n <= 128 * long {
+        return (false, n.div_ceil(128), 128);
+    }
+    // About `aim` vectors per thread: many loads in flight, few idle lanes.
+    let aim = if half { most } else { (F32_BLOCK_FLOATS / vec).max(1) };
+    let threads = n.div_ceil(aim).next_power_of_two().clamp(64, MAX_REG_BLOCK as usize);
     let items = n.div_ceil(threads);
     if items > most {
         return (false, 0, STREAM_BLOCK);
@@ -414,7 +433,7 @@ pub(crate) fn norm(
     let ptrs = [Some(&x), w.as_ref(), b.as_ref()];
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
-    let (warp, items, threads) = plan(d, vec);
+    let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2, kind == Kind::Layer);
     let v2 = !std::env::var("KILN_CUDA_NORM").is_ok_and(|v| v == "v1");
     let key = Key {
         dtype: x.dtype,
@@ -432,8 +451,10 @@ pub(crate) fn norm(
     // An absent weight or bias is never read: any pointer will do.
     args.ptr(w.as_ref().map_or(0, ptr)).ptr(b.as_ref().map_or(0, ptr));
     args.ptr(out.buffer.as_ptr() as u64).i64(eps.to_bits() as i64);
+    // A block per row (or per `threads / 32` rows): capped grids ran 5% slower (rows end
+    // unevenly across multiprocessors), see `blocks_covering`.
     let per_block = if warp { (threads / 32) as u64 } else { 1 };
-    launch(SYMBOL, kernel(&key)?, blocks_for(rows as u64, per_block), threads, 0, &mut args)?;
+    launch(SYMBOL, kernel(&key)?, blocks_covering(rows as u64, per_block), threads, 0, &mut args)?;
     Ok(out)
 }
 
@@ -458,11 +479,11 @@ mod tests {
     #[test]
     fn plans_keep_rows_in_registers() {
         // Short rows: a warp each.
-        assert_eq!(plan(64, 4), (true, 1, WARP_BLOCK));
-        assert_eq!(plan(1024, 4), (true, 8, WARP_BLOCK));
-        assert_eq!(plan(1024, 8), (true, 4, WARP_BLOCK));
-        assert_eq!(plan(33, 1), (true, 2, WARP_BLOCK));
-        assert_eq!(plan(1000, 1), (true, 32, WARP_BLOCK));
+        assert_eq!(plan(64, 4, false, true), (true, 1, WARP_BLOCK));
+        assert_eq!(plan(1024, 4, false, true), (true, 8, WARP_BLOCK));
+        assert_eq!(plan(1024, 8, true, true), (true, 4, WARP_BLOCK));
+        assert_eq!(plan(33, 1, false, true), (true, 2, WARP_BLOCK));
+        assert_eq!(plan(1000, 1, false, false), (true, 32, WARP_BLOCK));
         // Longer rows: a block each, at most 32 values per thread, every element covered.
         for (d, vec) in [
             (8192, 8),
@@ -475,7 +496,7 @@ mod tests {
             (16384, 4),
             (32768, 8),
         ] {
-            let (warp, items, threads) = plan(d, vec);
+            let (warp, items, threads) = plan(d, vec, vec == 8, false);
             assert!(!warp);
             if items > 0 {
                 assert!(items <= max_items(vec) && items * threads as usize * vec >= d, "{d}");
@@ -486,8 +507,16 @@ mod tests {
             }
             assert!(threads % 32 == 0 && threads <= max_threads(&key_for(warp, items)));
         }
-        assert_eq!(plan(8192, 8), (false, 4, 256));
-        assert_eq!(plan(8192, 4), (false, 8, 256));
+        // float32 layer_norm's long rows: 128 threads of up to 16 vectors.
+        assert_eq!(plan(8192, 4, false, true), (false, 16, 128));
+        assert_eq!(plan(4096, 4, false, true), (false, 4, 256));
+        assert_eq!(plan(16384, 4, false, true), (false, 8, 512));
+        assert_eq!(plan(8192, 8, true, true), (false, 4, 256));
+        assert_eq!(plan(4096, 8, true, false), (false, 4, 128));
+        // float32: 4 vectors per thread, up to 8 for rows too long for 512 threads of 4.
+        assert_eq!(plan(4096, 4, false, false), (false, 4, 256));
+        assert_eq!(plan(8192, 4, false, false), (false, 4, 512));
+        assert_eq!(plan(16384, 4, false, false), (false, 8, 512));
     }
 
     #[test]
