@@ -379,27 +379,18 @@ fn max_items(vec: usize) -> usize {
 
 /// Values a float32 thread aims to keep when a block shares a row: 16 (4 vectors). On the
 /// H200, rows of 4096 ran at 0.98 of the copy floor with 256 threads of 16 values and 0.97
-/// with 128 threads of 32 (both with a block per row); half floats keep `MAX_FLOATS` (packed,
-/// 16 registers).
+/// with 128 threads of 32 (both with a block per row); layer_norm's rows of 8192 ran at 0.96
+/// of torch.compile's speed with 512 threads of 16, 0.92 with 256 of 32 and 0.89 with 128 of
+/// 64. Half floats keep `MAX_FLOATS` (packed, 16 registers).
 const F32_BLOCK_FLOATS: usize = 16;
 
-/// float32 layer_norm rows longer than 256 threads of `F32_BLOCK_FLOATS`: 128 threads keep up
-/// to this many values each. Its two reductions per row make each row's barriers cost more
-/// than more values per thread do; on the H200 rows of 8192 ran at 0.95 of the copy floor
-/// with 128 threads of 64 values, 0.93 with 512 of 16 and 0.91 with 256 of 32.
-const F32_LAYER_LONG_FLOATS: usize = 64;
-
 /// The variant and block size for rows of `d` elements (`vec` elements per load; `half`:
-/// 2-byte elements; `layer`: layer_norm, else rms_norm).
-pub(crate) fn plan(d: usize, vec: usize, half: bool, layer: bool) -> (bool, usize, u32) {
+/// 2-byte elements).
+pub(crate) fn plan(d: usize, vec: usize, half: bool) -> (bool, usize, u32) {
     let n = d.div_ceil(vec); // vectors per row
     let most = max_items(vec);
     if n <= 32 * most {
         return (true, n.div_ceil(32).max(1), WARP_BLOCK);
-    }
-    let long = (F32_LAYER_LONG_FLOATS / vec).max(1);
-    if layer && !half && vec > 1 && n > 256 * (F32_BLOCK_FLOATS / vec).max(1) && n <= 128 * long {
-        return (false, n.div_ceil(128), 128);
     }
     // About `aim` vectors per thread: many loads in flight, few idle lanes.
     let aim = if half { most } else { (F32_BLOCK_FLOATS / vec).max(1) };
@@ -433,7 +424,7 @@ pub(crate) fn norm(
     let ptrs = [Some(&x), w.as_ref(), b.as_ref()];
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
-    let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2, kind == Kind::Layer);
+    let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2);
     let v2 = !std::env::var("KILN_CUDA_NORM").is_ok_and(|v| v == "v1");
     let key = Key {
         dtype: x.dtype,
@@ -479,11 +470,11 @@ mod tests {
     #[test]
     fn plans_keep_rows_in_registers() {
         // Short rows: a warp each.
-        assert_eq!(plan(64, 4, false, true), (true, 1, WARP_BLOCK));
-        assert_eq!(plan(1024, 4, false, true), (true, 8, WARP_BLOCK));
-        assert_eq!(plan(1024, 8, true, true), (true, 4, WARP_BLOCK));
-        assert_eq!(plan(33, 1, false, true), (true, 2, WARP_BLOCK));
-        assert_eq!(plan(1000, 1, false, false), (true, 32, WARP_BLOCK));
+        assert_eq!(plan(64, 4, false), (true, 1, WARP_BLOCK));
+        assert_eq!(plan(1024, 4, false), (true, 8, WARP_BLOCK));
+        assert_eq!(plan(1024, 8, true), (true, 4, WARP_BLOCK));
+        assert_eq!(plan(33, 1, false), (true, 2, WARP_BLOCK));
+        assert_eq!(plan(1000, 1, false), (true, 32, WARP_BLOCK));
         // Longer rows: a block each, at most 32 values per thread, every element covered.
         for (d, vec) in [
             (8192, 8),
@@ -496,7 +487,7 @@ mod tests {
             (16384, 4),
             (32768, 8),
         ] {
-            let (warp, items, threads) = plan(d, vec, vec == 8, false);
+            let (warp, items, threads) = plan(d, vec, vec == 8);
             assert!(!warp);
             if items > 0 {
                 assert!(items <= max_items(vec) && items * threads as usize * vec >= d, "{d}");
@@ -507,16 +498,12 @@ mod tests {
             }
             assert!(threads % 32 == 0 && threads <= max_threads(&key_for(warp, items)));
         }
-        // float32 layer_norm's long rows: 128 threads of up to 16 vectors.
-        assert_eq!(plan(8192, 4, false, true), (false, 16, 128));
-        assert_eq!(plan(4096, 4, false, true), (false, 4, 256));
-        assert_eq!(plan(16384, 4, false, true), (false, 8, 512));
-        assert_eq!(plan(8192, 8, true, true), (false, 4, 256));
-        assert_eq!(plan(4096, 8, true, false), (false, 4, 128));
+        assert_eq!(plan(8192, 8, true), (false, 4, 256));
+        assert_eq!(plan(4096, 8, true), (false, 4, 128));
         // float32: 4 vectors per thread, up to 8 for rows too long for 512 threads of 4.
-        assert_eq!(plan(4096, 4, false, false), (false, 4, 256));
-        assert_eq!(plan(8192, 4, false, false), (false, 4, 512));
-        assert_eq!(plan(16384, 4, false, false), (false, 8, 512));
+        assert_eq!(plan(4096, 4, false), (false, 4, 256));
+        assert_eq!(plan(8192, 4, false), (false, 4, 512));
+        assert_eq!(plan(16384, 4, false), (false, 8, 512));
     }
 
     #[test]
