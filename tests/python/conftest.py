@@ -120,6 +120,23 @@ PAIRS = [
 ]
 
 
+def bits(a):
+    """An array's raw values for bit-for-bit comparison: half floats as their bits, NaNs of
+    every float dtype made one pattern (payloads aside)."""
+    if a.dtype in (mx.bfloat16, mx.float16):
+        u = np.array(a.view(mx.uint16)).astype(np.uint32)
+        exp_mask, man_mask = (0x7F80, 0x7F) if a.dtype == mx.bfloat16 else (0x7C00, 0x3FF)
+        nan = ((u & exp_mask) == exp_mask) & ((u & man_mask) != 0)
+        return np.where(nan, 0xFFFFFFFF, u)
+    v = np.array(a)
+    if v.dtype.kind in "fc":
+        v = v.copy()
+        v[np.isnan(v)] = np.nan
+        if v.dtype.kind == "f":
+            return v.view(np.uint32 if v.itemsize == 4 else np.uint64)
+    return v
+
+
 def view_variants(name, shape, rng, **kw):
     """Inputs as fresh arrays, transposed views and negative-step slices, each with its
     numpy twin."""

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import bits
 
 pytestmark = pytest.mark.skipif(
     not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
@@ -134,21 +135,6 @@ def inputs(name, dt, n, seed):
         x[pos] = rng.permutation(sp)[:k]
         xs.append(mx.array(x).astype(dt))
     return xs
-
-
-def bits(a):
-    """A half or other array as raw bits / values, NaNs of a half dtype made one pattern."""
-    if a.dtype in (mx.bfloat16, mx.float16):
-        u = np.array(a.view(mx.uint16)).astype(np.uint32)
-        exp_mask, man_mask = (0x7F80, 0x7F) if a.dtype == mx.bfloat16 else (0x7C00, 0x3FF)
-        nan = ((u & exp_mask) == exp_mask) & ((u & man_mask) != 0)
-        return np.where(nan, 0xFFFFFFFF, u)
-    v = np.array(a)
-    if v.dtype.kind == "f":
-        v = v.copy()
-        v[np.isnan(v)] = np.nan
-        return v.view(np.uint32 if v.itemsize == 4 else np.uint64)
-    return v
 
 
 def as_tuple(out):

@@ -9,26 +9,13 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import bits
 
 pytestmark = pytest.mark.skipif(
     not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
 )
 
 DTYPES = ["float32", "bfloat16", "float16", "int32", "complex64"]
-
-
-def bits(a):
-    """Comparable raw values: halves as their bits, NaNs made one pattern."""
-    if a.dtype in (mx.bfloat16, mx.float16):
-        u = np.array(a.view(mx.uint16)).astype(np.uint32)
-        exp_mask, man_mask = (0x7F80, 0x7F) if a.dtype == mx.bfloat16 else (0x7C00, 0x3FF)
-        nan = ((u & exp_mask) == exp_mask) & ((u & man_mask) != 0)
-        return np.where(nan, 0xFFFFFFFF, u)
-    v = np.array(a)
-    if v.dtype.kind in "fc":
-        v = v.copy()
-        v[np.isnan(v)] = np.nan
-    return v
 
 
 def make(shape, dname, seed):

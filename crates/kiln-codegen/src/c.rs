@@ -18,7 +18,7 @@ use std::fmt::Write;
 pub const KERNEL_SYMBOL: &str = "kiln_kernel";
 
 /// The scalar math every kernel includes (see `preamble.c`).
-pub const PREAMBLE: &str = include_str!("preamble.c");
+pub const PREAMBLE: &str = concat!(include_str!("erf_rational.h"), include_str!("preamble.c"));
 
 /// How the contiguous variant reads one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

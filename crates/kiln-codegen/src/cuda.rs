@@ -24,7 +24,7 @@ pub fn kernel_symbol(program: &FusedProgram) -> String {
 }
 
 /// The scalar math every kernel includes (see `preamble.cu`).
-pub const PREAMBLE: &str = include_str!("preamble.cu");
+pub const PREAMBLE: &str = concat!(include_str!("erf_rational.h"), include_str!("preamble.cu"));
 
 /// Which CUDA kernel to generate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

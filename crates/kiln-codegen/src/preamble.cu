@@ -55,27 +55,13 @@ K_INLINE float k_sin(float x) { return sinf(x); }
 K_INLINE float k_cos(float x) { return cosf(x); }
 K_INLINE float k_tan(float x) { return tanf(x); }
 K_INLINE float k_tanh(float x) { return tanhf(x); }
-/* erf: x P(x^2) / Q(x^2) on |x| <= 3.925, the C preamble's rational (kiln's own fit; 3.0e-7
- * absolute in float32) with the fast division (2 ulp more). On the H200 bf16 gelu_erf ran at
- * 0.89 of the copy floor with it and 0.80 with erff, whose two branches both run in most
- * warps. Selects (not fminf) keep NaN. */
+/* erf: erf_rational.h's rational (the C preamble's) with the fast division (2 ulp more). On
+ * the H200 bf16 gelu_erf ran at 0.89 of the copy floor with it and 0.80 with erff, whose two
+ * branches both run in most warps. Selects (not fminf) keep NaN. */
 K_INLINE float k_erf(float x) {
-    const float lo = x < -3.925f ? -3.925f : x;
-    const float c = lo > 3.925f ? 3.925f : lo, z = c * c;
-    float p = 6.534055956e-06f;
-    p = fmaf(p, z, 4.043538065e-04f);
-    p = fmaf(p, z, 4.191690590e-03f);
-    p = fmaf(p, z, 5.555549264e-02f);
-    p = fmaf(p, z, 1.924868971e-01f);
-    p = fmaf(p, z, 1.128379226e+00f);
-    float q = 2.460240580e-07f;
-    q = fmaf(q, z, 7.071616710e-05f);
-    q = fmaf(q, z, 1.405171934e-03f);
-    q = fmaf(q, z, 1.620282233e-02f);
-    q = fmaf(q, z, 1.172077879e-01f);
-    q = fmaf(q, z, 5.039204359e-01f);
-    q = fmaf(q, z, 1.000000000e+00f);
-    const float r = c * __fdividef(p, q);
+    const float lo = x < -K_ERF_CLAMP ? -K_ERF_CLAMP : x;
+    const float c = lo > K_ERF_CLAMP ? K_ERF_CLAMP : lo, z = c * c;
+    const float r = c * __fdividef(K_ERF_P(z, fmaf), K_ERF_Q(z, fmaf));
     const float hi = r > 1.0f ? 1.0f : r;
     return hi < -1.0f ? -1.0f : hi;
 }
