@@ -9,45 +9,13 @@ harness), median of --reps; GB/s counts each input and output once."""
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-INNER = 10
+from gpu import timed, workloads  # the harness's workloads and timing (same folder)
+
 DTYPES = ("bfloat16", "float16")
-
-
-def adam(sqrt, p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-    m2 = b1 * m + (1 - b1) * g
-    v2 = b2 * v + (1 - b2) * g * g
-    return p - lr * m2 / (sqrt(v2) + eps), m2, v2
-
-
-def workloads(maximum, tanh, erf, sigmoid, sqrt):
-    return {
-        "gelu_erf": (1, 1, lambda x: x * (1 + erf(x / math.sqrt(2))) / 2),
-        "gelu_tanh": (1, 1, lambda x: 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)))),
-        "silu_mul": (2, 1, lambda g, u: g * sigmoid(g) * u),
-        "relu_chain": (3, 1, lambda x, y, z: maximum(x * y + z, 0) * 0.5 + x),
-        "adam": (4, 3, lambda p, g, m, v: adam(sqrt, p, g, m, v)),
-    }
-
-
-def timed(call, sync, reps):
-    for _ in range(3):
-        call()
-    sync()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(INNER):
-            call()
-        sync()
-        times.append((time.perf_counter() - t) / INNER)
-    return statistics.median(times)
 
 
 def inputs_f32(n, count, seed):
