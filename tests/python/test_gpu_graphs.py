@@ -190,7 +190,7 @@ def test_unchanged_inputs_are_not_copied_again_but_new_ones_are():
 
 
 def test_explain_reports_the_graph():
-    compiled = mx.compile(lambda x: mx.exp(x) + 1)
+    compiled = mx.compile(lambda x: mx.exp(x) + mx.sum(x))  # two kernels: a graph pays
     x = rand((8,))
     mx.eval(compiled(x))
     assert compiled.explain()["entries"][0]["cuda_graph"]["state"] == "lazy"
@@ -198,11 +198,28 @@ def test_explain_reports_the_graph():
         mx.eval(compiled(x))
     info = compiled.explain()
     graph = info["entries"][0]["cuda_graph"]
-    assert graph["state"] == "captured" and graph["nodes"] >= 1 and graph["launches"] == 2
+    assert graph["state"] == "captured" and graph["nodes"] >= 2 and graph["launches"] == 2
+    np.testing.assert_allclose(
+        np.array(compiled(x)), np.exp(np.array(x)) + np.array(x).sum(), rtol=1e-5
+    )
     cuda = info["kernels"]["cuda"]
     fused = [k for k in cuda["kernels"] if k["name"] == "kiln_Compiled_exp_add"]
     assert fused and "kiln_Compiled_exp_add" in fused[0]["source"]
     assert cuda["builds"] + cuda["disk_hits"] >= len(cuda["kernels"]) >= 1
+
+
+def test_one_kernel_entries_launch_it_directly():
+    """A graph launch and the copy of its outputs are two driver calls; one fused kernel is
+    launched straight into fresh outputs on every call instead, never captured."""
+    compiled = mx.compile(lambda x: mx.exp(x) + 1)
+    kept = []
+    for _ in range(5):
+        x = rand((8,))
+        kept.append((x, compiled(x)))
+    graph = compiled.explain()["entries"][0]["cuda_graph"]
+    assert graph["state"] == "direct" and graph["nodes"] == 0 and graph["launches"] == 4
+    for x, got in kept:
+        np.testing.assert_allclose(np.array(got), np.exp(np.array(x)) + 1, rtol=1e-6)
 
 
 def test_shapeless_entries_keep_the_lazy_replay():

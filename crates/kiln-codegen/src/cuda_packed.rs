@@ -268,6 +268,16 @@ fn needs(program: &FusedProgram) -> (Vec<bool>, Vec<bool>) {
     (packed, float)
 }
 
+/// The type one access of `v` elements of `d` moves in a paired kernel: half data as uint32_t
+/// pairs (the same bytes and alignment as `v` uint16_t).
+pub(crate) fn access_type(d: DType, v: usize) -> String {
+    if is_half(d) {
+        format!("KVec<uint32_t, {}>", v / 2)
+    } else {
+        format!("KVec<{}, {v}>", c_type(d))
+    }
+}
+
 /// The full-vector part of the contiguous kernel (`base + v <= n`): loads, the paired
 /// body over `v / 2` pairs, stores. `indent` is the `if`'s body indentation.
 pub(crate) fn paired_vector(
@@ -280,14 +290,7 @@ pub(crate) fn paired_vector(
 ) {
     let pairs = v / 2;
     let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
-    // Half data moves as uint32_t pairs: the same bytes and alignment as v uint16_t.
-    let vec_type = |d: DType| {
-        if is_half(d) {
-            format!("KVec<uint32_t, {pairs}>")
-        } else {
-            format!("KVec<{}, {v}>", c_type(d))
-        }
-    };
+    let vec_type = |d: DType| access_type(d, v);
     for (k, &d) in program.inputs.iter().enumerate() {
         if !scalar(k) {
             let ty = vec_type(d);
@@ -380,6 +383,8 @@ pub(crate) fn paired_vector(
 fn half_lane_expr(program: &FusedProgram, i: usize, lane: usize) -> String {
     let t = |k: usize| format!("t{k}_{lane}");
     match &program.steps[i].op {
+        // Rounded to a half float next: the clamp of erf to [-1, 1] is not needed.
+        FusedOp::Unary(UnaryOp::Erf, a) => format!("k_erf_unclamped({})", t(*a)),
         FusedOp::Unary(op, a) => unary_expr(*op, &t(*a)),
         FusedOp::Binary(op, a, b) => match divisor_reciprocal(program, i) {
             Some(r) => format!("({} * __int_as_float(0x{:08x}))", t(*a), r.to_bits()),

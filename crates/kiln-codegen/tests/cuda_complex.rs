@@ -12,7 +12,8 @@ fn program(inputs: Vec<DType>, steps: Vec<(FusedOp, DType)>, outputs: Vec<usize>
 
 fn kernel(p: &FusedProgram) -> String {
     let kinds = vec![InputKind::Vector; p.inputs.len()];
-    let src = cuda_kernel(p, &CudaVariant::Contiguous { kinds, vector: 1, packed: false });
+    let src =
+        cuda_kernel(p, &CudaVariant::Contiguous { kinds, vector: 1, packed: false, unroll: 1 });
     src[PREAMBLE.len()..].to_string()
 }
 

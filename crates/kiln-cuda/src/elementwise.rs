@@ -144,8 +144,9 @@ fn plan(program: &FusedProgram, inputs: &[InputView<'_>], shape: &[usize]) -> Re
             });
             let vector = if aligned { width } else { 1 };
             let packed = packed_enabled() && packs(program, vector);
+            let unroll = if vector > 1 { vectors_per_thread(program) } else { 1 };
             Ok(Plan {
-                variant: CudaVariant::Contiguous { kinds, vector, packed },
+                variant: CudaVariant::Contiguous { kinds, vector, packed, unroll },
                 per_thread: vector,
                 table: None,
             })
@@ -396,21 +397,26 @@ mod tests {
         let aligned = [(row.clone(), f32s), (row.clone(), f32s)];
         assert_eq!(
             predict(&add, &aligned, &out),
-            expect(CudaVariant::Contiguous { kinds: both.clone(), vector, packed: false })
+            expect(CudaVariant::Contiguous {
+                kinds: both.clone(),
+                vector,
+                packed: false,
+                unroll: 1
+            })
         );
         // An offset of one element breaks 16-byte vector accesses: scalar loads.
         let shifted = Layout::new([4, 6].as_slice().into(), [6, 1].as_slice().into(), 1);
         let unaligned = [(row.clone(), f32s), (shifted, f32s)];
         assert_eq!(
             predict(&add, &unaligned, &out),
-            expect(CudaVariant::Contiguous { kinds: both, vector: 1, packed: false })
+            expect(CudaVariant::Contiguous { kinds: both, vector: 1, packed: false, unroll: 1 })
         );
         // A broadcast scalar is read once; a transposed view takes the strided variant.
         let scalar = Layout::new([4, 6].as_slice().into(), [0, 0].as_slice().into(), 0);
         let kinds = vec![InputKind::Vector, InputKind::Scalar];
         assert_eq!(
             predict(&add, &[(row.clone(), f32s), (scalar, f32s)], &out),
-            expect(CudaVariant::Contiguous { kinds, vector, packed: false })
+            expect(CudaVariant::Contiguous { kinds, vector, packed: false, unroll: 1 })
         );
         let t = Layout::new([4, 6].as_slice().into(), [1, 4].as_slice().into(), 0);
         assert_eq!(
@@ -462,14 +468,16 @@ mod tests {
         for (name, p) in complex_programs() {
             let kinds = vec![InputKind::Vector; p.inputs.len()];
             let width = kiln_codegen::cuda::vector_width(&p);
-            let v =
-                cuda_kernel(&p, &CudaVariant::Contiguous { kinds, vector: width, packed: true });
+            let v = cuda_kernel(
+                &p,
+                &CudaVariant::Contiguous { kinds, vector: width, packed: true, unroll: 1 },
+            );
             assert!(v.contains("kc64"), "{name}");
             sources.push((format!("ew_{name}_vec.cu"), v));
             let scalars = vec![InputKind::Scalar; p.inputs.len()];
             let s = cuda_kernel(
                 &p,
-                &CudaVariant::Contiguous { kinds: scalars, vector: 1, packed: true },
+                &CudaVariant::Contiguous { kinds: scalars, vector: 1, packed: true, unroll: 1 },
             );
             sources.push((format!("ew_{name}_scalar.cu"), s));
             let st = cuda_kernel(&p, &CudaVariant::Strided { ndim: 2, wide: true });

@@ -136,12 +136,36 @@ fn single_ops(d: DType) -> Vec<(String, FusedProgram)> {
 #[test]
 fn packed_half_kernels_generate_for_every_op() {
     let mut sources = vec![];
-    for d in [DType::BF16, DType::F16] {
+    for d in [DType::BF16, DType::F16, DType::F32] {
+        if d == DType::F32 {
+            // float32 workloads, one access and four per thread (they never pack).
+            for (name, p) in workloads(d) {
+                for unroll in [1, 4] {
+                    let kinds = vec![InputKind::Vector; p.inputs.len()];
+                    let v = CudaVariant::Contiguous { kinds, vector: 4, packed: false, unroll };
+                    sources.push((format!("f32_{name}_{unroll}.cu"), cuda_kernel(&p, &v)));
+                }
+            }
+            continue;
+        }
         // The per-element variants of the workloads, to compare the two offline.
         for (name, p) in workloads(d) {
             let kinds = vec![InputKind::Vector; p.inputs.len()];
-            let v = CudaVariant::Contiguous { kinds, vector: vector_width(&p), packed: false };
+            let v = CudaVariant::Contiguous {
+                kinds,
+                vector: vector_width(&p),
+                packed: false,
+                unroll: 1,
+            };
             sources.push((format!("perelem_{d}_{name}.cu"), cuda_kernel(&p, &v)));
+            let kinds = vec![InputKind::Vector; p.inputs.len()];
+            let v = CudaVariant::Contiguous {
+                kinds,
+                vector: vector_width(&p),
+                packed: false,
+                unroll: 4,
+            };
+            sources.push((format!("perelem_{d}_{name}_unrolled.cu"), cuda_kernel(&p, &v)));
         }
         let named = workloads(d).into_iter().map(|(n, p)| (n.to_string(), p));
         for (name, p) in named.chain(single_ops(d)) {
@@ -152,6 +176,7 @@ fn packed_half_kernels_generate_for_every_op() {
                 kinds: vec![InputKind::Vector; n_in],
                 vector: width,
                 packed: true,
+                unroll: 1,
             };
             let src = cuda_kernel(&p, &vector);
             let paired = format!("(int u = 0; u < {}; ++u)", width / 2);
@@ -160,8 +185,19 @@ fn packed_half_kernels_generate_for_every_op() {
             // The last input broadcast: read packed once before the loop.
             let mut kinds = vec![InputKind::Vector; n_in];
             kinds[n_in - 1] = InputKind::Scalar;
-            let bcast = CudaVariant::Contiguous { kinds, vector: width, packed: true };
+            let bcast = CudaVariant::Contiguous { kinds, vector: width, packed: true, unroll: 1 };
             sources.push((format!("packed_{d}_{name}_bcast.cu"), cuda_kernel(&p, &bcast)));
+            // Four accesses per thread (compute-bound programs), the last of several inputs
+            // broadcast.
+            let mut kinds = vec![InputKind::Vector; n_in];
+            if n_in > 1 {
+                kinds[n_in - 1] = InputKind::Scalar;
+            }
+            let unrolled =
+                CudaVariant::Contiguous { kinds, vector: width, packed: true, unroll: 4 };
+            let src = cuda_kernel(&p, &unrolled);
+            assert!(src.contains("if (start + tile <= n) {"), "{name} {d}: not unrolled");
+            sources.push((format!("packed_{d}_{name}_unrolled.cu"), src));
             // Rows of a strided layout, the last input broadcast along them (one value each).
             let mut kinds = vec![InputKind::Vector; n_in];
             kinds[n_in - 1] = InputKind::Scalar;
@@ -179,6 +215,8 @@ fn packed_half_kernels_generate_for_every_op() {
     let relu = &sources.iter().find(|(n, _)| n == "packed_float16_relu_chain.cu").unwrap().1;
     assert!(relu.contains("const uint32_t p7 = k_relu_f16x2(p6);"));
     assert!(!relu.contains("const uint32_t p3 ="), "the zero is not read packed");
+    let gelu = &sources.iter().find(|(n, _)| n == "packed_bfloat16_gelu_erf.cu").unwrap().1;
+    assert!(gelu.contains("k_bf16x2_pack((float)(k_erf_unclamped(t4_0))"));
     let adam = &sources.iter().find(|(n, _)| n == "packed_float16_adam.cu").unwrap().1;
     assert!(adam.contains("k_f16x2_pack((float)(k_sqrt((t16_0)))"));
 }

@@ -134,20 +134,16 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         for kind in [norm::Kind::Layer, norm::Kind::Rms] {
             for (weight, bias) in [(false, false), (true, false), (false, true), (true, true)] {
                 let vec = 16 / dtype.size();
-                for (vec, items, warp) in
-                    [(1, 0, false), (1, 3, true), (1, 32, true), (vec, 32 / vec, false)]
-                {
-                    for (v2, threads) in [(false, 0), (true, if warp { 256 } else { 512 })] {
-                        let key =
-                            norm::Key { dtype, kind, weight, bias, vec, items, warp, v2, threads };
-                        out.push((format!("norm_{key:?}"), norm::source(&key)));
-                    }
-                }
-                // v2's exact block sizes (64 to 512 threads per row).
-                for threads in [64, 128, 256] {
-                    let (vec, items, warp, v2) = (16 / dtype.size(), 4, false, true);
-                    let key =
-                        norm::Key { dtype, kind, weight, bias, vec, items, warp, v2, threads };
+                for (vec, items, warp, threads) in [
+                    (1, 0, false, 1024),
+                    (1, 3, true, 256),
+                    (1, 32, true, 256),
+                    (vec, 32 / vec, false, 512),
+                    (vec, 4, false, 64),
+                    (vec, 4, false, 128),
+                    (vec, 4, false, 256),
+                ] {
+                    let key = norm::Key { dtype, kind, weight, bias, vec, items, warp, threads };
                     out.push((format!("norm_{key:?}"), norm::source(&key)));
                 }
             }

@@ -2,13 +2,15 @@
 //! short rows, a block per row for long ones, each thread keeping its share of the row in
 //! registers (`ITEMS` vectors of `VEC` elements, half floats packed two to a register; 16-byte
 //! loads when every pointer is aligned and the row length a multiple of the vector), so the
-//! statistics and the normalised write need no second read. Rows too long for registers are streamed (read again per pass, from
-//! L2 mostly). Statistics in float32: the mean square (rms_norm), or the mean and centred
-//! variance (layer_norm): the mean, then the centred squares from registers, two plain
-//! reduction rounds; weight and bias read as vectors like x. `KILN_CUDA_NORM=v1` selects the
-//! first version (each thread's count, mean and centred squares combined with Chan's formula
-//! in one round, whose divisions per shuffle step cost more than a second round; weight and
-//! bias read a scalar at a time), kept to compare both on a device.
+//! statistics and the normalised write need no second read. Rows too long for registers are
+//! streamed (read again per pass, from L2 mostly).
+//!
+//! Statistics in float32: the mean square (rms_norm), or the mean and centred variance
+//! (layer_norm: the mean, then the centred squares from registers, two reduction rounds).
+//! The rounds alternate between two scratch slots, so none needs a barrier after its read:
+//! layer_norm's float32 rows of 8192 went from 0.89 to 0.96 of torch.compile's speed on the
+//! H200 without them (one round merging each thread's mean and centred squares by Chan's
+//! formula ran no faster). Weight and bias are read as vectors like x.
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
@@ -38,11 +40,7 @@ pub(crate) struct Key {
     pub items: usize,
     /// A warp per row (else a block per row).
     pub warp: bool,
-    /// The second version (vector loads of weight and bias, layer_norm's statistics as two
-    /// sums, launch bounds for the exact block size); `KILN_CUDA_NORM=v1` selects the first,
-    /// to compare both on a device.
-    pub v2: bool,
-    /// The block size (v2; 0 in v1, whose bounds fit every block size of its mode).
+    /// The block size (also the kernel's `__launch_bounds__`).
     pub threads: u32,
 }
 
@@ -66,83 +64,29 @@ pub(super) const STREAM_BLOCK: u32 = 1024;
 const BODY: &str = r#"
 typedef KVec<S, VEC> V;
 
-/* Sum over the threads sharing a row (a warp, or the whole block); all get the result. */
-K_INLINE float k_row_sum(float a, float *scratch) {
+/* Sum over the threads sharing a row (a warp, or the whole block); all get the result. The
+   caller alternates between two `slot`s of scratch, so no barrier is needed after the read:
+   a slot is written again two reductions later, after a barrier every thread passes only
+   once it has read this one. */
+K_INLINE float k_row_sum(float a, float *slot) {
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
 #if !WARP_ROWS
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    if (lane == 0) scratch[warp] = a;
+    if (lane == 0) slot[warp] = a;
     __syncthreads();
-    a = lane < warps ? scratch[lane] : 0.0f;
+    a = lane < warps ? slot[lane] : 0.0f;
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-    __syncthreads(); /* scratch is reused by the next sum */
 #endif
     return a;
 }
 
-/* Chan's combination of two partial (count, mean, M2 = sum of squared deviations). */
-K_INLINE void k_combine(float &n, float &mu, float &m2, float nb, float mub, float m2b) {
-    if (nb == 0.0f) return;
-    if (n == 0.0f) { n = nb; mu = mub; m2 = m2b; return; }
-    const float nn = n + nb, delta = mub - mu;
-    mu = mu + delta * (nb / nn);
-    m2 = m2 + m2b + delta * delta * (n * nb / nn);
-    n = nn;
-}
-
-/* (count, mean, M2) over the threads sharing a row, in one round: a tree to lane 0 (the
-   combination is not symmetric bit for bit) broadcast to the warp; for a block, every warp
-   then combines the warps' partials the same way, so all threads get identical values. */
-K_INLINE void k_warp_stats(float &n, float &mu, float &m2) {
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float nb = __shfl_down_sync(0xffffffffu, n, o);
-        const float mub = __shfl_down_sync(0xffffffffu, mu, o);
-        const float m2b = __shfl_down_sync(0xffffffffu, m2, o);
-        /* Lanes past 31 - o read their own values: only lane 0's result is used. */
-        if ((threadIdx.x & 31) + o < 32) k_combine(n, mu, m2, nb, mub, m2b);
-    }
-    n = __shfl_sync(0xffffffffu, n, 0);
-    mu = __shfl_sync(0xffffffffu, mu, 0);
-    m2 = __shfl_sync(0xffffffffu, m2, 0);
-}
-
-K_INLINE void k_row_stats(float &n, float &mu, float &m2, float *scratch) {
-    k_warp_stats(n, mu, m2);
-#if !WARP_ROWS
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    if (lane == 0) { scratch[warp] = n; scratch[32 + warp] = mu; scratch[64 + warp] = m2; }
-    __syncthreads();
-    n = lane < warps ? scratch[lane] : 0.0f;
-    mu = lane < warps ? scratch[32 + lane] : 0.0f;
-    m2 = lane < warps ? scratch[64 + lane] : 0.0f;
-    k_warp_stats(n, mu, m2);
-    __syncthreads(); /* scratch is reused by the next row */
-#endif
-}
-
-/* One output element: (v - mean) r w + b, or v r w for rms_norm (kiln-cpu's order). */
-K_INLINE float k_out(float v, float mean, float r, const S *w, const S *b, int64_t j) {
-    float y = RMS ? v * r : (v - mean) * r;
-#if HAS_W
-    y = y * k_load(w[j]);
-#endif
-#if HAS_B
-    y = y + k_load(b[j]);
-#endif
-    return y;
-}
-
-/* Normalises and stores the VEC elements at j. */
+/* Normalises and stores the VEC elements at j: (v - mean) r w + b, or v r w for rms_norm
+   (kiln-cpu's order); the weight and bias as one vector load each (aligned like x when
+   VEC > 1: scalar loads of them were 2 VEC load instructions per 16 bytes of x). */
 K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, const S *b, int64_t j) {
-    V o;
-#if V2
-    /* The weight and bias as one vector load each (aligned like x when VEC > 1): scalar
-       loads of them were 2 VEC load instructions per 16 bytes of x, the most for half
-       floats (v1). */
-    V wv, bv;
+    V o, wv, bv;
 #if HAS_W
     wv = *(const V *)(w + j);
 #endif
@@ -160,10 +104,6 @@ K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, con
 #endif
         o.v[e] = k_store(y);
     }
-#else
-    #pragma unroll
-    for (int e = 0; e < VEC; ++e) o.v[e] = k_store(k_out(v[e], mean, r, w, b, j + e));
-#endif
     *(V *)(q + j) = o;
 }
 
@@ -195,7 +135,8 @@ K_INLINE void k_read(const S *p, float *v, int64_t j) {
 extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
                                      const S *__restrict__ w, const S *__restrict__ b,
                                      S *__restrict__ y, const double eps_d) {
-    __shared__ float scratch[96];
+    __shared__ float scratch[64]; /* two slots of 32 floats, alternated */
+    unsigned round = 0;
     const float eps = (float)eps_d, n = (float)d;
 #if WARP_ROWS
     const int t = threadIdx.x & 31, threads = 32;
@@ -234,12 +175,10 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
         k_opaque(u);
         float mean = 0.0f, r;
         if (RMS) {
-            r = 1.0f / sqrtf(k_row_sum(sum, scratch) / n + eps);
-        } else if (V2) {
-            /* Two plain sums: the mean, then the centred squares from registers. Cheaper
-               than v1's one round of Chan's combination, whose divisions per shuffle step
-               cost more than the second round's shuffles and barriers. */
-            mean = k_row_sum(sum, scratch) / n;
+            r = 1.0f / sqrtf(k_row_sum(sum, scratch + 32 * (round++ & 1)) / n + eps);
+        } else {
+            /* The mean, then the centred squares from registers. */
+            mean = k_row_sum(sum, scratch + 32 * (round++ & 1)) / n;
             float sq = 0.0f;
             #pragma unroll
             for (int it = 0; it < ITEMS; ++it) {
@@ -253,29 +192,7 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
                 }
             }
             k_opaque(u);
-            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
-        } else {
-            /* This thread's count, mean and centred squares from registers, then one
-               combining round (not a sum, then a second sum of centred squares). */
-            float cnt = 0.0f;
-            #pragma unroll
-            for (int it = 0; it < ITEMS; ++it)
-                if (((int64_t)it * threads + t) * VEC < d) cnt += (float)VEC;
-            float mu = cnt > 0.0f ? sum / cnt : 0.0f, m2 = 0.0f;
-            #pragma unroll
-            for (int it = 0; it < ITEMS; ++it) {
-                const int64_t j = ((int64_t)it * threads + t) * VEC;
-                if (j < d) {
-                    #pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        const float c = k_elem(u[it], e) - mu;
-                        m2 += c * c;
-                    }
-                }
-            }
-            k_row_stats(cnt, mu, m2, scratch);
-            mean = mu;
-            r = 1.0f / sqrtf(m2 / n + eps);
+            r = 1.0f / sqrtf(k_row_sum(sq, scratch + 32 * (round++ & 1)) / n + eps);
         }
         #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
@@ -294,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
             #pragma unroll
             for (int e = 0; e < VEC; ++e) sum += RMS ? v[e] * v[e] : v[e];
         }
-        sum = k_row_sum(sum, scratch);
+        sum = k_row_sum(sum, scratch + 32 * (round++ & 1));
         float mean = 0.0f, r;
         if (RMS) {
             r = 1.0f / sqrtf(sum / n + eps);
@@ -306,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
                 #pragma unroll
                 for (int e = 0; e < VEC; ++e) sq += (v[e] - mean) * (v[e] - mean);
             }
-            r = 1.0f / sqrtf(k_row_sum(sq, scratch) / n + eps);
+            r = 1.0f / sqrtf(k_row_sum(sq, scratch + 32 * (round++ & 1)) / n + eps);
         }
         for (int64_t j = (int64_t)t * VEC; j < d; j += (int64_t)threads * VEC) {
             k_read(p, v, j);
@@ -322,7 +239,7 @@ pub(crate) fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
-         #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n#define V2 {}\n\
+         #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n\
          #define PACKED {}\n",
         key.vec,
         key.items,
@@ -330,37 +247,27 @@ pub(crate) fn source(key: &Key) -> String {
         key.weight as u8,
         key.bias as u8,
         key.warp as u8,
-        max_threads(key),
+        key.threads,
         min_blocks(key),
-        key.v2 as u8,
         (key.dtype.size() == 2 && key.vec >= 2 && key.items > 0) as u8
     );
     s.push_str(BODY);
     s
 }
 
-/// The block size a variant is launched with at most (its `__launch_bounds__`, so the
-/// register allocation always fits the block).
-fn max_threads(key: &Key) -> u32 {
-    if key.v2 && key.threads > 0 {
-        return key.threads;
-    }
-    if key.items == 0 && !key.warp {
-        STREAM_BLOCK
-    } else {
-        WARP_BLOCK.max(MAX_REG_BLOCK)
-    }
-}
-
 /// Blocks per multiprocessor the register allocation must allow (`__launch_bounds__`'s
-/// second argument). v2 asks for 1024 resident threads for half floats: their row kernels
-/// then get 64 registers (no spills in ptxas's report for sm_90) where they took 72 to 80,
-/// which left 768 threads per multiprocessor for block-per-row layer_norm. float32 keeps its
-/// registers: forced to 64 (no spills) its layer_norm ran slower on the H200 (rows of 4096:
-/// 0.298 against 0.282 ms), as do scalar loads (they spill).
+/// second argument). Half floats ask for 1024 resident threads: their row kernels then get 64
+/// registers (no spills in ptxas's report for sm_90) where they took 72 to 80, which left 768
+/// threads per multiprocessor for block-per-row layer_norm. float32 asks for two blocks of 512
+/// (layer_norm on rows of 8192 at 0.967 and 1.01 of torch.compile's speed on the H200, 0.96
+/// with one); smaller float32 blocks keep their registers: forced to 64 (no spills) its
+/// layer_norm on rows of 4096 ran slower (0.298 against 0.282 ms), as do scalar loads (they
+/// spill).
 fn min_blocks(key: &Key) -> u32 {
-    if key.v2 && key.items > 0 && key.vec > 1 && key.dtype.size() == 2 {
-        (1024 / max_threads(key)).max(1)
+    if key.items > 0 && key.vec > 1 && key.dtype.size() == 2 {
+        (1024 / key.threads).max(1)
+    } else if key.items > 0 && key.vec > 1 && key.threads >= 512 {
+        2
     } else {
         1
     }
@@ -425,7 +332,6 @@ pub(crate) fn norm(
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
     let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2);
-    let v2 = !std::env::var("KILN_CUDA_NORM").is_ok_and(|v| v == "v1");
     let key = Key {
         dtype: x.dtype,
         kind,
@@ -434,8 +340,7 @@ pub(crate) fn norm(
         vec,
         items,
         warp,
-        v2,
-        threads: if v2 { threads } else { 0 },
+        threads,
     };
     let mut args = Args::new();
     args.i64(rows as i64).i64(d as i64).ptr(ptr(&x));
@@ -452,20 +357,6 @@ pub(crate) fn norm(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key_for(warp: bool, items: usize) -> Key {
-        Key {
-            dtype: DType::F32,
-            kind: Kind::Layer,
-            weight: false,
-            bias: false,
-            vec: 1,
-            items,
-            warp,
-            v2: true,
-            threads: 0,
-        }
-    }
 
     #[test]
     fn plans_keep_rows_in_registers() {
@@ -496,7 +387,8 @@ mod tests {
                 assert!(d.div_ceil(vec) > max_items(vec) * MAX_REG_BLOCK as usize);
                 assert_eq!(threads, STREAM_BLOCK);
             }
-            assert!(threads % 32 == 0 && threads <= max_threads(&key_for(warp, items)));
+            let most = if items == 0 { STREAM_BLOCK } else { MAX_REG_BLOCK };
+            assert!(threads % 32 == 0 && threads <= most);
         }
         assert_eq!(plan(8192, 8, true), (false, 4, 256));
         assert_eq!(plan(4096, 8, true), (false, 4, 128));
@@ -516,7 +408,6 @@ mod tests {
             vec: 8,
             items: 4,
             warp: false,
-            v2: true,
             threads: 256,
         };
         let s = source(&key);
