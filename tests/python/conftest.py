@@ -11,6 +11,15 @@ import kiln.core as mx
 import numpy as np
 import pytest
 
+try:
+    import mlx.core as _mlx
+
+    # MLX is an oracle for its CPU semantics: on a GPU machine with MLX-CUDA installed its
+    # default device would be the GPU, where float64, svd and others are not supported.
+    _mlx.set_default_device(_mlx.cpu)
+except ImportError:
+    pass
+
 # kiln dtype name -> numpy dtype (bfloat16: the float32 its values are compared in).
 NP = {
     "bool_": np.bool_,

@@ -1,6 +1,8 @@
 """Runs expressions with `mx` bound to kiln.core and to mlx.core and asserts the same
 outcome for each: the same exception class, or results of one dtype and shape with equal
-values (floats within 1e-2, NaN equal to NaN). Skips where MLX is not installed."""
+values (floats within 1e-2, NaN equal to NaN). Both run on their CPU: the expressions are
+reference semantics (float64 among them, which neither runs on a GPU). Skips where MLX is not
+installed."""
 
 import kiln.core as kx
 import numpy as np
@@ -39,5 +41,12 @@ def _difference(expression, mlx):
 def assert_same_as_mlx(expressions):
     """Every expression gives the same outcome on kiln and MLX (all differences listed)."""
     mlx = pytest.importorskip("mlx.core")
-    diffs = [(e, d) for e in expressions if (d := _difference(e, mlx)) is not None]
+    devices = kx.default_device(), mlx.default_device()
+    kx.set_default_device(kx.cpu)
+    mlx.set_default_device(mlx.cpu)
+    try:
+        diffs = [(e, d) for e in expressions if (d := _difference(e, mlx)) is not None]
+    finally:
+        kx.set_default_device(devices[0])
+        mlx.set_default_device(devices[1])
     assert not diffs, "\n".join(f"{e}: {d}" for e, d in diffs)
