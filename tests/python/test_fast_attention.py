@@ -116,3 +116,38 @@ def test_strided_views():
     y = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
     ref = np_sdpa(f64(q), f64(k), f64(v), 0.25, "causal")
     np.testing.assert_allclose(f64(y), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dims", SHAPES + [(1, 2, 1, 100, 101, 16, 24)])
+@pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
+def test_bfloat16_against_float32_kernel(dims, mask):
+    # bfloat16 inputs run on bfloat16 dot products where the CPU has them (AVX512-BF16; the
+    # probabilities are rounded to bfloat16 for the second product): same values, same
+    # infinities and NaN as the float32 kernel, within bfloat16 rounding. Lk - Lq odd makes
+    # a causal block end on an odd key; the next key's infinite value must stay unseen.
+    b, hq, hk, lq, lk, d, dv = dims
+    q, k, v = rand(b, hq, lq, d), rand(b, hk, lk, d), rand(b, hk, lk, dv)
+    if lk == 101:
+        v[:, :, 65] = np.inf
+    m = {"bool": RNG.random((b, 1, lq, lk)) < 0.6,
+         "additive": rand(1, hq, lq, lk)}.get(mask, mask)
+    qa, ka, va = (mx.array(x).astype(mx.bfloat16) for x in (q, k, v))
+    ma = mx.array(m).astype(mx.bfloat16 if m.dtype != np.bool_ else mx.bool_) \
+        if isinstance(m, np.ndarray) else m
+    y = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=0.3, mask=ma)
+    f32 = [x.astype(mx.float32) for x in (qa, ka, va)]
+    m32 = ma.astype(mx.float32) if isinstance(ma, mx.array) and ma.dtype != mx.bool_ else ma
+    want = mx.fast.scaled_dot_product_attention(*f32, scale=0.3, mask=m32)
+    assert y.dtype == mx.bfloat16
+    got, want = np.array(y.astype(mx.float32)), np.array(want)
+    if lk == 101 and mask == "causal":
+        assert np.isfinite(got[:, :, :64]).all()
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_bfloat16_nan_propagates():
+    q, k, v = rand(1, 1, 70, 8), rand(1, 1, 301, 8), rand(1, 1, 301, 8)
+    k[0, 0, 280, 3] = np.nan
+    y = mx.fast.scaled_dot_product_attention(
+        *(mx.array(x).astype(mx.bfloat16) for x in (q, k, v)), scale=1.0)
+    assert np.isnan(np.array(y.astype(mx.float32))).all()

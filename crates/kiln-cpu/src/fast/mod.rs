@@ -11,6 +11,8 @@ mod norm;
 mod norm_vjp;
 mod rope;
 mod tile;
+#[cfg(target_arch = "x86_64")]
+mod tile_bf16;
 
 pub use custom::{c_kernel_check, c_kernel_source, c_type, TemplateArg};
 
@@ -167,6 +169,10 @@ pub(crate) fn eval(
                 inverse: *inverse,
             };
             compute!(rope_kernel(&inputs[0], &inputs[1], f, &p, shape))
+        }
+        #[cfg(target_arch = "x86_64")]
+        FastOp::Attention { scale, mask } if attention::bf16_products(inputs) => {
+            attention::attention_bf16(inputs, *mask, scale.as_f64(), shape)
         }
         FastOp::Attention { scale, mask } => {
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
