@@ -6,11 +6,10 @@
 use crate::element::Element;
 use crate::halfmap::Half;
 use crate::strided::{output, output_full};
-use crate::walk::Plan;
+use crate::walk::{par_chunks, Plan};
 use faer::linalg::matmul::matmul as faer_matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use half::{bf16, f16};
-use kiln_base::shape::size_of;
 use kiln_base::{bail, ArrayData, DType, Layout, Result};
 use rayon::prelude::*;
 
@@ -53,14 +52,19 @@ fn native<T: Gemm>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Arra
 }
 
 /// Half-precision inputs: widened to f32 in bulk (`widen_view`), multiplied, and the
-/// result rounded back once in bulk.
+/// result rounded back once in bulk. Conversions run on every thread, into pooled blocks (a
+/// fresh allocation of a big operand page-faults on every call).
 fn widened<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
-    let (wa, la) = widen_view::<H>(a.buffer.host_slice::<H>(), &a.layout);
-    let (wb, lb) = widen_view::<H>(b.buffer.host_slice::<H>(), &b.layout);
-    let mut acc = vec![0f32; size_of(shape)];
-    batched(&wa, &la, &wb, &lb, &mut acc);
+    let (wa, la) = widen_view::<H>(a.buffer.host_slice::<H>(), &a.layout)?;
+    let (wb, lb) = widen_view::<H>(b.buffer.host_slice::<H>(), &b.layout)?;
+    let (wa, wb) = (wa.buffer.host_slice::<f32>(), wb.buffer.host_slice::<f32>());
+    let acc = output_full::<f32>("matmul", shape, |acc| {
+        batched(wa, &la, wb, &lb, acc);
+        Ok(())
+    })?;
     output_full::<H>("matmul", shape, |out| {
-        H::narrow(&acc, out);
+        let acc = acc.buffer.host_slice::<f32>();
+        par_chunks(out, |chunk, at| H::narrow(&acc[at..at + chunk.len()], chunk));
         Ok(())
     })
 }
@@ -70,10 +74,16 @@ fn widened<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Arr
 /// broadcast, reversed, lightly sliced), the span is converted as one slice and the layout
 /// kept (offset shifted); a sparse view (a big step, a small slice of a big array) is
 /// gathered row-major, converting each contiguous run in bulk.
-fn widen_view<H: Half>(src: &[H], l: &Layout) -> (Vec<f32>, Layout) {
+fn widen_view<H: Half>(src: &[H], l: &Layout) -> Result<(ArrayData, Layout)> {
     let size = l.size();
+    let widened = |n: usize, fill: &dyn Fn(&mut [f32])| {
+        output_full::<f32>("matmul", &[n], |dst| {
+            fill(dst);
+            Ok(())
+        })
+    };
     if size == 0 {
-        return (Vec::new(), Layout::contiguous(&l.shape));
+        return Ok((widened(0, &|_| {})?, Layout::contiguous(&l.shape)));
     }
     // The lowest and highest buffer index the view touches (in bounds: validated layout).
     let (mut lo, mut hi) = (l.offset as isize, l.offset as isize);
@@ -87,24 +97,29 @@ fn widen_view<H: Half>(src: &[H], l: &Layout) -> (Vec<f32>, Layout) {
     }
     let (lo, hi) = (lo as usize, hi as usize);
     if hi - lo < 2 * size {
-        let mut dst = vec![0f32; hi - lo + 1];
-        H::widen(&src[lo..=hi], &mut dst);
+        let span = &src[lo..=hi];
+        let dst = widened(span.len(), &|dst| {
+            par_chunks(dst, |chunk, at| H::widen(&span[at..at + chunk.len()], chunk))
+        })?;
         let view = Layout::new(l.shape.clone(), l.strides.clone(), l.offset - lo);
-        return (dst, view);
+        return Ok((dst, view));
     }
-    let mut dst = vec![0f32; size];
     let plan = Plan::new(&l.shape, [l]);
-    plan.runs(0, size, |pos, [i], [s], n| {
-        let out = &mut dst[pos..pos + n];
-        if s == 1 {
-            H::widen(&src[i as usize..i as usize + n], out);
-        } else {
-            for (t, o) in out.iter_mut().enumerate() {
-                *o = src[i.wrapping_add((t as isize).wrapping_mul(s)) as usize].to_acc();
-            }
-        }
-    });
-    (dst, Layout::contiguous(&l.shape))
+    let dst = widened(size, &|dst| {
+        par_chunks(dst, |chunk, at| {
+            plan.runs(at, at + chunk.len(), |pos, [i], [s], n| {
+                let out = &mut chunk[pos - at..pos - at + n];
+                if s == 1 {
+                    H::widen(&src[i as usize..i as usize + n], out);
+                } else {
+                    for (t, o) in out.iter_mut().enumerate() {
+                        *o = src[i.wrapping_add((t as isize).wrapping_mul(s)) as usize].to_acc();
+                    }
+                }
+            })
+        })
+    })?;
+    Ok((dst, Layout::contiguous(&l.shape)))
 }
 
 /// One faer call per batch element, writing row-major `(batch, m, n)` into `out`. A big
