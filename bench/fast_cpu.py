@@ -6,7 +6,9 @@ every fast op at least 2x faster than its composition).
     python3 bench/fast_cpu.py --mlx              # import mlx.core instead (comparison)
 
 Attention rows: (B, H, L, D) in float32 and bfloat16, unmasked and causal (the composition
-adds a -inf upper triangle), GQA with 2 kv heads. Norm and RoPE rows on a (4096, 4096) input.
+adds a -inf upper triangle), GQA with 2 kv heads; their last column is the fused kernel's rate
+on the two products (`bench/cpu_peak.c` measures what the cores can do). Norm and RoPE rows on
+a (4096, 4096) input.
 """
 
 from __future__ import annotations
@@ -66,11 +68,12 @@ def main():
     if args.mlx:
         mx.set_default_device(mx.cpu)
     rng = np.random.default_rng(0)
-    print(f"{'row':44s} {'fast ms':>9s} {'comp ms':>9s} {'ratio':>6s}")
+    print(f"{'row':44s} {'fast ms':>9s} {'comp ms':>9s} {'ratio':>6s} {'fast GFLOP/s':>13s}")
 
-    def row(name, fast, comp):
+    def row(name, fast, comp, flops=None):
         tf, tc = timeit(fast, mx, args.reps), timeit(comp, mx, args.reps)
-        print(f"{name:44s} {tf * 1e3:9.2f} {tc * 1e3:9.2f} {tc / tf:6.2f}", flush=True)
+        rate = f"{flops / tf / 1e9:13.0f}" if flops else ""
+        print(f"{name:44s} {tf * 1e3:9.2f} {tc * 1e3:9.2f} {tc / tf:6.2f} {rate}", flush=True)
 
     if args.only != "norms":
         for (b, h, length, d), hk, dtype, causal in attention_rows(args.quick):
@@ -88,7 +91,9 @@ def main():
                 q, k, v, scale=scale, mask="causal" if causal else None)
             comp = lambda: attention_comp(mx, q, k, v, scale, mask)  # noqa: E731
             name = f"attention {dtype} {(b, h, length, d)} kv{hk}{' causal' if causal else ''}"
-            row(name, fast, comp)
+            # The products' multiply-adds (2 flops each); causal attention does about half.
+            flops = 4 * b * h * length * length * d * (0.5 if causal else 1.0)
+            row(name, fast, comp, flops)
     if args.only != "attention":
         for dtype in ("float32", "bfloat16"):
             dt = getattr(mx, dtype)

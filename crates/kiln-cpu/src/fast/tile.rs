@@ -70,6 +70,10 @@ fn score_tile<C: Real, const MR: usize, const NC: usize>(
     }
 }
 
+/// Keys whose values `accumulate` visits per pass over the output rows (measured on a Zen 5
+/// core: head dim 128 went from 184 to 240 GFLOP/s, 64 from 245 to 258).
+pub(super) const KEYS_PER_PASS: usize = 64;
+
 /// `o[r * dv + c] += Σ_j pt[j * ld + r] * v[j * dv + c]` for `r < rows`, `c < dv`, `j < kb`.
 #[inline(always)]
 pub(super) fn accumulate<C: Real, const MR: usize, const NC: usize>(
@@ -83,7 +87,12 @@ pub(super) fn accumulate<C: Real, const MR: usize, const NC: usize>(
 ) {
     let mut c0 = 0;
     while c0 + NC <= dv {
-        accumulate_cols::<C, MR, NC>(o, pt, v, rows, kb, dv, ld, c0);
+        // A few keys at a time over all rows: their values stay in the L1 cache.
+        for j0 in (0..kb).step_by(KEYS_PER_PASS) {
+            let n = KEYS_PER_PASS.min(kb - j0);
+            let (p, vj) = (&pt[j0 * ld..], &v[j0 * dv..]);
+            accumulate_cols::<C, MR, NC>(o, p, vj, rows, n, dv, ld, c0);
+        }
         c0 += NC;
     }
     // Narrower value rows (or a remainder): 8 columns at a time, then one by one.
