@@ -151,3 +151,10 @@ def test_bfloat16_nan_propagates():
     y = mx.fast.scaled_dot_product_attention(
         *(mx.array(x).astype(mx.bfloat16) for x in (q, k, v)), scale=1.0)
     assert np.isnan(np.array(y.astype(mx.float32))).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_head_dim_zero(dtype, mask):
+    # Every score is 0: each query averages the values it sees (as MLX).
+    check(rand(1, 2, 3, 0), rand(1, 2, 5, 0), rand(1, 2, 5, 4), mask, dtype, scale=1.0)

@@ -71,7 +71,9 @@ pub(crate) fn attention<C: Real>(
 /// dot products.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn bf16_products(inputs: &[ArrayData]) -> bool {
-    inputs[..3].iter().all(|x| x.dtype == DType::BF16) && tile_bf16::available()
+    // Head dim 0 (every score 0) takes the float32 kernel.
+    let dk = inputs[0].layout.shape[3];
+    inputs[..3].iter().all(|x| x.dtype == DType::BF16) && dk > 0 && tile_bf16::available()
 }
 
 /// Attention of bfloat16 inputs on bfloat16 dot products (`tile_bf16.rs`), in float32 otherwise
@@ -256,11 +258,11 @@ fn block_tiled<C: Real, const SMR: usize, const SNC: usize, const OMR: usize, co
     o: &mut [C],
 ) {
     let (dk, dv) = (c.dk, c.dv);
-    let rows = q.len() / dk;
+    let rows = o.len() / dv;
     // Query columns of the transposed tiles, padded with zero queries to whole tiles.
     let ld = rows.next_multiple_of(SNC);
     let mut qt = vec![C::ZERO; dk * ld];
-    for (r, qrow) in q.chunks_exact(dk).enumerate() {
+    for (r, qrow) in q.chunks_exact(dk.max(1)).enumerate() {
         for (d, &x) in qrow.iter().enumerate() {
             qt[d * ld + r] = x * scale;
         }
