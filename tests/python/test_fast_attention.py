@@ -121,7 +121,7 @@ def test_strided_views():
 @pytest.mark.parametrize("dims", SHAPES + [(1, 2, 1, 100, 101, 16, 24)])
 @pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
 def test_bfloat16_against_float32_kernel(dims, mask):
-    # bfloat16 inputs run on bfloat16 dot products where the CPU has them (AVX512-BF16; the
+    # bfloat16 inputs run on bfloat16 dot products on AMD CPUs with AVX512-BF16 (the
     # probabilities are rounded to bfloat16 for the second product): same values, same
     # infinities and NaN as the float32 kernel, within bfloat16 rounding. Lk - Lq odd makes
     # a causal block end on an odd key; the next key's infinite value must stay unseen.
@@ -134,12 +134,13 @@ def test_bfloat16_against_float32_kernel(dims, mask):
     qa, ka, va = (mx.array(x).astype(mx.bfloat16) for x in (q, k, v))
     ma = mx.array(m).astype(mx.bfloat16 if m.dtype != np.bool_ else mx.bool_) \
         if isinstance(m, np.ndarray) else m
-    y = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=0.3, mask=ma)
-    f32 = [x.astype(mx.float32) for x in (qa, ka, va)]
-    m32 = ma.astype(mx.float32) if isinstance(ma, mx.array) and ma.dtype != mx.bool_ else ma
-    want = mx.fast.scaled_dot_product_attention(*f32, scale=0.3, mask=m32)
-    assert y.dtype == mx.bfloat16
-    got, want = np.array(y.astype(mx.float32)), np.array(want)
+    with mx.stream(mx.cpu):  # the CPU kernels (a GPU's float32 kernel sees hidden infinities)
+        y = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=0.3, mask=ma)
+        f32 = [x.astype(mx.float32) for x in (qa, ka, va)]
+        m32 = ma.astype(mx.float32) if isinstance(ma, mx.array) and ma.dtype != mx.bool_ else ma
+        want = mx.fast.scaled_dot_product_attention(*f32, scale=0.3, mask=m32)
+        assert y.dtype == mx.bfloat16
+        got, want = np.array(y.astype(mx.float32)), np.array(want)
     if lk == 101 and mask == "causal":
         assert np.isfinite(got[:, :, :64]).all()
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
@@ -158,3 +159,15 @@ def test_bfloat16_nan_propagates():
 def test_head_dim_zero(dtype, mask):
     # Every score is 0: each query averages the values it sees (as MLX).
     check(rand(1, 2, 3, 0), rand(1, 2, 5, 0), rand(1, 2, 5, 4), mask, dtype, scale=1.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_no_keys_and_empty_values(dtype):
+    # No keys: zeros (as MLX); value dim 0: an empty result.
+    dt = getattr(mx, dtype)
+    q, k, v = (mx.array(rand(*s)).astype(dt) for s in ((1, 2, 5, 8), (1, 2, 0, 8), (1, 2, 0, 4)))
+    y = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0)
+    assert y.shape == (1, 2, 5, 4) and not np.array(y.astype(mx.float32)).any()
+    k, v = (mx.array(rand(*s)).astype(dt) for s in ((1, 2, 7, 8), (1, 2, 7, 0)))
+    y = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask="causal")
+    assert y.shape == (1, 2, 5, 0) and y.dtype == dt

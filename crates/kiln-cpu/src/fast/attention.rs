@@ -71,9 +71,12 @@ pub(crate) fn attention<C: Real>(
 /// dot products.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn bf16_products(inputs: &[ArrayData]) -> bool {
-    // Head dim 0 (every score 0) takes the float32 kernel.
-    let dk = inputs[0].layout.shape[3];
-    inputs[..3].iter().all(|x| x.dtype == DType::BF16) && dk > 0 && tile_bf16::available()
+    // Empty axes (no keys, head dims of 0) take the float32 kernel: nothing to pack.
+    let nonempty =
+        [inputs[0].layout.shape[3], inputs[1].layout.shape[2], inputs[2].layout.shape[3]]
+            .iter()
+            .all(|&n| n > 0);
+    inputs[..3].iter().all(|x| x.dtype == DType::BF16) && nonempty && tile_bf16::available()
 }
 
 /// Attention of bfloat16 inputs on bfloat16 dot products (`tile_bf16.rs`), in float32 otherwise

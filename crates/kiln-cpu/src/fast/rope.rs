@@ -40,20 +40,21 @@ pub(crate) fn rope<C: Real>(
         None => (0..half).map(|i| (-(i as f64) * p.base.ln() / half as f64).exp()).collect(),
     };
     let sign = if p.inverse { -1.0 } else { 1.0 };
-    // tables[k]: (cos, sin) for offsets[k], laid out (T, half).
+    // tables[k]: (cos, sin) for offsets[k], laid out (T, half). Rows of the table are built
+    // in parallel: a float64 sin_cos per entry cost as much as the rotation itself.
     let tables: Vec<(Vec<C>, Vec<C>)> = offsets
         .iter()
         .map(|&off| {
-            let mut cos = Vec::with_capacity(t_len * half);
-            let mut sin = Vec::with_capacity(t_len * half);
-            for t in 0..t_len {
+            let (mut cos, mut sin) = (vec![C::ZERO; t_len * half], vec![C::ZERO; t_len * half]);
+            let rows = cos.par_chunks_mut(half.max(1)).zip(sin.par_chunks_mut(half.max(1)));
+            rows.enumerate().with_min_len(16).for_each(|(t, (cos, sin))| {
                 let pos = (off as f64 + t as f64) * p.scale;
-                for &f in &inv {
-                    let (s, c) = (pos * f).sin_cos();
-                    cos.push(C::of(c));
-                    sin.push(C::of(sign * s));
+                for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(&inv) {
+                    let (sn, cs) = (pos * f).sin_cos();
+                    *c = C::of(cs);
+                    *s = C::of(sign * sn);
                 }
-            }
+            });
             (cos, sin)
         })
         .collect();

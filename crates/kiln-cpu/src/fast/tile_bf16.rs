@@ -30,10 +30,26 @@ pub(super) fn round_bf16(x: f32) -> u16 {
     }
 }
 
-/// Whether this CPU runs the bfloat16 products (and `simd` runs at its AVX-512 level).
+/// Whether attention should take the bfloat16 products here: the CPU has them, `simd` runs at
+/// its AVX-512 level, and they are faster than widening to float32.
 pub(super) fn available() -> bool {
+    supported() && twice_the_fma_rate()
+}
+
+/// Whether this CPU has the bfloat16 dot-product instructions (and `simd` runs at AVX-512).
+fn supported() -> bool {
     crate::simd::level() == crate::simd::Level::Avx512
         && std::is_x86_feature_detected!("avx512bf16")
+}
+
+/// AMD cores run `vdpbf16ps` at twice the multiply-adds per cycle of a float32 FMA (two Zen 5
+/// cores: 991 against 541 GFLOP/s, `bench/cpu_peak.c`). Intel Xeons run it at the FMA's rate,
+/// where packing pairs makes attention slower than widening (the H200 host's Xeon: 1.6 to 2x
+/// slower in `bench/fast_cpu.py`).
+fn twice_the_fma_rate() -> bool {
+    let id = __cpuid(0);
+    // "AuthenticAMD", as the vendor string's three registers.
+    (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
 }
 
 pub(super) use x86::*;
@@ -261,7 +277,7 @@ mod tests {
 
     #[test]
     fn products_match_float32() {
-        if !available() {
+        if !supported() {
             return;
         }
         let bf = |x: f32| half::bf16::from_f32(x).to_bits();
@@ -282,7 +298,7 @@ mod tests {
             }
         }
         let mut st = vec![0f32; kb * ld];
-        // SAFETY: `available` checked the CPU's features.
+        // SAFETY: `supported` checked the CPU's features.
         unsafe { scores(&mut st, &kp, &qp, kb, dkp, ld, 0.5) };
         for j in 0..kb {
             for r in 0..rows {
