@@ -292,7 +292,8 @@ fn block_tiled<C: Real, const SMR: usize, const SNC: usize, const OMR: usize, co
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,avx512bf16")]
 fn block_bf16(c: &Ctx<'_, f32>, q: &[u16], kp: &[u32], vp: &[u32], scale: f32, out: &mut [f32]) {
-    use tile_bf16::{pair, round_bf16};
+    use crate::halfmap::bf16_bits;
+    use tile_bf16::pair;
     let (dk, dv) = (c.dk, c.dv);
     let (dkp, ldo) = (dk.div_ceil(2), dv.next_multiple_of(tile_bf16::LANES));
     let rows = q.len() / dk;
@@ -320,7 +321,7 @@ fn block_bf16(c: &Ctx<'_, f32>, q: &[u16], kp: &[u32], vp: &[u32], scale: f32, o
         for (jp, prow) in pp[..pairs * ld].chunks_exact_mut(ld).enumerate() {
             let (lo, hi) = (&sb[2 * jp * ld..][..ld], &sb[(2 * jp + 1) * ld..][..ld]);
             for ((y, &a), &b) in prow.iter_mut().zip(lo).zip(hi) {
-                *y = pair(round_bf16(a), round_bf16(b));
+                *y = pair(bf16_bits(a), bf16_bits(b));
             }
         }
         let vb = &vp[j0 / 2 * ldo..];

@@ -19,17 +19,6 @@ pub(super) fn pair(lo: u16, hi: u16) -> u32 {
     u32::from(lo) | (u32::from(hi) << 16)
 }
 
-/// `x` rounded to bfloat16 (to nearest even; NaN stays NaN), as its bits.
-#[inline(always)]
-pub(super) fn round_bf16(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        0x7fc0
-    } else {
-        ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-    }
-}
-
 /// Whether attention should take the bfloat16 products here: the CPU has them, `simd` runs at
 /// its AVX-512 level, and they are faster than widening to float32.
 pub(super) fn available() -> bool {
@@ -261,17 +250,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rounding_to_bf16() {
-        let f = |b: u16| f32::from_bits(u32::from(b) << 16);
-        for x in [0.0f32, 1.0, -2.5, 1e-30, 3.0e38, f32::INFINITY, f32::MIN] {
-            assert_eq!(round_bf16(x), half::bf16::from_f32(x).to_bits(), "{x}");
-        }
-        // Ties go to even; just above a tie rounds up.
-        assert_eq!(f(round_bf16(f32::from_bits(0x3f80_8000))), 1.0);
-        assert_eq!(round_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
-        assert_eq!(round_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
-        assert!(f(round_bf16(f32::NAN)).is_nan());
-        assert!(f(round_bf16(f32::from_bits(0x7f80_0001))).is_nan());
+    fn pairs_put_the_first_value_low() {
         assert_eq!(pair(1, 2), 0x0002_0001);
     }
 
