@@ -9,6 +9,9 @@
 //! with every key hidden averages all values as MLX's kernels do; key blocks entirely hidden
 //! by the causal mask are skipped when every query of the block sees at least one key.
 //! Grouped-query attention maps query head `h` to key/value head `h / (Hq / Hk)`.
+//!
+//! bfloat16 inputs on AMD CPUs with AVX512-BF16 take `attention_bf16`: the same streaming
+//! loop (`block_bf16`) with both products on bfloat16 dot products (`tile_bf16.rs`).
 
 #[cfg(target_arch = "x86_64")]
 use super::tile_bf16;
