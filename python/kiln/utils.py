@@ -87,21 +87,29 @@ def tree_flatten(
     return out
 
 
+class _Level(dict):
+    """A level of the tree ``tree_unflatten`` is building (never a leaf)."""
+
+
 def tree_unflatten(tree: list | dict) -> Any:
     """Rebuilds a tree from ``tree_flatten``'s output; levels whose keys are all integers
     become lists, others dicts."""
     items = tree.items() if isinstance(tree, dict) else tree
-    root: dict = {}
+    root = _Level()
     for path, value in items:
         keys = path.split(".") if path else [""]
         node = root
         for k in keys[:-1]:
-            node = node.setdefault(k, {})
+            node = node.setdefault(k, _Level())
         node[keys[-1]] = value
 
     def build(node):
-        if not isinstance(node, dict) or not node:
+        # Only the levels made here are rebuilt: a leaf that is a dict (an nn.Module, say)
+        # is returned as it is.
+        if not isinstance(node, _Level):
             return node
+        if not node:
+            return {}
         if all(k.isdigit() for k in node):
             # Missing indices become empty dicts, as MLX ("a.0", "a.2" -> [x, {}, y]), so
             # a module list with parameter-less layers keeps its positions.

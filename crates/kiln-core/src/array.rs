@@ -231,6 +231,26 @@ impl Array {
         matches!(*self.0.pending.lock().unwrap_or_else(|e| e.into_inner()), Pending::Placeholder)
     }
 
+    /// Whether evaluating this array would reach a placeholder (a graph recorded on a
+    /// trace's inputs, left behind after the trace: it can never be evaluated). Walks the
+    /// pending part of the graph once, iteratively.
+    pub fn depends_on_placeholder(&self) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![self.clone()];
+        while let Some(a) = stack.pop() {
+            if a.is_evaluated() || !seen.insert(a.id()) {
+                continue;
+            }
+            if a.is_placeholder() {
+                return true;
+            }
+            if let Some(call) = a.call() {
+                stack.extend(call.inputs.iter().cloned());
+            }
+        }
+        false
+    }
+
     /// Whether two handles are the same node.
     pub fn same(&self, other: &Array) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

@@ -279,6 +279,12 @@ fn _is_tracer(x: PyRef<'_, PyArray>) -> bool {
     x.0.is_tracer()
 }
 
+/// Whether `x` can never be evaluated because its graph reaches a trace's placeholder.
+#[pyfunction]
+fn _depends_on_placeholder(x: PyRef<'_, PyArray>) -> bool {
+    x.0.depends_on_placeholder()
+}
+
 /// Turns compile off globally and at once (compiled functions call the original).
 #[pyfunction]
 fn disable_compile() {
@@ -373,6 +379,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_is_tracer, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_signature, m)?)?;
     m.add_function(wrap_pyfunction!(_state_leaves, m)?)?;
+    m.add_function(wrap_pyfunction!(_depends_on_placeholder, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;

@@ -12,6 +12,7 @@ from kiln.core import cuda, metal  # noqa: F401
 from kiln.core._platform import set_wired_limit  # noqa: F401
 import kiln.core.fft as fft  # noqa: F401
 import kiln.core.fast as fast  # noqa: F401
+import kiln.core.distributed as distributed  # noqa: F401
 
 from kiln.core._io import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from kiln.core._gguf import save_gguf  # noqa: F401

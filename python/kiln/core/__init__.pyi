@@ -465,6 +465,8 @@ def diff(a, n=1, axis=-1, stream=None) -> Any:
 def disable_compile() -> Any:
     """Turns compile off globally and at once (compiled functions call the original)."""
 
+from kiln.core import distributed as distributed
+
 def divide(a, b, /, *, stream=None) -> Any:
     """Elementwise `divide` with broadcasting."""
 

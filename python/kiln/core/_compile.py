@@ -81,6 +81,26 @@ def _state_leaves(tree: Any) -> list:
     return _core._state_leaves(tree)[0]
 
 
+def _slot_ids(slots: list) -> list:
+    """What identifies a list of state slots: each container's identity and key."""
+    return [(id(c), k) for c, k in slots]
+
+
+def _drop_tracers(slots: list) -> None:
+    """Removes placeholders (from a trace) that sit in captured state: a dict item is
+    deleted, a list item becomes None, so nothing later evaluates a placeholder."""
+    for c, k in reversed(slots):
+        try:
+            value = c[k]
+        except (KeyError, IndexError):
+            continue
+        if isinstance(value, array) and _core._depends_on_placeholder(value):
+            if isinstance(c, dict):
+                del c[k]
+            else:
+                c[k] = None
+
+
 def _describe_key(key: tuple) -> dict:
     spec, metas, _ = key
     return {"inputs": [{"dtype": str(d), "shape": s} for d, s in metas], "structure": repr(spec)}
@@ -169,32 +189,53 @@ class _CompiledFunction:
             cache_key = (spec, _core._compile_signature(tuple(every), self._shapeless), len(state))
         self._calls += 1
         entry = self._cache.get(cache_key)
+        written = None
         if entry is None:
             metas = tuple(
                 (a.dtype, a.ndim if self._shapeless else tuple(a.shape)) for a in every
             )
             key = (spec, metas, len(state))
             self._last_retrace = _why(self._last_key, key)
-            graph, out_spec, n_out = self._trace(spec, flat, slots, every)
+            graph, out_spec, n_out, written, reshaped = self._trace(spec, flat, slots, every)
             entry = (graph, out_spec, n_out, key)
-            self._cache[cache_key] = entry
-            if len(self._cache) > MAX_ENTRIES:
-                self._cache.popitem(last=False)
+            # A trace that created or replaced captured state (a lazily initialised
+            # optimizer, a new dict key, a longer list) ran Python that a replay would not:
+            # the next call sees the new state and traces again, as MLX does.
+            if not reshaped:
+                self._cache[cache_key] = entry
+                if len(self._cache) > MAX_ENTRIES:
+                    self._cache.popitem(last=False)
         else:
             self._hits += 1
             self._cache.move_to_end(cache_key)
         graph, out_spec, n_out, key = entry
         self._last_key = key
-        results = graph.replay(every)
+        try:
+            results = graph.replay(every)
+        except BaseException:
+            if written is not None:
+                _drop_tracers(written)
+            raise
         if n_out < len(results):
-            # The same tree as the inputs (the usual `inputs=state, outputs=state`) has the
-            # same leaves: replay ran no Python that could have changed it.
-            written = slots if self._outputs is self._inputs else _state_leaves(self._outputs)
+            if written is None:
+                # The same tree as the inputs (the usual `inputs=state, outputs=state`) has
+                # the same leaves: a replay runs no Python that could have changed it.
+                same = self._outputs is self._inputs
+                written = slots if same else _state_leaves(self._outputs)
+            if len(written) != len(results) - n_out:
+                raise RuntimeError(
+                    f"[compile] The captured outputs= hold {len(written)} arrays but the "
+                    f"compiled function produced {len(results) - n_out} for them (their "
+                    "structure changed outside the function since it was traced)."
+                )
             for (c, k), value in zip(written, results[n_out:]):
                 c[k] = value
         return _decode(out_spec, iter(results[:n_out]))
 
     def _trace(self, spec: Any, flat: list, slots: list, every: list) -> tuple:
+        """Traces the function; returns (graph, output spec, number of outputs, the state
+        slots its captured outputs go to, whether the trace changed the captured state's
+        structure)."""
         n_args = len(flat)
         box: dict = {}
 
@@ -209,17 +250,37 @@ class _CompiledFunction:
                 box["spec"] = _encode(out, out_flat, "Outputs of a compiled function")
                 box["n"] = len(out_flat)
                 if self._outputs is not None:
-                    out_flat += [c[k] for c, k in _state_leaves(self._outputs)]
+                    # Read after the call: the function may have added state (Adam's
+                    # moments on its first step) that must be written back too.
+                    box["written"] = _state_leaves(self._outputs)
+                    out_flat += [c[k] for c, k in box["written"]]
+                if self._inputs is not None:
+                    box["after"] = _state_leaves(self._inputs)
                 return out_flat
             finally:
                 for (c, k), v in zip(slots, originals):
                     c[k] = v
 
-        graph = _core._compile_trace(traced, every, self._shapeless)
+        try:
+            graph = _core._compile_trace(traced, every, self._shapeless)
+        except BaseException:
+            # Arrays the failed trace left in captured state are placeholders: take them out.
+            for tree in (self._inputs, self._outputs):
+                if tree is not None:
+                    _drop_tracers(_state_leaves(tree))
+            raise
         self._traces += 1
         if "compile" in os.environ.get("KILN_LOG", ""):
             _log_trace(getattr(self._fun, "__qualname__", repr(self._fun)), self._last_retrace, graph)
-        return graph, box["spec"], box["n"]
+        written = box.get("written", [])
+        after = box.get("after", slots)
+        reshaped = _slot_ids(after) != _slot_ids(slots)
+        if self._inputs is not None:
+            # Captured inputs that the trace left holding placeholders and that no output
+            # overwrites (state grown in inputs= but not listed in outputs=).
+            targets = set(_slot_ids(written))
+            _drop_tracers([s for s in after if (id(s[0]), s[1]) not in targets])
+        return graph, box["spec"], box["n"], written, reshaped
 
     def explain(self) -> dict:
         """What compile did, as data: one dict per cache entry (its key, the graph as

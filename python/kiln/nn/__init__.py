@@ -3,4 +3,4 @@
 
 from kiln.nn import init, losses  # noqa: F401
 from kiln.nn.layers import *  # noqa: F401,F403
-from kiln.nn.utils import checkpoint, value_and_grad  # noqa: F401
+from kiln.nn.utils import average_gradients, checkpoint, value_and_grad  # noqa: F401

@@ -1,12 +1,15 @@
-"""Transforms over a model's parameters: ``value_and_grad`` and ``checkpoint``."""
+"""Transforms over a model's parameters (``value_and_grad``, ``checkpoint``) and
+``average_gradients`` for data-parallel training."""
 
 from __future__ import annotations
 
+import itertools
 from functools import wraps
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import kiln.core as mx
 from kiln.nn.layers.base import Module
+from kiln.utils import tree_flatten, tree_map, tree_unflatten
 
 
 def value_and_grad(model: Module, fn: Callable) -> Callable:
@@ -52,3 +55,50 @@ def checkpoint(module: Module, fn: Optional[Callable] = None) -> Callable:
             module.update(params)
 
     return wrapped
+
+
+def _buckets(sizes: list, itemsize: int, limit: int) -> list:
+    """Consecutive runs of indices whose bytes reach ``limit`` (the last run may be
+    smaller), so that many small gradients travel in few messages."""
+    runs, run, total = [], [], 0
+    for i, n in enumerate(sizes):
+        run.append(i)
+        total += n * itemsize
+        if total >= limit:
+            runs.append(run)
+            run, total = [], 0
+    if run:
+        runs.append(run)
+    return runs
+
+
+def average_gradients(
+    gradients: Any,
+    group: Optional[Any] = None,
+    all_reduce_size: int = 32 * 1024**2,
+    communication_stream: Optional[Any] = None,
+) -> Any:
+    """The mean of ``gradients`` (a tree, the same structure on every process) over the
+    processes of ``group`` (default: the global group). Arrays are concatenated into
+    messages of at least ``all_reduce_size`` bytes (0 or less: one message per array)."""
+    group = group or mx.distributed.init()
+    n = group.size()
+    if n == 1:
+        return gradients
+
+    def mean(x):
+        return mx.distributed.all_sum(x, group=group, stream=communication_stream) / n
+
+    flat = tree_flatten(gradients)
+    if all_reduce_size <= 0 or not flat:
+        return tree_map(mean, gradients)
+    if len({v.dtype for _, v in flat}) > 1:
+        return average_gradients(gradients, group, 0, communication_stream)
+    sizes = [v.size for _, v in flat]
+    out = []
+    for run in _buckets(sizes, flat[0][1].dtype.size, all_reduce_size):
+        joined = mean(mx.concatenate([flat[i][1].reshape(-1) for i in run]))
+        offsets = list(itertools.accumulate(sizes[i] for i in run))[:-1]
+        for i, part in zip(run, mx.split(joined, offsets)):
+            out.append((flat[i][0], part.reshape(flat[i][1].shape)))
+    return tree_unflatten(out)

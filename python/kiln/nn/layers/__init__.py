@@ -62,6 +62,12 @@ from kiln.nn.layers.convolution_transpose import (  # noqa: F401
     ConvTranspose2d,
     ConvTranspose3d,
 )
+from kiln.nn.layers.distributed import (  # noqa: F401
+    AllToShardedLinear,
+    QuantizedAllToShardedLinear,
+    QuantizedShardedToAllLinear,
+    ShardedToAllLinear,
+)
 from kiln.nn.layers.dropout import Dropout, Dropout2d, Dropout3d  # noqa: F401
 from kiln.nn.layers.embedding import Embedding  # noqa: F401
 from kiln.nn.layers.linear import Bilinear, Identity, Linear  # noqa: F401
@@ -78,6 +84,7 @@ from kiln.nn.layers.positional_encoding import (  # noqa: F401
     RoPE,
     SinusoidalPositionalEncoding,
 )
+from kiln.nn.layers.quantized import QuantizedEmbedding, QuantizedLinear, quantize  # noqa: F401
 from kiln.nn.layers.recurrent import GRU, LSTM, RNN  # noqa: F401
 from kiln.nn.layers.transformer import (  # noqa: F401
     MultiHeadAttention,

@@ -212,7 +212,8 @@ class Module(dict):
         while stack:
             prefix, mod = stack.pop()
             apply_fn(prefix, mod)
-            prefix = prefix + "." if prefix else ""
+            # tree_flatten drops the first character of its prefix: ".mlp" gives "mlp.x".
+            prefix = "." + prefix if prefix else ""
             stack.extend(
                 tree_flatten(mod.children(), prefix=prefix, is_leaf=lambda x: isinstance(x, Module))
             )

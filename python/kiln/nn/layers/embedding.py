@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import kiln.core as mx
 from kiln.nn.layers.base import Module
@@ -26,3 +27,17 @@ class Embedding(Module):
     def as_linear(self, x: mx.array) -> mx.array:
         """``x @ weight.T``: scores against every embedding (weight tying)."""
         return x @ self["weight"].T
+
+    def to_quantized(
+        self,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+        quantize_input: bool = False,
+    ) -> Module:
+        """A :class:`QuantizedEmbedding` approximating this layer."""
+        if quantize_input:
+            raise ValueError("Quantized input is not supported.")
+        from kiln.nn.layers.quantized import QuantizedEmbedding
+
+        return QuantizedEmbedding.from_embedding(self, group_size, bits, mode)

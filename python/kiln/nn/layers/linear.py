@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import kiln.core as mx
 from kiln.nn.layers.base import Module
@@ -38,6 +38,23 @@ class Linear(Module):
         if "bias" in self:
             return mx.addmm(self["bias"], x, self["weight"].T)
         return x @ self["weight"].T
+
+    def to_quantized(
+        self,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+        quantize_input: bool = False,
+    ) -> Module:
+        """A :class:`QuantizedLinear` approximating this layer (``quantize_input``: a
+        ``QQLinear``, which quantizes activations too)."""
+        if quantize_input:
+            raise NotImplementedError(
+                "[Linear.to_quantized] quantize_input=True (QQLinear) is not supported yet."
+            )
+        from kiln.nn.layers.quantized import QuantizedLinear
+
+        return QuantizedLinear.from_linear(self, group_size, bits, mode)
 
 
 class Bilinear(Module):

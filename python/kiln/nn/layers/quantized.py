@@ -1,0 +1,210 @@
+"""Quantized layers and ``nn.quantize``, following ``mlx.nn``: weights stored as packed
+integers with a scale and bias per group (MLX's parameter names and shapes, so MLX's
+quantized checkpoints load as they are)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Union
+
+import kiln.core as mx
+from kiln.nn.layers.base import Module
+from kiln.utils import tree_map_with_path
+
+# mode -> (default group size, default bits), as MLX.
+MODE_DEFAULTS = {"affine": (64, 4), "mxfp4": (32, 4), "nvfp4": (16, 4), "mxfp8": (32, 8)}
+
+
+def _defaults(mode: str, group_size: Optional[int], bits: Optional[int]) -> tuple:
+    if mode not in MODE_DEFAULTS:
+        raise ValueError(
+            f"Invalid quantization mode '{mode}'. Valid modes are: {', '.join(MODE_DEFAULTS)}."
+        )
+    g, b = MODE_DEFAULTS[mode]
+    return group_size or g, bits or b
+
+
+def _quantize(w: mx.array, group_size: int, bits: int, mode: str) -> tuple:
+    """(weight, scales, biases or None) of ``w`` quantized along its last axis."""
+    out = mx.quantize(w, group_size, bits, mode=mode)
+    return out[0], out[1], (out[2] if len(out) > 2 else None)
+
+
+class _QuantizedBase(Module):
+    """Shared by the quantized layers: the packed weight with its group parameters (frozen
+    when made, as MLX's)."""
+
+    def _set_quantized(self, weight, scales, biases) -> None:
+        self.weight, self.scales = weight, scales
+        if biases is not None:
+            self.biases = biases
+        elif "biases" in self:
+            del self["biases"]
+
+    def _qargs(self) -> dict:
+        return {
+            "scales": self["scales"],
+            "biases": self.get("biases"),
+            "group_size": self.group_size,
+            "bits": self.bits,
+            "mode": self.mode,
+        }
+
+
+class QuantizedEmbedding(_QuantizedBase):
+    """:class:`Embedding` with a quantized ``(num_embeddings, dims)`` table;
+    :meth:`from_embedding` converts an existing layer."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        dims: int,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+    ):
+        super().__init__()
+        self.group_size, self.bits = _defaults(mode, group_size, bits)
+        self.mode = mode
+        self.num_embeddings, self.dims = num_embeddings, dims
+        table = mx.random.normal(shape=(num_embeddings, dims), scale=math.sqrt(1.0 / dims))
+        self._set_quantized(*_quantize(table, self.group_size, self.bits, mode))
+        self.freeze()
+
+    def __call__(self, x: mx.array) -> mx.array:
+        biases = self.get("biases")
+        return mx.dequantize(
+            self["weight"][x],
+            scales=self["scales"][x],
+            biases=None if biases is None else biases[x],
+            group_size=self.group_size,
+            bits=self.bits,
+            mode=self.mode,
+        )
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        """``x @ table.T`` on the quantized table (tied input and output embeddings)."""
+        return mx.quantized_matmul(x, self["weight"], transpose=True, **self._qargs())
+
+    def _extra_repr(self) -> str:
+        return (
+            f"{self.num_embeddings}, {self.dims}, group_size={self.group_size}, "
+            f"bits={self.bits}, mode={self.mode}"
+        )
+
+    @classmethod
+    def from_embedding(
+        cls,
+        embedding_layer: Module,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+    ) -> "QuantizedEmbedding":
+        n, dims = embedding_layer.weight.shape
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.group_size, layer.bits = _defaults(mode, group_size, bits)
+        layer.mode = mode
+        layer.num_embeddings, layer.dims = n, dims
+        layer._set_quantized(*_quantize(embedding_layer.weight, layer.group_size, layer.bits, mode))
+        layer.freeze()
+        return layer
+
+
+class QuantizedLinear(_QuantizedBase):
+    """:class:`Linear` with a quantized ``(output_dims, input_dims)`` weight;
+    :meth:`from_linear` converts an existing layer. The packed weight is frozen; a bias
+    becomes trainable with ``unfreeze``."""
+
+    def __init__(
+        self,
+        input_dims: int,
+        output_dims: int,
+        bias: bool = True,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+    ):
+        super().__init__()
+        self.group_size, self.bits = _defaults(mode, group_size, bits)
+        self.mode = mode
+        scale = math.sqrt(1.0 / input_dims)
+        w = mx.random.uniform(-scale, scale, (output_dims, input_dims))
+        self._set_quantized(*_quantize(w, self.group_size, self.bits, mode))
+        if bias:
+            self.bias = mx.zeros((output_dims,))
+        self.freeze()
+
+    def _extra_repr(self) -> str:
+        out_dims, packed = self.weight.shape
+        return (
+            f"input_dims={packed * 32 // self.bits}, output_dims={out_dims}, "
+            f"bias={'bias' in self}, group_size={self.group_size}, bits={self.bits}, "
+            f"mode={self.mode}"
+        )
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = mx.quantized_matmul(x, self["weight"], transpose=True, **self._qargs())
+        if "bias" in self:
+            y = y + self["bias"]
+        return y
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear_layer: Module,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "affine",
+    ) -> "QuantizedLinear":
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.group_size, layer.bits = _defaults(mode, group_size, bits)
+        layer.mode = mode
+        layer._set_quantized(*_quantize(linear_layer.weight, layer.group_size, layer.bits, mode))
+        if "bias" in linear_layer:
+            layer.bias = linear_layer.bias
+        layer.freeze()
+        return layer
+
+
+def quantize(
+    model: Module,
+    group_size: Optional[int] = None,
+    bits: Optional[int] = None,
+    *,
+    mode: str = "affine",
+    quantize_input: bool = False,
+    class_predicate: Optional[Callable[[str, Module], Union[bool, dict]]] = None,
+) -> None:
+    """Replaces, in place, every leaf module of ``model`` that has ``to_quantized`` (or those
+    ``class_predicate(path, module)`` selects; a dict it returns is passed to
+    ``to_quantized`` as keyword arguments) by its quantized version."""
+    if class_predicate is None:
+
+        def class_predicate(_, m):
+            return hasattr(m, "to_quantized")
+
+    def convert(path, m):
+        choice = class_predicate(path, m)
+        if not choice:
+            return m
+        if not hasattr(m, "to_quantized"):
+            raise ValueError(f"Unable to quantize model of type {type(m)}")
+        if isinstance(choice, bool):
+            kwargs = {"group_size": group_size, "bits": bits, "mode": mode}
+            if quantize_input:
+                kwargs["quantize_input"] = True
+        elif isinstance(choice, dict):
+            kwargs = dict(choice)
+            if not kwargs.get("quantize_input", True):
+                del kwargs["quantize_input"]
+        else:
+            raise ValueError(
+                "``class_predicate`` must return a bool or a dict of parameters to pass to "
+                "``to_quantized``"
+            )
+        return m.to_quantized(**kwargs)
+
+    leaves = tree_map_with_path(convert, model.leaf_modules(), is_leaf=Module.is_module)
+    model.update_modules(leaves)

@@ -1,0 +1,263 @@
+"""Runs mlx-lm 0.32.2's own code paths on tiny random-weight models and writes what they
+produce, so that a test can compare real MLX with kiln (one process cannot hold both).
+
+    python mlx_lm_runner.py mlx  WORK OUT    # real MLX: writes the model folders, then checks
+    python mlx_lm_runner.py kiln WORK OUT    # kiln through kiln.alias_mlx(): the same checks
+
+WORK holds the model folders (written by the MLX run, read by both); OUT gets
+``results.npz`` (arrays: logits, packed weights) and ``results.json`` (tokens, texts, losses,
+and the error of every check that raised). Every check is the code a user of mlx-lm calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+BACKEND, WORK, OUT = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+ONLY = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else None
+if BACKEND == "kiln":
+    import kiln
+
+    kiln.alias_mlx()
+
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+import mlx.optimizers as optim  # noqa: E402
+import numpy as np  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
+
+from mlx_lm import utils as lm_utils  # noqa: E402
+from mlx_lm.generate import generate, generate_step, stream_generate  # noqa: E402
+from mlx_lm.models import cache as lm_cache  # noqa: E402
+from mlx_lm.sample_utils import make_logits_processors, make_sampler  # noqa: E402
+from mlx_lm.tuner.trainer import TrainingArgs, train  # noqa: E402
+from mlx_lm.tuner.utils import linear_to_lora_layers  # noqa: E402
+
+VOCAB = 96
+COMMON = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": VOCAB,
+}
+CONFIGS = {
+    "llama": {**COMMON, "model_type": "llama", "head_dim": 32, "tie_word_embeddings": False},
+    "qwen3": {
+        **COMMON,
+        "model_type": "qwen3",
+        "head_dim": 32,
+        "max_position_embeddings": 512,
+        "tie_word_embeddings": True,
+        "rope_theta": 10000.0,
+    },
+    "gemma3_text": {
+        **COMMON,
+        "model_type": "gemma3_text",
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 8,
+        "sliding_window_pattern": 2,
+    },
+    "mixtral": {**COMMON, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
+    "phi3": {**COMMON, "model_type": "phi3", "max_position_embeddings": 512},
+    "mamba2": {
+        "model_type": "mamba2",
+        "num_heads": 8,
+        "head_dim": 16,
+        "vocab_size": VOCAB,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "state_size": 16,
+        "num_hidden_layers": 2,
+        "layer_norm_epsilon": 1e-5,
+        "conv_kernel": 4,
+        "n_groups": 1,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "tie_word_embeddings": True,
+        "time_step_limit": [0.0, 1e9],
+        "time_step_rank": "auto",
+    },
+}
+ATTENTION = [a for a in CONFIGS if a != "mamba2"]
+# Models whose caches quantize (head dims a multiple of the group; gemma3's rotating layers
+# cannot quantize in mlx-lm).
+QUANT_KV = ["llama", "qwen3"]
+PROMPT = [1, 5, 17, 33, 2, 60, 41, 9, 12, 77, 3, 28]
+STEPS = 10
+WORDS = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
+
+results_json: dict = {"errors": {}, "module": mx.__name__}
+results_np: dict = {}
+
+
+def write_tokenizer(path: Path) -> None:
+    """A word-level tokenizer over VOCAB words, through the `tokenizers` package (no hub)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": 4096,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def make_folders() -> None:
+    """The float32 folder of every model (seeded random weights) and its 4-bit version,
+    written by mlx-lm's own save functions."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    for arch, config in CONFIGS.items():
+        path = WORK / arch
+        model_class, args_class = lm_utils._get_classes(config)
+        mx.random.seed(0)
+        model = model_class(args_class.from_dict(config))
+        mx.eval(model.parameters())
+        lm_utils.save_model(path, model)
+        lm_utils.save_config(dict(config), path / "config.json")
+        write_tokenizer(path)
+        qmodel, qconfig = lm_utils.quantize_model(model, dict(config), 64, 4)
+        lm_utils.save_model(WORK / f"{arch}-4bit", qmodel)
+        lm_utils.save_config(qconfig, WORK / f"{arch}-4bit" / "config.json")
+        write_tokenizer(WORK / f"{arch}-4bit")
+
+
+def check(name: str):
+    """Runs a check, recording its error instead of stopping the run."""
+
+    def wrap(fn):
+        if ONLY is not None and name.split("/")[0] not in ONLY:
+            return fn
+        try:
+            fn()
+        except Exception:
+            results_json["errors"][name] = traceback.format_exc(limit=8)
+        return fn
+
+    return wrap
+
+
+def greedy(model, prompt=PROMPT, **kwargs) -> list:
+    tokens = []
+    for tok, _ in generate_step(mx.array(prompt), model, max_tokens=STEPS, **kwargs):
+        tokens.append(int(tok))
+    return tokens
+
+
+def lora_losses(model, tokenizer, steps: int = 4) -> list:
+    """Losses of mlx-lm's trainer over a few LoRA steps (Adam, so the optimizer's state is
+    made inside the compiled step)."""
+    model.freeze()
+    mx.random.seed(1)
+    linear_to_lora_layers(model, 2, {"rank": 4, "scale": 10.0, "dropout": 0.0})
+    rng = np.random.default_rng(0)
+    data = [(list(rng.integers(3, VOCAB, size=int(rng.integers(12, 20)))), 0) for _ in range(8)]
+    losses = []
+
+    class Collect:
+        def on_train_loss_report(self, info):
+            losses.append(info["train_loss"])
+
+        def on_val_loss_report(self, info):
+            pass
+
+    np.random.seed(0)
+    adapter = OUT / f"adapters-{id(model)}.safetensors"
+    args = TrainingArgs(
+        batch_size=2, iters=steps, steps_per_report=1, steps_per_eval=10_000,
+        steps_per_save=10_000, adapter_file=str(adapter), max_seq_length=64,
+    )
+    train(model, optim.Adam(learning_rate=1e-2), data, args=args, training_callback=Collect())
+    return losses
+
+
+def run_checks() -> None:
+    for arch in CONFIGS:
+        path = WORK / arch
+
+        @check(f"{arch}/load")
+        def _load():
+            model, tokenizer = lm_utils.load(str(path))
+            logits = model(mx.array(PROMPT)[None])
+            results_np[f"{arch}/logits"] = np.array(logits.astype(mx.float32))
+            results_json[f"{arch}/greedy"] = greedy(model)
+            results_json[f"{arch}/text"] = generate(
+                model, tokenizer, " ".join(WORDS[t] for t in PROMPT[:6]), max_tokens=6
+            )
+            last = None
+            for last in stream_generate(model, tokenizer, PROMPT[:5], max_tokens=4):
+                pass
+            results_json[f"{arch}/stream_tokens"] = int(last.generation_tokens)
+            procs = make_logits_processors(repetition_penalty=1.3, repetition_context_size=8)
+            results_json[f"{arch}/penalty"] = greedy(model, logits_processors=procs)
+            sampler = make_sampler(temp=0.0, top_k=5, min_p=0.05)
+            results_json[f"{arch}/sampler"] = greedy(model, sampler=sampler)
+
+            if arch in ATTENTION:
+                results_json[f"{arch}/rotating"] = greedy(model, max_kv_size=8)
+            if arch in QUANT_KV:
+                results_json[f"{arch}/quant_kv"] = greedy(
+                    model, kv_bits=8, kv_group_size=32, quantized_kv_start=0
+                )
+
+            # A prompt cache: prefill, save to a file, load it back, continue.
+            cache = lm_cache.make_prompt_cache(model)
+            for _ in generate_step(mx.array(PROMPT[:-1]), model, max_tokens=0, prompt_cache=cache):
+                pass
+            file = OUT / f"{arch}-cache.safetensors"
+            lm_cache.save_prompt_cache(str(file), cache, {"arch": arch})
+            loaded, meta = lm_cache.load_prompt_cache(str(file), return_metadata=True)
+            results_json[f"{arch}/prompt_cache"] = greedy(model, PROMPT[-1:], prompt_cache=loaded)
+            results_json[f"{arch}/prompt_cache_meta"] = meta
+
+            q8, _ = lm_utils.quantize_model(model, dict(CONFIGS[arch]), 64, 8)
+            results_json[f"{arch}/q8"] = greedy(q8)
+
+        @check(f"{arch}/q4")
+        def _q4():
+            model, _ = lm_utils.load(str(WORK / f"{arch}-4bit"))
+            results_np[f"{arch}/q4_logits"] = np.array(model(mx.array(PROMPT)[None]))
+            results_json[f"{arch}/q4"] = greedy(model)
+            # Quantizing the float model here gives the words MLX wrote.
+            fmodel, _ = lm_utils.load(str(path))
+            lm_utils.quantize_model(fmodel, dict(CONFIGS[arch]), 64, 4)
+            flat = dict(tree_flatten(fmodel.parameters()))
+            for k in sorted(flat)[:6]:
+                results_np[f"{arch}/q4_params/{k}"] = np.array(flat[k])
+
+        @check(f"{arch}/lora")
+        def _lora():
+            model, tokenizer = lm_utils.load(str(path))
+            results_json[f"{arch}/lora"] = lora_losses(model, tokenizer)
+
+        @check(f"{arch}/qlora")
+        def _qlora():
+            model, tokenizer = lm_utils.load(str(WORK / f"{arch}-4bit"))
+            results_json[f"{arch}/qlora"] = lora_losses(model, tokenizer)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    if BACKEND == "mlx":
+        mx.set_default_device(mx.cpu)
+        make_folders()
+    run_checks()
+    np.savez(OUT / "results.npz", **results_np)
+    (OUT / "results.json").write_text(json.dumps(results_json, indent=1))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
