@@ -156,12 +156,19 @@ def greedy(model, prompt=PROMPT, **kwargs) -> list:
     return tokens
 
 
-def lora_losses(model, tokenizer, steps: int = 4) -> list:
-    """Losses of mlx-lm's trainer over a few LoRA steps (Adam, so the optimizer's state is
-    made inside the compiled step)."""
-    model.freeze()
-    mx.random.seed(1)
-    linear_to_lora_layers(model, 2, {"rank": 4, "scale": 10.0, "dropout": 0.0})
+def train_losses(
+    model, steps: int = 4, *, kind: str = "lora", adapter_dir: Path = None, **train_args
+) -> list:
+    """Losses of mlx-lm's trainer over a few steps (Adam, so the optimizer's state is made
+    inside the compiled step): LoRA, DoRA or the full model, with any TrainingArgs."""
+    if kind == "full":
+        model.unfreeze()
+    else:
+        model.freeze()
+        mx.random.seed(1)
+        linear_to_lora_layers(
+            model, 2, {"rank": 4, "scale": 10.0, "dropout": 0.0}, use_dora=kind == "dora"
+        )
     rng = np.random.default_rng(0)
     data = [(list(rng.integers(3, VOCAB, size=int(rng.integers(12, 20)))), 0) for _ in range(8)]
     losses = []
@@ -174,13 +181,115 @@ def lora_losses(model, tokenizer, steps: int = 4) -> list:
             pass
 
     np.random.seed(0)
-    adapter = OUT / f"adapters-{id(model)}.safetensors"
+    adapter_dir = adapter_dir or OUT / f"adapters-{id(model)}"
+    adapter_dir.mkdir(parents=True, exist_ok=True)
     args = TrainingArgs(
         batch_size=2, iters=steps, steps_per_report=1, steps_per_eval=10_000,
-        steps_per_save=10_000, adapter_file=str(adapter), max_seq_length=64,
+        steps_per_save=10_000, adapter_file=str(adapter_dir / "adapters.safetensors"),
+        max_seq_length=64, **train_args,
     )
-    train(model, optim.Adam(learning_rate=1e-2), data, args=args, training_callback=Collect())
+    lr = 1e-3 if kind == "full" else 1e-2
+    train(model, optim.Adam(learning_rate=lr), data, args=args, training_callback=Collect())
+    config = {
+        "fine_tune_type": kind,
+        "num_layers": 2,
+        "lora_parameters": {"rank": 4, "scale": 10.0, "dropout": 0.0},
+    }
+    (adapter_dir / "adapter_config.json").write_text(json.dumps(config))
     return losses
+
+
+def run_cli(module: str, argv: list) -> None:
+    """Runs an mlx-lm command's ``main()`` as its command line would."""
+    import importlib
+
+    saved = sys.argv
+    sys.argv = [module] + argv
+    try:
+        importlib.import_module(module).main()
+    finally:
+        sys.argv = saved
+
+
+# The paths beyond load/generate/train, on fewer models (each is the same code for all).
+EXTRA = ["llama", "mixtral"]
+
+
+def run_extra_checks() -> None:
+    from mlx_lm.generate import batch_generate
+
+    for arch in EXTRA:
+        path = WORK / arch
+
+        @check(f"{arch}/batch")
+        def _batch():
+            model, tokenizer = lm_utils.load(str(path))
+            prompts = [PROMPT[:5], PROMPT[:9], PROMPT[3:7]]
+            out = batch_generate(model, tokenizer, prompts, max_tokens=6, return_token_ids=True)
+            results_json[f"{arch}/batch"] = [list(map(int, t)) for t in out.token_ids]
+            results_json[f"{arch}/batch_texts"] = list(out.texts)
+
+        @check(f"{arch}/speculative")
+        def _speculative():
+            model, tokenizer = lm_utils.load(str(path))
+            draft, _ = lm_utils.load(str(WORK / f"{arch}-4bit"))
+            got = [
+                (int(r.token), bool(r.from_draft))
+                for r in stream_generate(
+                    model, tokenizer, PROMPT, max_tokens=STEPS, draft_model=draft, num_draft_tokens=3
+                )
+            ]
+            results_json[f"{arch}/speculative"] = got
+
+        @check(f"{arch}/chunked")
+        def _chunked():
+            model, _ = lm_utils.load(str(path))
+            cache = [lm_cache.ChunkedKVCache(8) for _ in model.layers]
+            results_json[f"{arch}/chunked"] = greedy(model, prompt_cache=cache)
+
+        for kind, extra in (
+            ("dora", {}),  # (mlx-lm has no DoRA for mixtral's SwitchLinear)
+            ("full", {}),
+            ("ckpt", {"grad_checkpoint": True}),
+            ("accum", {"grad_accumulation_steps": 2}),
+        ):
+
+            if kind == "dora" and arch == "mixtral":
+                continue
+
+            @check(f"{arch}/{kind}")
+            def _train(kind=kind, extra=extra):
+                model, _ = lm_utils.load(str(path))
+                tune = kind if kind in ("dora", "full") else "lora"
+                results_json[f"{arch}/{kind}"] = train_losses(model, kind=tune, **extra)
+
+        @check(f"{arch}/fuse")
+        def _fuse():
+            # MLX trains the adapters; both fuse that same file (Adam's steps magnify
+            # rounding in weights whose gradients are tiny, so each side's own adapters
+            # would differ more than the fuse does).
+            adapters = WORK / f"{arch}-adapters"
+            if BACKEND == "mlx":
+                model, _ = lm_utils.load(str(path))
+                train_losses(model, kind="lora", adapter_dir=adapters)
+            fused = OUT / f"{arch}-fused"
+            run_cli("mlx_lm.fuse", ["--model", str(path), "--adapter-path", str(adapters),
+                                    "--save-path", str(fused)])
+            fmodel, _ = lm_utils.load(str(fused))
+            results_json[f"{arch}/fuse"] = greedy(fmodel)
+            results_np[f"{arch}/fuse_logits"] = np.array(fmodel(mx.array(PROMPT)[None]))
+
+        @check(f"{arch}/convert")
+        def _convert():
+            from mlx_lm.convert import convert
+
+            target = OUT / f"{arch}-converted"
+            convert(str(path), str(target), quantize=True, q_bits=4, q_group_size=32)
+            model, _ = lm_utils.load(str(target))
+            results_json[f"{arch}/convert"] = greedy(model)
+            weights = mx.load(str(target / "model.safetensors"))
+            key = sorted(k for k in weights if k.endswith(".scales"))[0]
+            results_np[f"{arch}/convert_scales"] = np.array(weights[key])
 
 
 def run_checks() -> None:
@@ -240,12 +349,12 @@ def run_checks() -> None:
         @check(f"{arch}/lora")
         def _lora():
             model, tokenizer = lm_utils.load(str(path))
-            results_json[f"{arch}/lora"] = lora_losses(model, tokenizer)
+            results_json[f"{arch}/lora"] = train_losses(model)
 
         @check(f"{arch}/qlora")
         def _qlora():
             model, tokenizer = lm_utils.load(str(WORK / f"{arch}-4bit"))
-            results_json[f"{arch}/qlora"] = lora_losses(model, tokenizer)
+            results_json[f"{arch}/qlora"] = train_losses(model)
 
 
 def main() -> None:
@@ -254,6 +363,7 @@ def main() -> None:
         mx.set_default_device(mx.cpu)
         make_folders()
     run_checks()
+    run_extra_checks()
     np.savez(OUT / "results.npz", **results_np)
     (OUT / "results.json").write_text(json.dumps(results_json, indent=1))
 
