@@ -87,4 +87,27 @@ impl FusedProgram {
             None => Ok(()),
         }
     }
+
+    /// Checks that the kernel's inputs are what its variants address: one per program input
+    /// of its dtype, each of the output's `shape` (broadcasts arrive as zero-stride views).
+    /// A kernel run on a smaller input would read past its buffer.
+    pub fn check_inputs(&self, inputs: &[crate::ArrayData], shape: &[usize]) -> crate::Result<()> {
+        let bad = |msg: String| crate::Error::Runtime { op: "compile", msg };
+        if inputs.len() != self.inputs.len() {
+            return Err(bad(format!(
+                "the fused kernel takes {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        for (i, (x, &dtype)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if x.dtype != dtype || x.layout.shape.as_slice() != shape {
+                return Err(bad(format!(
+                    "fused kernel input {i} is {} {:?}, the kernel runs over {dtype} {shape:?}",
+                    x.dtype, x.layout.shape
+                )));
+            }
+        }
+        Ok(())
+    }
 }

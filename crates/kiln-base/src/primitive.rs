@@ -726,6 +726,13 @@ impl Primitive {
         Ok(())
     }
 
+    /// Whether the primitive is elementwise over several inputs of one shape, which the ops
+    /// layer broadcast to each other: shapeless replay broadcasts them again when new
+    /// shapes differ (`x + y` traced on equal shapes, called on broadcastable ones).
+    pub fn broadcasts_inputs(&self) -> bool {
+        matches!(self, Primitive::Binary(_) | Primitive::Where | Primitive::Fused(_))
+    }
+
     /// The output's layout when this primitive is a view of its single input, or `None` when
     /// it must run a kernel (all backends share this: views are stride arithmetic).
     pub fn view_layout(&self, input: &Layout) -> Option<Layout> {

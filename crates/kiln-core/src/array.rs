@@ -32,6 +32,9 @@ pub(crate) enum Pending {
     Placeholder,
     /// Evaluated; the call has been dropped.
     Done,
+    /// Its evaluation failed: every later access raises this error again (the kernel may
+    /// have written part of a donated buffer, so it is never run a second time).
+    Failed(kiln_base::Error),
 }
 
 pub(crate) struct Node {
@@ -249,6 +252,14 @@ impl Array {
             }
         }
         false
+    }
+
+    /// The error its evaluation failed with, if it did.
+    pub fn failure(&self) -> Option<kiln_base::Error> {
+        match &*self.0.pending.lock().unwrap_or_else(|e| e.into_inner()) {
+            Pending::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
     }
 
     /// Whether two handles are the same node.

@@ -49,6 +49,9 @@ fn eval_node(array: &Array) -> Result<()> {
         return Ok(());
     }
     let Some(call) = array.call() else {
+        if let Some(e) = array.failure() {
+            return Err(e);
+        }
         if array.is_placeholder() {
             bail!(
                 Value,
@@ -91,16 +94,28 @@ fn eval_node(array: &Array) -> Result<()> {
             }
         })
         .collect::<Result<_>>()?;
-    let mut results = run(&call.prim, &inputs, &donated, &call.output_meta, device)?;
-    if device != array.stream().device {
-        // Ran on the CPU for want of a GPU kernel: the results belong on the GPU.
-        results = results
-            .iter()
-            .map(|r| crate::device::to_device(r, array.stream().device))
-            .collect::<Result<_>>()?;
-    }
-    CALLS_RUN.fetch_add(1, Ordering::Relaxed);
     let outputs = call.outputs.get().expect("set at construction");
+    let ran =
+        run_guarded(&call.prim, &inputs, &donated, &call.output_meta, device).and_then(|results| {
+            if device == array.stream().device {
+                return Ok(results);
+            }
+            // Ran on the CPU for want of a GPU kernel: the results belong on the GPU.
+            results.iter().map(|r| crate::device::to_device(r, array.stream().device)).collect()
+        });
+    let results = match ran {
+        Ok(results) => results,
+        Err(e) => {
+            // Every output fails from now on, with this error; the call (and the inputs it
+            // holds) is released.
+            for node in outputs.iter().filter_map(|w| w.upgrade()) {
+                *node.pending.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Pending::Failed(e.clone());
+            }
+            return Err(e);
+        }
+    };
+    CALLS_RUN.fetch_add(1, Ordering::Relaxed);
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);
@@ -123,6 +138,51 @@ fn sole_owner(input: &Array, data: &ArrayData) -> bool {
         && Arc::weak_count(&input.0) == 0
         && !input.is_tracer()
         && data.buffer.handle_count() == 1
+}
+
+/// Fault injection for tests: the next evaluation of a primitive named `op` panics inside
+/// its kernel call, as a kernel bug would.
+pub fn inject_panic(op: &str) {
+    *FAULT.lock().unwrap_or_else(|e| e.into_inner()) = Some(op.to_string());
+    FAULT_ARMED.store(true, Ordering::Relaxed);
+}
+
+static FAULT_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static FAULT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn inject_fault(prim: &Primitive) {
+    let mut fault = FAULT.lock().unwrap_or_else(|e| e.into_inner());
+    if fault.as_deref() == Some(prim.name()) {
+        *fault = None;
+        FAULT_ARMED.store(false, Ordering::Relaxed);
+        drop(fault);
+        panic!("injected fault in {}", prim.name());
+    }
+}
+
+/// [`run`], with a panic in a kernel turned into an error naming the primitive (a bug, but
+/// one that must reach Python as an exception rather than abort or leave half-made state).
+fn run_guarded(
+    prim: &Primitive,
+    inputs: &[ArrayData],
+    donated: &[bool],
+    outputs: &[(Shape, DType)],
+    device: kiln_base::Device,
+) -> Result<Vec<ArrayData>> {
+    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if FAULT_ARMED.load(Ordering::Relaxed) {
+            inject_fault(prim);
+        }
+        run(prim, inputs, donated, outputs, device)
+    }));
+    attempt.unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        bail!(Runtime, prim.name(), "Internal error while evaluating (a bug in kiln): {what}")
+    })
 }
 
 /// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:

@@ -265,6 +265,7 @@ pub fn run_program(
     inputs: &[ArrayData],
     shape: &[usize],
 ) -> Result<Vec<ArrayData>> {
+    program.check_inputs(inputs, shape)?;
     let n: usize = shape.iter().product();
     let outputs: Vec<ArrayData> = program
         .output_dtypes()

@@ -285,6 +285,12 @@ fn _depends_on_placeholder(x: PyRef<'_, PyArray>) -> bool {
     x.0.depends_on_placeholder()
 }
 
+/// Fault injection for tests: the next evaluation of primitive `op` panics in its kernel.
+#[pyfunction]
+fn _inject_eval_panic(op: &str) {
+    kiln_core::eval::inject_panic(op);
+}
+
 /// Turns compile off globally and at once (compiled functions call the original).
 #[pyfunction]
 fn disable_compile() {
@@ -380,6 +386,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_compile_signature, m)?)?;
     m.add_function(wrap_pyfunction!(_state_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(_depends_on_placeholder, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_eval_panic, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;

@@ -76,9 +76,9 @@ impl Passes {
 pub struct Compiled {
     graph: Graph,
     shapeless: bool,
-    /// Shapeless replay: for each broadcast node, the value whose shape it was broadcast to
-    /// match (the other operand of its user), so it follows that value's new shape.
-    broadcast_like: Vec<Option<Value>>,
+    /// Shapeless replay: for each broadcast node, the values whose shapes it was broadcast
+    /// to match (its user's other operands), so it follows their new shapes.
+    broadcast_like: Vec<Vec<Value>>,
     /// The graph as traced, after simplify, and the fused regions (explain).
     pub traced: Vec<String>,
     pub simplified: Vec<String>,
@@ -158,30 +158,52 @@ where
     })
 }
 
-/// For each broadcast node, an operand of one of its users that has the broadcast's shape
-/// without being broadcast itself (its shape is what the broadcast follows at replay).
-fn broadcast_partners(graph: &Graph) -> Vec<Option<Value>> {
-    let is_broadcast = |v: &Value| match v {
-        Value::Node(n, _) => matches!(graph.nodes[*n].prim, Primitive::BroadcastTo { .. }),
-        _ => false,
+/// For each broadcast node, the values whose new shapes its shape follows at replay (empty:
+/// it keeps its traced shape). Under an elementwise user (every operand of the output's
+/// shape) these are the user's operands before broadcasting, so `a * b` traced on (3, 1) x
+/// (1, 3) replays on (4, 1) x (1, 4). Under another user, one operand that has the
+/// broadcast's shape without being broadcast itself (or that follows a partner of its own:
+/// gradients add broadcasts).
+fn broadcast_partners(graph: &Graph) -> Vec<Vec<Value>> {
+    let broadcast_source = |v: &Value| match v {
+        Value::Node(n, _) if matches!(graph.nodes[*n].prim, Primitive::BroadcastTo { .. }) => {
+            Some(graph.nodes[*n].inputs[0])
+        }
+        _ => None,
     };
-    let mut like: Vec<Option<Value>> = vec![None; graph.nodes.len()];
+    // Replay builds nodes in order: what a broadcast follows must exist before it.
+    let before = |p: &Value, b: usize| !matches!(p, Value::Node(pn, _) if *pn >= b);
+    let mut like: Vec<Vec<Value>> = vec![Vec::new(); graph.nodes.len()];
     for node in &graph.nodes {
-        let same_shape = |v: &&Value| graph.meta(**v).0 == node.outputs[0].0.as_slice();
-        // Else a broadcast that follows a partner of its own (gradients add broadcasts).
+        let out = node.outputs[0].0.as_slice();
+        let same_shape = |v: &&Value| graph.meta(**v).0 == out;
+        let elementwise =
+            node.prim.broadcasts_inputs() && node.inputs.iter().all(|v| same_shape(&v));
+        if elementwise {
+            let sources: Vec<Value> =
+                node.inputs.iter().map(|v| broadcast_source(v).unwrap_or(*v)).collect();
+            for v in &node.inputs {
+                if let (Value::Node(b, _), Some(_)) = (v, broadcast_source(v)) {
+                    if like[*b].is_empty() {
+                        like[*b] = sources.iter().filter(|p| before(p, *b)).copied().collect();
+                    }
+                }
+            }
+            continue;
+        }
         let partner =
-            node.inputs.iter().filter(same_shape).find(|v| !is_broadcast(v)).or_else(|| {
-                node.inputs
-                    .iter()
-                    .filter(same_shape)
-                    .find(|v| matches!(v, Value::Node(b, _) if like[*b].is_some()))
-            });
+            node.inputs.iter().filter(same_shape).find(|v| broadcast_source(v).is_none()).or_else(
+                || {
+                    node.inputs
+                        .iter()
+                        .filter(same_shape)
+                        .find(|v| matches!(v, Value::Node(b, _) if !like[*b].is_empty()))
+                },
+            );
         for v in &node.inputs {
             if let (Value::Node(b, _), Some(p)) = (v, partner) {
-                // Replay builds nodes in order: the partner must exist before the broadcast.
-                let earlier = !matches!(p, Value::Node(pn, _) if *pn >= *b);
-                if is_broadcast(v) && like[*b].is_none() && earlier {
-                    like[*b] = Some(*p);
+                if broadcast_source(v).is_some() && like[*b].is_empty() && before(p, *b) {
+                    like[*b] = vec![*p];
                 }
             }
         }
@@ -269,15 +291,19 @@ impl Compiled {
             Value::Node(n, k) => values[n][k].clone(),
         };
         for (i, node) in g.nodes.iter().enumerate() {
-            let args: Vec<Array> = node.inputs.iter().map(|&v| get(v, &values)).collect();
+            let mut args: Vec<Array> = node.inputs.iter().map(|&v| get(v, &values)).collect();
             let mut prim = node.prim.clone();
             let outputs = if self.shapeless {
-                if let (Primitive::BroadcastTo { .. }, Some(&Some(like))) =
-                    (&prim, self.broadcast_like.get(i))
-                {
-                    let target = get(like, &values);
-                    let shape = broadcast_shapes("broadcast_to", args[0].shape(), target.shape())?;
+                let like = self.broadcast_like.get(i).map(Vec::as_slice).unwrap_or(&[]);
+                if matches!(prim, Primitive::BroadcastTo { .. }) && !like.is_empty() {
+                    let mut shape = Shape::from(args[0].shape());
+                    for &v in like {
+                        shape = broadcast_shapes("broadcast_to", &shape, get(v, &values).shape())?;
+                    }
                     prim = Primitive::BroadcastTo { shape };
+                }
+                if prim.broadcasts_inputs() {
+                    broadcast_args(&mut args, node.stream)?;
                 }
                 let specs: Vec<(&[usize], DType)> =
                     args.iter().map(|a| (a.shape(), a.dtype())).collect();
@@ -290,6 +316,23 @@ impl Compiled {
         }
         Ok(g.outputs.iter().map(|&v| get(v, &values)).collect())
     }
+}
+
+/// Elementwise operands of one shape at trace time whose new shapes differ: each is
+/// broadcast (a view) to their common shape, as the ops layer would have done.
+fn broadcast_args(args: &mut [Array], stream: kiln_base::Stream) -> Result<()> {
+    let mut shape = Shape::new();
+    for a in args.iter() {
+        shape = broadcast_shapes("compile", &shape, a.shape())?;
+    }
+    for a in args.iter_mut() {
+        if a.shape() != shape.as_slice() {
+            let prim = Primitive::BroadcastTo { shape: shape.clone() };
+            let out = vec![(shape.clone(), a.dtype())];
+            *a = Array::from_call(prim, vec![a.clone()], out, stream).swap_remove(0);
+        }
+    }
+    Ok(())
 }
 
 /// Shapes and dtypes of a call's inputs (the Rust cache key).

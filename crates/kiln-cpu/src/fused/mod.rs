@@ -50,6 +50,7 @@ pub(crate) fn eval(
     donated: &[bool],
 ) -> Result<Vec<ArrayData>> {
     program.validate()?;
+    program.check_inputs(inputs, shape)?;
     let n = size_of(shape);
     if n == 0 {
         return interp::run(program, inputs, shape, &[]);
