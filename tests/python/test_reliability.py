@@ -86,3 +86,51 @@ def test_panic_in_a_compiled_kernel(monkeypatch):
     with pytest.raises(RuntimeError, match="injected fault"):
         mx.eval(out)
     np.testing.assert_allclose(np.array(f(x)), np.exp(1) * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: mx.zeros((1 << 62, 1 << 62)),
+        lambda: mx.ones((1 << 32, 1 << 32)),
+        lambda: mx.broadcast_to(mx.ones((1, 1)), (1 << 33, 1 << 33)),
+        lambda: mx.random.uniform(shape=(1 << 40, 1 << 40)),
+        lambda: mx.ones((1 << 31,)).reshape(1 << 31, 1) * mx.ones((1 << 40,)),
+    ],
+)
+def test_sizes_that_overflow_are_errors(make):
+    with pytest.raises(ValueError, match="more elements than fit in memory|too large"):
+        make()
+
+
+def test_sizes_in_shapeless_replay():
+    f = mx.compile(lambda a, b: a + b, shapeless=True)
+    f(mx.ones((2, 1)), mx.ones((1, 2)))
+    with pytest.raises(ValueError, match="more elements than fit"):
+        f(mx.zeros((1 << 40, 1)), mx.zeros((1, 1 << 40)))
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: mx.random.normal((-2,)), ValueError, "Negative dimensions"),
+        (lambda: mx.zeros((1 << 70,)), OverflowError, r"\[zeros\].*64 bits"),
+        (lambda: mx.zeros((2, 3.0)), TypeError, r"\[zeros\] Expected a shape"),
+        (lambda: mx.sum(mx.ones((2, 2)), axis=1.5), TypeError, "Expected an int or a sequence"),
+        (lambda: mx.sum(mx.ones((2, 2)), axis="a"), TypeError, "got str"),
+        (lambda: mx.set_memory_limit(-1), ValueError, r"\[set_memory_limit\] The limit"),
+        (lambda: mx.set_cache_limit(-5), ValueError, r"\[set_cache_limit\] The limit"),
+        (lambda: mx.expand_dims(mx.ones(2), None), TypeError, r"\[expand_dims\]"),
+    ],
+)
+def test_clear_argument_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_int_like_arguments_still_accepted():
+    assert mx.sum(mx.ones((2, 2)), axis=np.int64(1)).shape == (2,)
+    assert mx.zeros(np.array([2, 3])).shape == (2, 3)
+    assert mx.zeros(np.int32(3)).shape == (3,)
+    assert mx.ones((2, 3)).reshape(np.int64(3), 2).shape == (3, 2)
+    assert mx.random.normal(np.array([2])).shape == (2,)

@@ -26,23 +26,48 @@ pub fn axes_arg(axis: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
     match axis {
         None => Ok(None),
         Some(a) if a.is_none() => Ok(None),
-        Some(a) if a.is_instance_of::<PyInt>() => Ok(Some(vec![a.extract()?])),
-        Some(a) => a.extract::<Vec<i64>>().map(Some),
+        Some(a) => ints_arg("axis", a, "an int or a sequence of ints").map(Some),
+    }
+}
+
+/// An int or a sequence of ints (anything with `__index__`: numpy ints too). Other types
+/// are a TypeError and ints past 64 bits an OverflowError, both naming `name` and `what`
+/// was expected.
+fn ints_arg(name: &'static str, value: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
+    let one = |v: &Bound<'_, PyAny>| -> PyResult<i64> {
+        v.extract::<i64>().map_err(|_| {
+            if v.hasattr("__index__").unwrap_or(false) {
+                pyo3::exceptions::PyOverflowError::new_err(format!(
+                    "[{name}] The value {v} does not fit in 64 bits."
+                ))
+            } else {
+                let ty = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "[{name}] Expected {what}, got {ty}."
+                ))
+            }
+        })
+    };
+    if value.is_instance_of::<PyInt>()
+        || value.is_none()
+        || value.is_instance_of::<pyo3::types::PyString>()
+    {
+        return Ok(vec![one(value)?]);
+    }
+    match value.try_iter() {
+        Ok(items) => items.map(|v| one(&v?)).collect(),
+        Err(_) => Ok(vec![one(value)?]),
     }
 }
 
 /// A shape that may hold -1 (reshape): an int or a sequence of ints.
 fn ishape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    if shape.is_instance_of::<PyInt>() {
-        Ok(vec![shape.extract()?])
-    } else {
-        shape.extract()
-    }
+    ints_arg("shape", shape, "an int or a sequence of ints")
 }
 
 /// A shape of non-negative sizes: an int or a sequence of ints.
-fn shape_arg(op: &'static str, shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    let dims = ishape_arg(shape)?;
+pub(crate) fn shape_arg(op: &'static str, shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let dims = ints_arg(op, shape, "a shape (an int or a sequence of ints)")?;
     if let Some(d) = dims.iter().find(|&&d| d < 0) {
         return Err(raise!(Value, op, "Negative dimensions are not allowed, got {d}."));
     }
@@ -202,6 +227,11 @@ fn expand_dims(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     let a = arr(a)?;
+    if axis.is_none() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "[expand_dims] axis must be an int or a sequence of ints, not None.",
+        ));
+    }
     let axes = axes_arg(Some(axis))?.unwrap_or_default();
     with_stream(stream, || kops::expand_dims(&a, &axes)).map(PyArray)
 }

@@ -11,7 +11,6 @@ use kiln_base::DType;
 use kiln_core::ops::{self as kops, random};
 use kiln_core::Array;
 use pyo3::prelude::*;
-use pyo3::types::PyInt;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
 
@@ -25,11 +24,7 @@ fn seed_arg(seed: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// `shape=`: an int or a sequence of sizes.
 fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    if shape.is_instance_of::<PyInt>() {
-        Ok(vec![shape.extract()?])
-    } else {
-        shape.extract()
-    }
+    crate::ops::shape_arg("random", shape)
 }
 
 fn key_arg(key: Option<&Bound<'_, PyArray>>) -> Option<Array> {

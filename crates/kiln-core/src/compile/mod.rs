@@ -308,7 +308,9 @@ impl Compiled {
                 let specs: Vec<(&[usize], DType)> =
                     args.iter().map(|a| (a.shape(), a.dtype())).collect();
                 prim.reinfer(&specs)?;
-                prim.output_shapes(&specs)?
+                let outputs = prim.output_shapes(&specs)?;
+                crate::ops::check_sizes(prim.name(), &outputs)?;
+                outputs
             } else {
                 node.outputs.clone()
             };

@@ -89,5 +89,28 @@ pub(crate) fn record_all(prim: Primitive, inputs: Vec<Array>) -> Result<Vec<Arra
     let metas: Vec<(&[usize], kiln_base::DType)> =
         inputs.iter().map(|a| (a.shape(), a.dtype())).collect();
     let outputs = prim.output_shapes(&metas)?;
+    check_sizes(prim.name(), &outputs)?;
     Ok(Array::from_call(prim, inputs, outputs, default_stream()))
+}
+
+/// Every output's element count and byte size fit in memory's address range: a shape like
+/// `(1 << 62, 1 << 62)` must not wrap around to a size of 0.
+pub(crate) fn check_sizes(
+    op: &'static str,
+    outputs: &[(kiln_base::Shape, kiln_base::DType)],
+) -> Result<()> {
+    for (shape, dtype) in outputs {
+        let bytes = kiln_base::shape::checked_size(op, shape)
+            .ok()
+            .and_then(|n| n.checked_mul(dtype.size().max(1)))
+            .filter(|&b| b <= isize::MAX as usize);
+        kiln_base::ensure!(
+            bytes.is_some(),
+            Value,
+            op,
+            "Shape {} of {dtype} has more elements than fit in memory.",
+            kiln_base::shape::fmt_shape(shape)
+        );
+    }
+    Ok(())
 }
