@@ -1,7 +1,11 @@
 """GGUF files (version 3), as ``mx.save_gguf`` writes and ``mx.load`` reads them: unquantized
 tensors (float32, float16, int8, int16, int32; loading also bfloat16, int64, float64) and
 metadata (scalars and 1-D arrays of integer, float32 or bool type, strings, lists of
-strings). Quantized GGUF tensor types are not supported."""
+strings). Quantized GGUF tensor types are not supported.
+
+Loading bounds every count and length by the bytes left before reading it, and checks types,
+the alignment, shapes and offsets; a corrupt file raises ValueError("[load] <file>: ...").
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import struct
 import numpy as np
 
 from kiln import _core
+from kiln.core._io import _corrupt, _nbytes, _to_kiln
 
 _ALIGN = 32
 # ggml tensor types
@@ -102,82 +107,148 @@ def save_gguf(file, arrays: dict, metadata: dict | None = None) -> None:
         file.write(payload)
 
 
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
+# Smallest encodings, to bound hostile counts by the bytes left before allocating anything:
+# a key/value is a key length (8), a type (4) and at least a 1-byte value; a tensor info is
+# a name length (8), a dimension count (4), a type (4) and an offset (8).
+_MIN_KV, _MIN_INFO = 13, 24
+_INT_TYPES = (0, 1, 2, 3, 4, 5, 10, 11)  # metadata types holding integers
 
-    def take(self, fmt: str):
+
+class _Reader:
+    """Reads a GGUF file's bytes in order; every failure names the file and what is wrong."""
+
+    def __init__(self, data: bytes, where: str):
+        self.data, self.pos, self.where = data, 0, where
+
+    def fail(self, what: str) -> ValueError:
+        return _corrupt(self.where, what)
+
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, fmt: str, what: str):
         size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise ValueError("[load] Truncated GGUF file.")
+        if size > self.left():
+            raise self.fail(f"truncated GGUF file: {what} at byte {self.pos} needs {size} "
+                            f"bytes, only {self.left()} are left")
         out = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += size
         return out if len(out) > 1 else out[0]
 
-    def string(self) -> str:
-        n = self.take("<Q")
-        if self.pos + n > len(self.data):
-            raise ValueError("[load] Truncated GGUF file.")
-        s = self.data[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return s
+    def count(self, what: str, unit: int) -> int:
+        """A uint64 count of items of at least ``unit`` bytes, bounded by the bytes left."""
+        n = self.take("<Q", what)
+        if n * unit > self.left():
+            raise self.fail(f"{what} {n} needs more than the {self.left()} bytes left")
+        return n
 
-    def values(self, t: int, count: int):
+    def string(self, what: str) -> str:
+        n = self.count(f"{what} length", 1)
+        raw = self.data[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} at byte {self.pos - n} is not valid UTF-8") from None
+
+    def values(self, key: str, t: int, count: int):
+        """``count`` values of metadata type ``t`` (already bounded by the caller)."""
         if t == _STRING:
-            return [self.string() for _ in range(count)]
-        if t not in _META_NP:
-            raise ValueError(f"[load] Unsupported GGUF metadata type {t}.")
+            return [self.string(f"a string in {key!r}") for _ in range(count)]
         dt = np.dtype(_META_NP[t])
-        end = self.pos + dt.itemsize * count
-        if end > len(self.data):
-            raise ValueError("[load] Truncated GGUF file.")
         # aligned copy: kiln reads numpy arrays through aligned typed slices
         a = np.frombuffer(self.data, dtype=dt, count=count, offset=self.pos).copy()
-        self.pos = end
+        self.pos += dt.itemsize * count
         return a.astype(bool) if t == 7 else a
 
+    def value(self, key: str):
+        """The metadata value after ``key``: a string, a list of strings or an array."""
+        t = self.take("<I", f"the type of {key!r}")
+        if t == _ARRAY:
+            et = self.take("<I", f"the element type of {key!r}")
+            unit = 8 if et == _STRING else self.item_size(key, et)
+            vals = self.values(key, et, self.count(f"the length of {key!r}", unit))
+            return t, (vals if et == _STRING else _core.array(vals))
+        if t == _STRING:
+            return t, self.string(f"the value of {key!r}")
+        size = self.item_size(key, t)
+        if size > self.left():
+            raise self.fail(f"truncated GGUF file: the value of {key!r} at byte {self.pos}")
+        return t, _core.array(self.values(key, t, 1).reshape(()))
 
-def load_gguf(data: bytes, return_metadata: bool):
-    """The arrays (and metadata) of a GGUF file's bytes."""
-    r = _Reader(data)
-    if r.take("<4s") != b"GGUF":
-        raise ValueError("[load] Not a GGUF file.")
-    version, n_tensors, n_kv = r.take("<IQQ")
+    def item_size(self, key: str, t: int) -> int:
+        if t not in _META_NP:
+            raise self.fail(f"metadata {key!r} has unknown or unsupported value type {t}")
+        return np.dtype(_META_NP[t]).itemsize
+
+
+def _alignment(r: _Reader, t: int, value) -> int:
+    align = int(np.asarray(value)) if t in _INT_TYPES else 0
+    if align <= 0 or align & (align - 1):
+        raise r.fail(f"general.alignment {value!r} is not a positive power of two")
+    return align
+
+
+def _header(r: _Reader):
+    """The metadata, the alignment and the tensor infos of a GGUF file."""
+    if r.take("<4s", "the magic") != b"GGUF":
+        raise r.fail("not a GGUF file (bad magic)")
+    version = r.take("<I", "the version")
     if version not in (2, 3):
-        raise ValueError(f"[load] Unsupported GGUF version {version}.")
+        raise r.fail(f"unsupported GGUF version {version}")
+    n_tensors, n_kv = r.take("<QQ", "the tensor and metadata counts")
+    if n_tensors * _MIN_INFO + n_kv * _MIN_KV > r.left():
+        raise r.fail(f"{n_tensors} tensors and {n_kv} metadata entries need more than the "
+                     f"{r.left()} bytes left")
     meta, align = {}, _ALIGN
     for _ in range(n_kv):
-        key, t = r.string(), r.take("<I")
-        if t == _ARRAY:
-            et, count = r.take("<IQ")
-            vals = r.values(et, count)
-            meta[key] = vals if et == _STRING else _core.array(vals)
-        elif t == _STRING:
-            meta[key] = r.string()
-        else:
-            meta[key] = _core.array(r.values(t, 1).reshape(()))
-        if key == "general.alignment" and t != _STRING:
-            align = int(np.asarray(meta[key]))
-    infos = []
+        key = r.string("a metadata key")
+        t, meta[key] = r.value(key)
+        if key == "general.alignment":
+            align = _alignment(r, t, meta[key])
+    infos = {}
     for _ in range(n_tensors):
-        name, nd = r.string(), r.take("<I")
-        dims = [r.take("<Q") for _ in range(nd)]
-        t, off = r.take("<IQ")
-        if t not in _LOAD_TENSOR:
-            raise ValueError(f"[load] Unsupported GGUF tensor type {t} for {name!r}.")
-        infos.append((name, tuple(reversed(dims)), _LOAD_TENSOR[t], off))
+        info = _tensor_info(r)
+        if info[0] in infos:  # which one the file means is unknowable
+            raise r.fail(f"tensor {info[0]!r} appears twice")
+        infos[info[0]] = info
+    return meta, align, list(infos.values())
+
+
+def _tensor_info(r: _Reader):
+    name = r.string("a tensor name")
+    nd = r.take("<I", f"the dimension count of {name!r}")
+    if nd * 8 > r.left():
+        raise r.fail(f"tensor {name!r}: {nd} dimensions need more than the {r.left()} bytes left")
+    dims = r.take(f"<{nd}Q", f"the dimensions of {name!r}") if nd else ()
+    dims = (dims,) if nd == 1 else dims
+    t, off = r.take("<IQ", f"the type and offset of {name!r}")
+    if t not in _LOAD_TENSOR:
+        raise r.fail(f"tensor {name!r}: unknown or unsupported GGUF tensor type {t}")
+    return name, tuple(reversed(dims)), _LOAD_TENSOR[t], off
+
+
+def _tensor(data: bytes, where: str, start: int, align: int, info):
+    name, shape, dname, off = info
+    dt = np.dtype(_NP[dname]).newbyteorder("<")
+    n = _nbytes(where, shape, dt.itemsize)
+    if off % align:
+        raise _corrupt(where, f"offset {off} is not a multiple of the alignment {align}")
+    begin = start + off
+    if begin + n > len(data):
+        raise _corrupt(where, f"data [{begin}, {begin + n}) run past the end of the file "
+                              f"({len(data)} bytes)")
+    return _to_kiln(np.frombuffer(data, dt, count=n // dt.itemsize, offset=begin).reshape(shape),
+                    dname)
+
+
+def load_gguf(data: bytes, return_metadata: bool, where: str = "<bytes>"):
+    """The arrays (and metadata) of a GGUF file's bytes; ``where`` names it in errors."""
+    r = _Reader(data, where)
+    meta, align, infos = _header(r)
     start = r.pos + (-r.pos) % align
-    arrays = {}
-    for name, shape, dname, off in infos:
-        count = int(np.prod(shape, dtype=np.int64))
-        dt = np.dtype(_NP[dname]).newbyteorder("<")
-        begin = start + off
-        if begin + count * dt.itemsize > len(data):
-            raise ValueError(f"[load] Truncated GGUF tensor {name!r}.")
-        a = np.frombuffer(data, dtype=dt, count=count, offset=begin).reshape(shape)
-        a = np.require(a, requirements="A")  # copies only when misaligned
-        if dname == "bfloat16":
-            arrays[name] = _core._from_raw_bytes(a.tobytes(), list(shape), _core.bfloat16)
-        else:
-            arrays[name] = _core.array(a, dtype=getattr(_core, dname))
+    arrays = {
+        info[0]: _tensor(data, f"{where}: tensor {info[0]!r}", start, align, info)
+        for info in infos
+    }
     return (arrays, meta) if return_metadata else arrays
