@@ -94,7 +94,7 @@ PROMPT = [1, 5, 17, 33, 2, 60, 41, 9, 12, 77, 3, 28]
 STEPS = 10
 WORDS = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
 
-results_json: dict = {"errors": {}, "module": mx.__name__}
+results_json: dict = {"errors": {}, "module": mx.__name__, "device": str(mx.default_device())}
 results_np: dict = {}
 
 

@@ -60,7 +60,21 @@ def test_failed_evaluation_fails_on_every_access():
             b.sum().item()
 
 
-def test_kernel_panic_is_an_exception_and_stays_failed():
+@pytest.fixture
+def disarm():
+    yield
+    _core._inject_eval_panic(None)  # a fault that did not fire must not hit a later test
+
+
+@pytest.fixture
+def on_cpu():
+    previous = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(previous)
+
+
+def test_kernel_panic_is_an_exception_and_stays_failed(disarm):
     x = mx.arange(6.0).reshape(2, 3)
     y = mx.exp(x)
     _core._inject_eval_panic("exp")
@@ -76,7 +90,8 @@ def test_kernel_panic_is_an_exception_and_stays_failed():
     assert x.sum().item() == 15.0
 
 
-def test_panic_in_a_compiled_kernel(monkeypatch):
+def test_panic_in_a_compiled_kernel(monkeypatch, disarm, on_cpu):
+    # On the CPU: a GPU entry replays as one CUDA graph, past the per-kernel fault hook.
     monkeypatch.setenv("KILN_CPU_JIT", "off")
     f = mx.compile(lambda a: mx.exp(a) * 2 + 1)
     x = mx.ones((4,))

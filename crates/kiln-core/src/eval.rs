@@ -141,10 +141,10 @@ fn sole_owner(input: &Array, data: &ArrayData) -> bool {
 }
 
 /// Fault injection for tests: the next evaluation of a primitive named `op` panics inside
-/// its kernel call, as a kernel bug would.
-pub fn inject_panic(op: &str) {
-    *FAULT.lock().unwrap_or_else(|e| e.into_inner()) = Some(op.to_string());
-    FAULT_ARMED.store(true, Ordering::Relaxed);
+/// its kernel call, as a kernel bug would (`None`: disarm).
+pub fn inject_panic(op: Option<&str>) {
+    *FAULT.lock().unwrap_or_else(|e| e.into_inner()) = op.map(str::to_string);
+    FAULT_ARMED.store(op.is_some(), Ordering::Relaxed);
 }
 
 static FAULT_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -285,9 +285,11 @@ fn _depends_on_placeholder(x: PyRef<'_, PyArray>) -> bool {
     x.0.depends_on_placeholder()
 }
 
-/// Fault injection for tests: the next evaluation of primitive `op` panics in its kernel.
+/// Fault injection for tests: the next evaluation of primitive `op` panics in its kernel
+/// (None: disarm).
 #[pyfunction]
-fn _inject_eval_panic(op: &str) {
+#[pyo3(signature = (op = None))]
+fn _inject_eval_panic(op: Option<&str>) {
     kiln_core::eval::inject_panic(op);
 }
 

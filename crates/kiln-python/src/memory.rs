@@ -57,23 +57,25 @@ fn clear_cache() {
 /// Sets the memory limit, a guideline: past it, allocation first returns cached memory.
 /// Returns the previous limit in bytes.
 #[pyfunction]
-fn set_memory_limit(limit: i64) -> PyResult<usize> {
+fn set_memory_limit(limit: &Bound<'_, PyAny>) -> PyResult<usize> {
     let limit = non_negative("set_memory_limit", limit)?;
     Ok(if on_gpu() { DEVICE.set_memory_limit(limit) } else { HOST.set_memory_limit(limit) })
 }
 
-/// A byte count from Python: negative values are a ValueError naming the function.
-fn non_negative(op: &str, limit: i64) -> PyResult<usize> {
-    usize::try_from(limit).map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!(
-            "[{op}] The limit must be a non-negative number of bytes, got {limit}."
-        ))
+/// A byte count from Python (up to the largest `usize`, which a previous call may have
+/// returned): negative values are a ValueError naming the function.
+fn non_negative(op: &str, limit: &Bound<'_, PyAny>) -> PyResult<usize> {
+    limit.extract::<usize>().map_err(|e| match limit.extract::<i64>() {
+        Ok(n) if n < 0 => pyo3::exceptions::PyValueError::new_err(format!(
+            "[{op}] The limit must be a non-negative number of bytes, got {n}."
+        )),
+        _ => e,
     })
 }
 
 /// Sets the cache limit in bytes (0 disables the cache); returns the previous limit.
 #[pyfunction]
-fn set_cache_limit(limit: i64) -> PyResult<usize> {
+fn set_cache_limit(limit: &Bound<'_, PyAny>) -> PyResult<usize> {
     let limit = non_negative("set_cache_limit", limit)?;
     if on_gpu() {
         DEVICE.set_cache_limit(limit);

@@ -8,6 +8,7 @@
 //! `i` of the output is written, and no other element is touched in between, so the
 //! kernel computes the same values without a new buffer (`x = f(x)` loops run in place).
 
+mod disk_cache;
 mod interp;
 pub mod jit;
 
@@ -44,7 +45,7 @@ pub fn kernel_source(program: &FusedProgram, inputs: &[ArrayData]) -> String {
 
 /// Runs `program`; `donated[i]` (missing: false) says input `i`'s buffer may become an output.
 pub(crate) fn eval(
-    program: &FusedProgram,
+    program: &std::sync::Arc<FusedProgram>,
     inputs: &[ArrayData],
     shape: &[usize],
     donated: &[bool],
