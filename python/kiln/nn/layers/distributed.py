@@ -214,7 +214,17 @@ class _QuantizedSharded(_Sharded):
     """Quantized sharded layers: their own parameters stay frozen, also through
     ``unfreeze`` (which reaches only sub-modules), as MLX's."""
 
-    def _init_quantized(self, input_dims, output_dims, bias, group_size, bits, mode, group):
+    def __init__(
+        self,
+        input_dims: int,
+        output_dims: int,
+        bias: bool = True,
+        group_size: Optional[int] = 64,
+        bits: Optional[int] = 4,
+        mode: str = "affine",
+        group=None,
+    ):
+        super().__init__()
         n = self._init_group(group)
         if self.ALL_TO_SHARDED:
             _divisible(output_dims, n, "output")
@@ -271,19 +281,6 @@ class _QuantizedSharded(_Sharded):
 class QuantizedAllToShardedLinear(_QuantizedSharded):
     """:class:`AllToShardedLinear` with a quantized weight."""
 
-    def __init__(
-        self,
-        input_dims: int,
-        output_dims: int,
-        bias: bool = True,
-        group_size: Optional[int] = 64,
-        bits: Optional[int] = 4,
-        mode: str = "affine",
-        group=None,
-    ):
-        super().__init__()
-        self._init_quantized(input_dims, output_dims, bias, group_size, bits, mode, group)
-
     def __call__(self, x: mx.array) -> mx.array:
         x = self._product(sum_gradients(self.group)(x))
         if "bias" in self:
@@ -295,19 +292,6 @@ class QuantizedShardedToAllLinear(_QuantizedSharded):
     """:class:`ShardedToAllLinear` with a quantized weight."""
 
     ALL_TO_SHARDED = False
-
-    def __init__(
-        self,
-        input_dims: int,
-        output_dims: int,
-        bias: bool = True,
-        group_size: Optional[int] = 64,
-        bits: Optional[int] = 4,
-        mode: str = "affine",
-        group=None,
-    ):
-        super().__init__()
-        self._init_quantized(input_dims, output_dims, bias, group_size, bits, mode, group)
 
     def __call__(self, x: mx.array) -> mx.array:
         x = mx.distributed.all_sum(self._product(x), group=self.group)

@@ -30,6 +30,16 @@ def _quantize(w: mx.array, group_size: int, bits: int, mode: str) -> tuple:
     return out[0], out[1], (out[2] if len(out) > 2 else None)
 
 
+def _blank(cls, group_size: Optional[int], bits: Optional[int], mode: str) -> Module:
+    """A quantized layer of class ``cls`` with its settings but no parameters yet (the
+    ``from_*`` constructors quantize an existing layer's weights instead of random ones)."""
+    layer = cls.__new__(cls)
+    Module.__init__(layer)
+    layer.group_size, layer.bits = _defaults(mode, group_size, bits)
+    layer.mode = mode
+    return layer
+
+
 class _QuantizedBase(Module):
     """Shared by the quantized layers: the packed weight with its group parameters (frozen
     when made, as MLX's)."""
@@ -101,10 +111,7 @@ class QuantizedEmbedding(_QuantizedBase):
         mode: str = "affine",
     ) -> "QuantizedEmbedding":
         n, dims = embedding_layer.weight.shape
-        layer = cls.__new__(cls)
-        Module.__init__(layer)
-        layer.group_size, layer.bits = _defaults(mode, group_size, bits)
-        layer.mode = mode
+        layer = _blank(cls, group_size, bits, mode)
         layer.num_embeddings, layer.dims = n, dims
         layer._set_quantized(*_quantize(embedding_layer.weight, layer.group_size, layer.bits, mode))
         layer.freeze()
@@ -157,10 +164,7 @@ class QuantizedLinear(_QuantizedBase):
         bits: Optional[int] = None,
         mode: str = "affine",
     ) -> "QuantizedLinear":
-        layer = cls.__new__(cls)
-        Module.__init__(layer)
-        layer.group_size, layer.bits = _defaults(mode, group_size, bits)
-        layer.mode = mode
+        layer = _blank(cls, group_size, bits, mode)
         layer._set_quantized(*_quantize(linear_layer.weight, layer.group_size, layer.bits, mode))
         if "bias" in linear_layer:
             layer.bias = linear_layer.bias
