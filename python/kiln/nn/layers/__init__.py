@@ -78,7 +78,14 @@ from kiln.nn.layers.normalization import (  # noqa: F401
     LayerNorm,
     RMSNorm,
 )
-from kiln.nn.layers.pooling import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d  # noqa: F401
+from kiln.nn.layers.pooling import (  # noqa: F401
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+)
 from kiln.nn.layers.positional_encoding import (  # noqa: F401
     ALiBi,
     RoPE,
@@ -94,3 +101,4 @@ from kiln.nn.layers.transformer import (  # noqa: F401
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from kiln.nn.layers.upsample import Upsample  # noqa: F401

@@ -1,4 +1,5 @@
-"""Max and average pooling over channels-last inputs (``(N, L, C)``, ``(N, H, W, C)``).
+"""Max and average pooling over channels-last inputs (``(N, L, C)``, ``(N, H, W, C)``,
+``(N, D, H, W, C)``).
 
 Each window position is one strided slice of the padded input; the pooled value is the
 max or mean over the ``prod(kernel_size)`` slices, so gradients come from the slices.
@@ -107,3 +108,15 @@ class AvgPool2d(_Pool):
     """Mean over ``kernel_size`` windows of ``(N, H, W, C)`` inputs."""
 
     _n, _max = 2, False
+
+
+class MaxPool3d(_Pool):
+    """Max over ``kernel_size`` windows of ``(N, D, H, W, C)`` inputs."""
+
+    _n, _max = 3, True
+
+
+class AvgPool3d(_Pool):
+    """Mean over ``kernel_size`` windows of ``(N, D, H, W, C)`` inputs."""
+
+    _n, _max = 3, False
