@@ -414,6 +414,165 @@ class Lion(Optimizer):
         return parameter - lr * mx.sign(c)
 
 
+def _rms(a: mx.array) -> mx.array:
+    return mx.sqrt(mx.mean(mx.square(a)))
+
+
+class Adafactor(Optimizer):
+    """Adafactor (Shazeer and Stern, 2018): Adam-like steps whose second moment of a
+    matrix is kept factored, as row and column means (``exp_avg_sq_row``,
+    ``exp_avg_sq_col``) instead of one value per entry; vectors keep ``exp_avg_sq``.
+
+    ``beta_2 = 1 - t^decay_rate``; the update ``g / sqrt(v)`` is clipped to RMS
+    ``clip_threshold``. With ``relative_step`` the step size is ``min(1e-2, 1/sqrt(t))``
+    (``min(1e-6 t, 1/sqrt(t))`` with ``warmup_init``) and ``learning_rate`` is unused;
+    ``scale_parameter`` multiplies it by ``max(eps[1], RMS(w))``. ``beta_1`` adds a first
+    moment (``exp_avg``) of the scaled update; ``weight_decay`` shrinks ``w`` by
+    ``1 - weight_decay * step size``.
+    """
+
+    def __init__(
+        self,
+        learning_rate: Optional[Schedule] = None,
+        eps: Tuple[float, float] = (1e-30, 1e-3),
+        clip_threshold: float = 1.0,
+        decay_rate: float = -0.8,
+        beta_1: Optional[float] = None,
+        weight_decay: float = 0.0,
+        scale_parameter: bool = True,
+        relative_step: bool = True,
+        warmup_init: bool = False,
+    ):
+        super().__init__()
+        if learning_rate is not None:
+            self._maybe_schedule("learning_rate", learning_rate)
+        if not isinstance(eps, (tuple, list)) or len(eps) != 2:
+            raise ValueError(f"[Adafactor] eps must be a pair of floats, got {eps}.")
+        self.eps = eps
+        self.clip_threshold = clip_threshold
+        self.decay_rate = decay_rate
+        self.beta_1 = beta_1
+        self.weight_decay = weight_decay
+        self.scale_parameter = scale_parameter
+        self.relative_step = relative_step
+        self.warmup_init = warmup_init
+
+    def init_single(self, parameter: mx.array, state: dict) -> None:
+        """Zero row and column second moments for matrices (over the last two axes),
+        a full one for vectors; a zero first moment with ``beta_1``."""
+        if parameter.ndim >= 2:
+            shape, dtype = parameter.shape, parameter.dtype
+            state["exp_avg_sq_row"] = mx.zeros(shape[:-1], dtype)
+            state["exp_avg_sq_col"] = mx.zeros(shape[:-2] + shape[-1:], dtype)
+        else:
+            state["exp_avg_sq"] = mx.zeros_like(parameter)
+        if self.beta_1 is not None:
+            state["exp_avg"] = mx.zeros_like(parameter)
+
+    def _step_size(self, step: mx.array, parameter_rms: mx.array) -> mx.array:
+        if self.relative_step:
+            floor = 1e-6 * step if self.warmup_init else 1e-2
+            size = mx.minimum(floor, mx.rsqrt(step))
+        elif "learning_rate" in self.state:
+            size = self.learning_rate
+        else:
+            raise ValueError("[Adafactor] relative_step=False needs a learning_rate.")
+        size = size.astype(parameter_rms.dtype)
+        if self.scale_parameter:
+            return mx.maximum(self.eps[1], parameter_rms) * size
+        return size
+
+    def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
+        """One Adafactor step."""
+        step = self.step
+        parameter_rms = _rms(parameter)
+        lr = self._step_size(step, parameter_rms)
+        beta_2 = 1.0 - (step**self.decay_rate).astype(parameter_rms.dtype)
+        sq = mx.square(gradient) + self.eps[0]
+        if gradient.ndim >= 2:
+            row = beta_2 * state["exp_avg_sq_row"] + (1 - beta_2) * mx.mean(sq, axis=-1)
+            col = beta_2 * state["exp_avg_sq_col"] + (1 - beta_2) * mx.mean(sq, axis=-2)
+            state["exp_avg_sq_row"] = row
+            state["exp_avg_sq_col"] = col
+            # v ~ row col^T / mean(row): the rank-one estimate of the full second moment.
+            r = mx.rsqrt(row / mx.mean(row, axis=-1, keepdims=True))
+            update = mx.expand_dims(r, -1) * mx.expand_dims(mx.rsqrt(col), -2) * gradient
+        else:
+            v = beta_2 * state["exp_avg_sq"] + (1 - beta_2) * sq
+            state["exp_avg_sq"] = v
+            update = mx.rsqrt(v) * gradient
+        update = update / mx.maximum(1.0, _rms(update) / self.clip_threshold)
+        update = lr * update
+        if self.beta_1 is not None:
+            update = self.beta_1 * state["exp_avg"] + (1 - self.beta_1) * update
+            state["exp_avg"] = update
+        if self.weight_decay != 0:
+            parameter = parameter + parameter * (-self.weight_decay * lr)
+        return parameter - update
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al., 2024): SGD momentum whose update, for parameters of two or
+    more dimensions, is replaced by its nearest semi-orthogonal matrix (five-step
+    Newton-Schulz iteration; arrays of more dimensions are flattened to
+    ``(shape[0], -1)``) and scaled by ``sqrt(max(1, rows / cols))``. Vectors take the
+    plain momentum step. ``weight_decay`` is L2, added to the gradient."""
+
+    def __init__(
+        self,
+        learning_rate: Schedule,
+        momentum: float = 0.95,
+        weight_decay: float = 0.01,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+    ):
+        super().__init__()
+        self._maybe_schedule("learning_rate", learning_rate)
+        if not isinstance(ns_steps, int) or ns_steps < 0:
+            raise ValueError(f"[Muon] ns_steps must be a non-negative int, got {ns_steps}.")
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.nesterov = nesterov
+        self.ns_steps = ns_steps
+
+    def init_single(self, parameter: mx.array, state: dict) -> None:
+        """Zero momentum."""
+        state["v"] = mx.zeros_like(parameter)
+
+    @staticmethod
+    def _orthogonalize(x: mx.array, steps: int) -> mx.array:
+        """Newton-Schulz iteration towards ``U V^T`` of ``x = U S V^T`` (2-D ``x``).
+
+        The quintic's coefficients are tuned to grow small singular values fast rather
+        than to converge exactly: the result has singular values near, not at, one."""
+        a, b, c = 3.4445, -4.7750, 2.0315
+        wide = x.shape[0] <= x.shape[1]
+        # Iterate on the wide orientation so that x @ x.T is the smaller Gram matrix.
+        x = x if wide else x.T
+        x = x / (mx.linalg.norm(x, keepdims=True) + 1e-7)
+        for _ in range(steps):
+            gram = x @ x.T
+            poly = mx.addmm(b * gram, gram, gram, beta=1.0, alpha=c)
+            x = mx.addmm(a * x, poly, x, beta=1.0, alpha=1.0)
+        return x if wide else x.T
+
+    def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
+        """One Muon step."""
+        if self.weight_decay != 0:
+            gradient = gradient + self.weight_decay * parameter
+        mu = self.momentum
+        v = mu * state["v"] + (1 - mu) * gradient
+        state["v"] = v
+        update = gradient * (1 - mu) + v * mu if self.nesterov else v
+        lr = self.learning_rate.astype(gradient.dtype)
+        if update.ndim >= 2:
+            shape = update.shape
+            flat = update.reshape(shape[0], -1) if update.ndim > 2 else update
+            update = self._orthogonalize(flat, self.ns_steps).reshape(shape)
+            lr = lr * max(1, shape[-2] / shape[-1]) ** 0.5
+        return parameter - lr * update
+
+
 def clip_grad_norm(grads, max_norm: float) -> Tuple[object, mx.array]:
     """Scales ``grads`` (a tree) down so that their global L2 norm is at most
     ``max_norm``; returns ``(clipped, norm before clipping)``."""
