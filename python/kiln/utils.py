@@ -132,3 +132,42 @@ def tree_reduce(fn: Callable, tree: Any, initializer: Any = None, is_leaf: Optio
     for _, leaf in tree_flatten(tree, is_leaf=is_leaf):
         acc = leaf if acc is _MISSING else fn(acc, leaf)
     return None if acc is _MISSING else acc
+
+
+def tree_merge(tree_a: Any, tree_b: Any, merge_fn: Optional[Callable] = None) -> Any:
+    """Merges two trees into one holding the leaves of both, a deep ``dict.update``.
+
+    Empty containers (and ``None``) count as empty subtrees, so the other tree's subtree
+    is taken there. Sequences merge position by position (the longer one's tail is
+    kept; the result has ``tree_a``'s type), dicts key by key (``tree_a``'s keys first).
+    Where both trees hold a leaf, ``merge_fn(leaf_a, leaf_b)`` gives the result; without
+    ``merge_fn`` that is a ``ValueError``.
+    """
+
+    def empty(t):
+        return isinstance(t, (dict, list, tuple)) and len(t) == 0
+
+    if empty(tree_a) and empty(tree_b):
+        if type(tree_a) is not type(tree_b):
+            raise ValueError(f"Cannot merge {type(tree_a).__name__} with {type(tree_b).__name__}")
+        return type(tree_a)()
+    a = None if empty(tree_a) else tree_a
+    b = None if empty(tree_b) else tree_b
+    # One side missing: the other's subtree is the result (both missing falls through to
+    # merge_fn, as in MLX).
+    if a is None and b is not None:
+        return b
+    if b is None and a is not None:
+        return a
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        n = max(len(a), len(b))
+        pad_a, pad_b = list(a) + [None] * (n - len(a)), list(b) + [None] * (n - len(b))
+        return _rebuild(a, [tree_merge(x, y, merge_fn) for x, y in zip(pad_a, pad_b)])
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = list(a) + [k for k in b if k not in a]
+        return {k: tree_merge(a.get(k), b.get(k), merge_fn) for k in keys}
+    if merge_fn is None:
+        raise ValueError(
+            "Trees contain elements at the same locations but no merge function was provided"
+        )
+    return merge_fn(a, b)
