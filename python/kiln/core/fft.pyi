@@ -39,6 +39,9 @@ def irfft2(a, s=None, axes=..., norm='backward', *, stream=None) -> Any:
 def irfftn(a, s=None, axes=..., norm='backward', *, stream=None) -> Any:
     """The inverse of `rfftn`."""
 
+def istft(stft_matrix, n_fft=None, hop_length=None, win_length=None, window=None, center=True, norm='backward', onesided=None, length=None, *, stream=None) -> Any:
+    """Inverse of :func:`stft` for ``(..., n_freq, n_frames)`` spectra: each frame's inverse transform, windowed, overlap-added and divided by the overlap-added squared window (at least ``1e-8``); float32."""
+
 def rfft(a, n=None, axis=..., norm='backward', *, stream=None) -> Any:
     """One-dimensional transform of real input (non-negative frequencies)."""
 
@@ -50,3 +53,6 @@ def rfftfreq(n, d=1.0, *, stream=None) -> Any:
 
 def rfftn(a, s=None, axes=..., norm='backward', *, stream=None) -> Any:
     """N-dimensional transform of real input."""
+
+def stft(x, n_fft=2048, hop_length=None, win_length=None, window=None, center=True, pad_mode='reflect', norm='backward', onesided=None, *, stream=None) -> Any:
+    """Short-time Fourier transform of the last axis: frames of ``n_fft`` samples every ``hop_length`` (default ``n_fft // 4``), times ``window`` (default a rectangle of ``win_length``, default ``n_fft``), each transformed; complex64 of shape ``(..., n_freq, n_frames)``."""
