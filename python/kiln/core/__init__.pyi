@@ -445,7 +445,7 @@ def depends(inputs, dependencies) -> Any:
     """Returns ``inputs`` (an array or a sequence of arrays) made to depend on ``dependencies``: evaluating an output first evaluates them. The values (and dtypes) are the inputs'; gradients flow to the inputs only."""
 
 def dequantize(w, /, scales, biases=None, group_size=None, bits=None, mode='affine', global_scale=None, dtype=None, *, stream=None) -> Any:
-    """Dequantize `w` with its `scales` and `biases`: `w_i = s * q_i + b`, in `dtype` (the scales' dtype when None)."""
+    """Dequantize ``w`` with its ``scales`` (and ``biases`` for ``"affine"``: ``w_i = s * q_i + b``; the float modes multiply each value by its group's scale). ``dtype`` defaults to the scales' dtype for ``"affine"`` and to bfloat16 for the float modes (float32 when an nvfp4 ``global_scale`` is given)."""
 
 def device_count(device_type) -> Any:
     """The number of available devices of a type (one CPU; the first GPU when there is one)."""
@@ -568,7 +568,10 @@ def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=Fal
     """Matrix multiplication after gathering matrices from the batch axes of ``a`` and ``b``: the indices are flat indices over all but the last two axes (every batch element when None); the output's batch shape is the indices' broadcast shape."""
 
 def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None, transpose=True, group_size=None, bits=None, mode='affine', global_scale=None, *, sorted_indices=False, stream=None) -> Any:
-    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s batch axes) is dequantized, then matrices are gathered by the flat batch indices and multiplied (``x @ w.T`` when ``transpose``)."""
+    """Quantized ``gather_mm``: ``w`` (with its ``scales``, and ``biases`` for ``"affine"``, sharing ``w``'s batch axes) is dequantized, then matrices are gathered by the flat batch indices and multiplied (``x @ w.T`` when ``transpose``). An nvfp4 ``global_scale`` has one float32 entry per matrix of ``w``."""
+
+def gather_qqmm(x, w, /, scales=None, lhs_indices=None, rhs_indices=None, group_size=None, bits=None, mode='nvfp4', global_scale_x=None, global_scale_w=None, *, sorted_indices=False, stream=None) -> Any:
+    """:func:`qqmm` with matrix-level gather, as :func:`gather_mm`: the indices are flat indices over the batch axes of ``x`` and ``w``."""
 
 generic: Any
 
@@ -825,11 +828,14 @@ def prod(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
 def put_along_axis(a, /, indices, values, axis=None, *, stream=None) -> Any:
     """`a` with `values` put at `indices` along `axis`."""
 
+def qqmm(x, w, scales=None, group_size=None, bits=None, mode='nvfp4', global_scale_x=None, global_scale_w=None, *, stream=None) -> Any:
+    """``x @ w.T`` with ``x`` quantized on the fly and ``w`` quantized (uint32 with its ``scales``) or quantized on the fly: both operands are rounded to ``mode``'s format (``"nvfp4"``, ``"mxfp8"``, ``"mxfp4"``). A reference composition; gradients pass through the rounding unchanged (straight-through), to ``x`` and to an unquantized ``w``."""
+
 def quantize(w, /, group_size=None, bits=None, mode='affine', *, global_scale=None, stream=None) -> Any:
-    """Quantize the array `w` (at least 2-d, its last axis divisible by `group_size`): every `group_size` elements of a row share a scale and a bias, and each element takes `bits` bits, packed from the lower to the upper bits of uint32 words. Returns `(w_q, scales, biases)`."""
+    """Quantize ``w`` along its last axis in groups of ``group_size``. ``"affine"``: returns ``(w_q, scales, biases)``; ``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``: returns ``(w_q, scales)`` with uint8 scales (e8m0; e4m3 for nvfp4, whose optional float32 ``global_scale``, the tensor's amax / (448 * 6) say, makes the block scales relative to it). Values are packed into uint32 words from the lowest bits up, as MLX."""
 
 def quantized_matmul(x, w, /, scales, biases=None, transpose=True, group_size=None, bits=None, mode='affine', *, stream=None) -> Any:
-    """`x @ w.T` (or `x @ w` when `transpose` is False) with `w` quantized: the matrix is dequantized with its scales and biases first."""
+    """``x @ w.T`` (or ``x @ w`` when ``transpose`` is False) with ``w`` quantized in ``mode`` (biases only for ``"affine"``); the float modes are a reference composition, ``w`` dequantized in ``x``'s dtype first."""
 
 def radians(a, stream=None) -> Any:
     """Degrees to radians."""

@@ -172,6 +172,110 @@ class QuantizedLinear(_QuantizedBase):
         return layer
 
 
+class QQLinear(Module):
+    """:class:`Linear` without bias whose input and weight are both quantized (``mode``
+    ``"nvfp4"`` or ``"mxfp8"``, through ``mx.qqmm``). Training mode keeps the weight in
+    floating point, quantized on the fly so that it gets gradients; evaluation mode
+    (``eval()``) stores it quantized with its ``scales``, and ``train()`` dequantizes it
+    again (in bfloat16), as MLX's."""
+
+    def __init__(
+        self,
+        input_dims: int,
+        output_dims: int,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "nvfp4",
+    ):
+        super().__init__()
+        self.group_size, self.bits = _defaults(mode, group_size, bits)
+        self.mode = mode
+        scale = math.sqrt(1.0 / input_dims)
+        self.weight = mx.random.uniform(-scale, scale, (output_dims, input_dims))
+        self._quantized = False
+
+    # Module.train() sets ``_training`` on every module: switching modes here (a property)
+    # quantizes or dequantizes the weight.
+    @property
+    def _training(self) -> bool:
+        return self.__dict__.get("_qq_training", True)
+
+    @_training.setter
+    def _training(self, mode: bool) -> None:
+        self.__dict__["_qq_training"] = mode
+        if "weight" in self:  # not while Module.__init__ runs
+            self.dequantize() if mode else self.quantize()
+
+    def quantize(self) -> None:
+        """Stores the weight quantized, with its ``scales`` (no-op when it is)."""
+        if self._quantized:
+            return
+        if self.mode == "affine":
+            raise ValueError("QQLinear supports the 'nvfp4' and 'mxfp8' modes, not 'affine'.")
+        self.weight, self.scales = mx.quantize(
+            self["weight"], self.group_size, self.bits, mode=self.mode
+        )
+        self._quantized = True
+
+    def dequantize(self) -> None:
+        """Stores the weight in floating point again (bfloat16; no-op when it is)."""
+        if not self._quantized:
+            return
+        self.weight = mx.dequantize(
+            self["weight"], self["scales"], group_size=self.group_size, bits=self.bits,
+            mode=self.mode,
+        )
+        del self["scales"]
+        self._quantized = False
+
+    def _extra_repr(self) -> str:
+        out_dims, cols = self["weight"].shape
+        in_dims = cols * 32 // self.bits if self._quantized else cols
+        return (
+            f"input_dims={in_dims}, output_dims={out_dims}, group_size={self.group_size}, "
+            f"bits={self.bits}, mode={self.mode}"
+        )
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.qqmm(
+            x, self["weight"], scales=self.get("scales"), group_size=self.group_size,
+            bits=self.bits, mode=self.mode,
+        )
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear_layer: Module,
+        group_size: Optional[int] = None,
+        bits: Optional[int] = None,
+        mode: str = "nvfp4",
+    ) -> "QQLinear":
+        """A :obj:`QQLinear` with the weight of ``linear_layer`` (which has no bias), in
+        training mode."""
+        if "bias" in linear_layer:
+            raise NotImplementedError("QQLinear does not support bias yet.")
+        layer = _blank(cls, group_size, bits, mode)
+        layer._quantized = False
+        layer.weight = linear_layer.weight
+        return layer
+
+
+def qq_linear_from(
+    linear_layer: Module,
+    group_size: Optional[int] = None,
+    bits: Optional[int] = None,
+    mode: str = "affine",
+) -> QQLinear:
+    """``Linear.to_quantized(..., quantize_input=True)``: a :obj:`QQLinear`, for the modes
+    that quantize activations."""
+    if mode not in ("nvfp4", "mxfp8"):
+        raise ValueError(
+            "Quantized activations are only supported for 'nvfp4' and 'mxfp8' modes, "
+            f"got {mode}."
+        )
+    return QQLinear.from_linear(linear_layer, group_size, bits, mode)
+
+
 def quantize(
     model: Module,
     group_size: Optional[int] = None,
