@@ -1,7 +1,10 @@
 """Fused operations and custom kernels, following ``mlx.core.fast``: ``layer_norm``,
 ``rms_norm``, ``rope`` and ``scaled_dot_product_attention`` (one fused primitive each, with
-gradient and vmap rules, usable inside ``compile``), ``cuda_kernel``/``metal_kernel`` (GPU
+gradient and vmap rules, usable inside ``compile``), ``cross_entropy`` and
+``gated_delta_update`` (compositions of basic ops), ``cuda_kernel``/``metal_kernel`` (GPU
 custom kernels) and ``c_kernel``, kiln's CPU counterpart taking C source."""
+
+import contextlib
 
 from kiln._core import fast as _fast
 
@@ -26,6 +29,66 @@ def cross_entropy(logits, targets, *, stream=None):
     picked = mx.take_along_axis(logits, mx.expand_dims(targets, -1), axis=-1, stream=stream)
     loss = mx.logsumexp(logits, axis=-1, stream=stream) - mx.squeeze(picked, -1, stream=stream)
     return loss.astype(mx.float32)
+
+
+def gated_delta_update(q, k, v, gamma, beta, initial_state=None, mask=None, stream=None):
+    """The gated delta rule recurrence over ``T`` steps, as MLX's (a composition of basic
+    ops, so gradients and vmap come with it). Shapes: ``q``, ``k`` ``(B, T, Hk, Dk)``;
+    ``v`` ``(B, T, Hv, Dv)`` with ``Hv`` a multiple of ``Hk``; ``gamma`` (decay) ``(B, T,
+    Hv)`` or ``(B, T, Hv, Dk)``; ``beta`` ``(B, T, Hv)``; ``initial_state`` ``(B, Hv, Dv,
+    Dk)`` (zeros when None); ``mask`` ``(B, T)``: steps where it is False leave the state
+    unchanged and output 0. Each step: ``S = gamma * S``, ``S += beta * (v - S k) k^T``,
+    ``y = S q``. Returns ``[y (B, T, Hv, Dv), final state]``: ``y`` in the dtype of ``q``
+    and ``k`` (float32 for integers), the state in float32 (float64 for float64 q, k).
+    Values equal MLX's CPU results."""
+    import kiln.core as mx
+
+    q, k, v, gamma, beta = (mx.array(a) for a in (q, k, v, gamma, beta))
+    op = "[gated_delta_update]"
+    if q.ndim != 4 or k.shape != q.shape:
+        raise ValueError(f"{op} q and k must have the same shape (B, T, Hk, Dk), got "
+                         f"{q.shape} and {k.shape}.")
+    B, T, Hk, Dk = q.shape
+    if v.ndim != 4 or v.shape[:2] != (B, T):
+        raise ValueError(f"{op} v must have shape (B, T, Hv, Dv) with q's B and T, got {v.shape}.")
+    Hv, Dv = v.shape[2:]
+    if Hv % Hk != 0:
+        raise ValueError(f"{op} The number of value heads {Hv} must be a multiple of the "
+                         f"number of key heads {Hk}.")
+    if gamma.ndim not in (3, 4) or beta.ndim != 3:
+        raise ValueError(f"{op} gamma must be (B, T, Hv) or (B, T, Hv, Dk) and beta (B, T, Hv), "
+                         f"got {gamma.shape} and {beta.shape}.")
+    # dtypes as MLX's: v, gamma and beta are rounded to the dtype of q and k first, then
+    # all is computed in float32 (float64 when q and k are), y cast back.
+    out_dtype = mx.result_type(q, k)
+    if not mx.issubdtype(out_dtype, mx.floating):
+        out_dtype = mx.float32
+    dtype = mx.float64 if out_dtype == mx.float64 else mx.float32
+    with contextlib.nullcontext() if stream is None else mx.stream(stream):
+        v, gamma, beta = (a.astype(out_dtype) for a in (v, gamma, beta))
+        q, k, v, gamma, beta = (a.astype(dtype) for a in (q, k, v, gamma, beta))
+        if Hv != Hk:
+            q, k = mx.repeat(q, Hv // Hk, axis=2), mx.repeat(k, Hv // Hk, axis=2)
+        if initial_state is None:
+            state = mx.zeros((B, Hv, Dv, Dk), dtype=dtype)
+        else:
+            state = mx.array(initial_state).astype(dtype)
+        ys = []
+        for t in range(T):
+            g = gamma[:, t, :, None, None] if gamma.ndim == 3 else gamma[:, t, :, None, :]
+            kt = k[:, t, :, None, :]
+            decayed = state * g
+            delta = (v[:, t] - (decayed * kt).sum(axis=-1)) * beta[:, t, :, None]
+            new = decayed + kt * delta[..., None]
+            y = (new * q[:, t, :, None, :]).sum(axis=-1)
+            if mask is not None:
+                m = mx.array(mask)[:, t]
+                new = mx.where(m[..., None, None, None], new, state)
+                y = mx.where(m[..., None, None], y, 0)
+            state = new
+            ys.append(y)
+        y = mx.stack(ys, axis=1) if ys else mx.zeros((B, 0, Hv, Dv), dtype=dtype)
+        return [y.astype(out_dtype), state]
 
 
 def c_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
@@ -115,5 +178,5 @@ def metal_kernel(name, input_names, output_names, source, header="",
     raise RuntimeError("[metal_kernel] No Metal back-end.")
 
 
-__all__ = ["cross_entropy", "layer_norm", "rms_norm", "rope", "scaled_dot_product_attention", "c_kernel",
-           "cuda_kernel", "metal_kernel"]
+__all__ = ["cross_entropy", "gated_delta_update", "layer_norm", "rms_norm", "rope",
+           "scaled_dot_product_attention", "c_kernel", "cuda_kernel", "metal_kernel"]

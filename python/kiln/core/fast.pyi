@@ -12,6 +12,9 @@ def cross_entropy(logits, targets, *, stream=None) -> Any:
 def cuda_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, shared_memory=0, atomic_outputs=False) -> Any:
     """A jit-compiled custom CUDA kernel defined from a source string (``mlx.core.fast.cuda_kernel``), compiled by NVRTC for the GPU and cached by source (in memory and on disk)."""
 
+def gated_delta_update(q, k, v, gamma, beta, initial_state=None, mask=None, stream=None) -> Any:
+    """The gated delta rule recurrence over ``T`` steps, as MLX's (a composition of basic ops, so gradients and vmap come with it). Shapes: ``q``, ``k`` ``(B, T, Hk, Dk)``; ``v`` ``(B, T, Hv, Dv)`` with ``Hv`` a multiple of ``Hk``; ``gamma`` (decay) ``(B, T, Hv)`` or ``(B, T, Hv, Dk)``; ``beta`` ``(B, T, Hv)``; ``initial_state`` ``(B, Hv, Dv, Dk)`` (zeros when None); ``mask`` ``(B, T)``: steps where it is False leave the state unchanged and output 0. Each step: ``S = gamma * S``, ``S += beta * (v - S k) k^T``, ``y = S q``. Returns ``[y (B, T, Hv, Dv), final state]``: ``y`` in the dtype of ``q`` and ``k`` (float32 for integers), the state in float32 (float64 for float64 q, k). Values equal MLX's CPU results."""
+
 def layer_norm(x, weight, bias, eps, *, stream=None) -> Any:
     """Layer normalization over the last axis of ``x``: ``(x - mean) / sqrt(var + eps) * weight + bias`` (``weight``/``bias`` may be None)."""
 
