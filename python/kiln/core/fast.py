@@ -4,7 +4,7 @@ gradient and vmap rules, usable inside ``compile``), ``cross_entropy`` and
 ``gated_delta_update`` (compositions of basic ops), ``cuda_kernel``/``metal_kernel`` (GPU
 custom kernels) and ``c_kernel``, kiln's CPU counterpart taking C source."""
 
-import contextlib
+import contextlib as _contextlib
 
 from kiln._core import fast as _fast
 
@@ -64,7 +64,7 @@ def gated_delta_update(q, k, v, gamma, beta, initial_state=None, mask=None, stre
     if not mx.issubdtype(out_dtype, mx.floating):
         out_dtype = mx.float32
     dtype = mx.float64 if out_dtype == mx.float64 else mx.float32
-    with contextlib.nullcontext() if stream is None else mx.stream(stream):
+    with _contextlib.nullcontext() if stream is None else mx.stream(stream):
         v, gamma, beta = (a.astype(out_dtype) for a in (v, gamma, beta))
         q, k, v, gamma, beta = (a.astype(dtype) for a in (q, k, v, gamma, beta))
         if Hv != Hk:
