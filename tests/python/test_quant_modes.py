@@ -7,7 +7,6 @@ import kiln.core as mx
 import kiln.nn as nn
 import numpy as np
 import pytest
-from kiln.nn.layers.quantized import QQLinear
 from kiln.utils import tree_flatten
 
 MODES = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}
@@ -517,7 +516,7 @@ def test_qqlinear_follows_mlx(mode):
     ml.update({"weight": mlx.array(w)})
     kl = nn.Linear(64, 32, bias=False)
     kl.update({"weight": mx.array(w)})
-    mq, kq = mnn.QQLinear.from_linear(ml, mode=mode), QQLinear.from_linear(kl, mode=mode)
+    mq, kq = mnn.QQLinear.from_linear(ml, mode=mode), nn.QQLinear.from_linear(kl, mode=mode)
     assert repr(kq) == repr(mq) and kq.training and list(kq) == ["weight"]
     # eval(): stored quantized, as MLX's
     model = nn.Sequential(kq)
@@ -543,12 +542,12 @@ def test_qqlinear_follows_mlx(mode):
 
 def test_qqlinear_errors():
     with pytest.raises(NotImplementedError, match="bias"):
-        QQLinear.from_linear(nn.Linear(32, 8))
+        nn.QQLinear.from_linear(nn.Linear(32, 8))
     with pytest.raises(ValueError, match="Invalid quantization mode"):
-        QQLinear(32, 8, mode="fp2")
+        nn.QQLinear(32, 8, mode="fp2")
     with pytest.raises(ValueError, match="requires group size 16"):
-        QQLinear(32, 8, group_size=32).eval()
-    layer = QQLinear(64, 8)
+        nn.QQLinear(32, 8, group_size=32).eval()
+    layer = nn.QQLinear(64, 8)
     assert repr(layer) == "QQLinear(input_dims=64, output_dims=8, group_size=16, bits=4, mode=nvfp4)"
     layer.eval()
     layer.eval()  # twice is once

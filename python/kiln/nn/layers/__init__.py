@@ -91,7 +91,7 @@ from kiln.nn.layers.positional_encoding import (  # noqa: F401
     RoPE,
     SinusoidalPositionalEncoding,
 )
-from kiln.nn.layers.quantized import QuantizedEmbedding, QuantizedLinear, quantize  # noqa: F401
+from kiln.nn.layers.quantized import QQLinear, QuantizedEmbedding, QuantizedLinear, quantize  # noqa: F401
 from kiln.nn.layers.recurrent import GRU, LSTM, RNN  # noqa: F401
 from kiln.nn.layers.transformer import (  # noqa: F401
     MultiHeadAttention,
