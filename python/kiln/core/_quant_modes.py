@@ -442,10 +442,9 @@ def _qq_operands(op, x, w, scales, group_size, bits, mode, gsx, gsw, batched):
     _check_x(op, x, half_only=True)
     if w.dtype == _k.uint32 and scales is None:
         raise ValueError(f"[{op}] Scales must be provided if second argument is quantized.")
-    if (gsx is None) != (gsw is None):
-        if mode == "nvfp4":
-            raise ValueError(f"[{op}] For nvfp4 mode, either both global_scale_x and "
-                             f"global_scale_w must be provided, or neither.")
+    if mode == "nvfp4" and (gsx is None) != (gsw is None):
+        raise ValueError(f"[{op}] For nvfp4 mode, either both global_scale_x and "
+                         f"global_scale_w must be provided, or neither.")
     gsize, nbits = _params(op, mode, group_size, bits)
     gsx = _global_scale(op, mode, gsx)
     if batched and gsw is not None and _k.array(gsw).size != 1:
@@ -469,8 +468,6 @@ def _qq_operands(op, x, w, scales, group_size, bits, mode, gsx, gsw, batched):
             raise ValueError(f"[{op}] Last dimension of first input with shape (..., "
                              f"{x.shape[-1]}) does not match the second input with shape "
                              f"{_shape(w.shape)}.")
-        if x.shape[-1] % gsize != 0:
-            _check_quantize_input(op, w, gsize)
     if x.shape[-1] % gsize != 0:
         _check_quantize_input(op, x.reshape(-1, x.shape[-1]), gsize)
 
