@@ -34,6 +34,18 @@ def asarray(a, dtype=None):
     return _k.array(a, dtype=dtype)
 
 
+def stop_gradient(a, /, *, stream=None):
+    """``a`` unchanged, with no gradient flowing through it. As MLX, ``a`` must be an array
+    (a list, scalar or numpy array raises TypeError rather than being converted)."""
+    if not isinstance(a, _k.array):
+        raise TypeError(
+            "stop_gradient(): incompatible function arguments. The following argument types "
+            "are supported:\n    1. stop_gradient(a: array, /, *, stream=None) -> array\n\n"
+            f"Invoked with types: {type(a).__name__}"
+        )
+    return _k.stop_gradient(a, stream=stream)
+
+
 def positive(a, stream=None):
     """``+a``."""
     return asarray(a)
@@ -196,8 +208,26 @@ def get_memory_limit():
 
 def async_eval(*args):
     """Evaluates like ``eval`` but returns once the work is issued: GPU kernels may still
-    run (``mx.synchronize()`` or reading a value waits). The CPU evaluates synchronously."""
+    run (``mx.synchronize()`` or reading a value waits). The CPU evaluates synchronously.
+
+    As MLX, it is refused inside a graph transformation (grad, vjp, jvp, vmap, compile):
+    kiln sees that through the arrays given, which then depend on the transform's inputs."""
+    if any(_k._is_tracer(a) for a in _tree_arrays(args)):
+        raise ValueError("[async_eval] Not allowed inside a graph transformation.")
     _k.async_eval(*args)
+
+
+def _tree_arrays(tree):
+    """The arrays in a tree of lists, tuples and dicts (other leaves are skipped)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _k.array):
+            yield node
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
 
 
 def _window(m, fn):

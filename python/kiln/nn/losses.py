@@ -7,6 +7,7 @@ import math
 from typing import Optional
 
 import kiln.core as mx
+from kiln.nn.layers.activations import _log_sum_exp_shifted, _shift_by_max
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -50,13 +51,16 @@ def cross_entropy(
             f"Targets shape {tuple(targets.shape)} does not match logits shape "
             f"{tuple(logits.shape)}."
         )
+    # Everything from the logits less their maximum, as MLX: large logits keep their
+    # differences, and probability targets that do not sum to 1 see the same loss.
+    shifted = _shift_by_max(logits, axis)
     if as_probs:
-        score = mx.sum(logits * targets, axis=axis)
+        score = mx.sum(shifted * targets, axis=axis)
     else:
-        score = mx.squeeze(mx.take_along_axis(logits, mx.expand_dims(targets, axis), axis), axis)
-    lse = mx.logsumexp(logits, axis=axis)
+        score = mx.squeeze(mx.take_along_axis(shifted, mx.expand_dims(targets, axis), axis), axis)
+    lse = _log_sum_exp_shifted(shifted, axis, keepdims=False)
     if label_smoothing > 0:
-        loss = lse - (1 - label_smoothing) * score - label_smoothing * mx.mean(logits, axis=axis)
+        loss = lse - (1 - label_smoothing) * score - label_smoothing * mx.mean(shifted, axis=axis)
     else:
         loss = lse - score
     if weights is not None:

@@ -34,9 +34,25 @@ def leaky_relu(x: mx.array, negative_slope: float = 0.01) -> mx.array:
     return mx.maximum(negative_slope * x, x)
 
 
+def _shift_by_max(x: mx.array, axis: int) -> mx.array:
+    """``x - max(x, axis)`` (integers as float32): the largest entry becomes 0, so what
+    follows does not lose the small differences of large logits."""
+    if not mx.issubdtype(x.dtype, mx.inexact):
+        x = x.astype(mx.float32)
+    return x - mx.stop_gradient(mx.max(x, axis=axis, keepdims=True))
+
+
+def _log_sum_exp_shifted(s: mx.array, axis: int, keepdims: bool = True) -> mx.array:
+    """``log(sum(exp(s)))`` of shifted logits; half precision sums its exponentials in
+    float32 and rounds the logarithm to its dtype."""
+    wide = s.astype(mx.float32) if s.dtype in (mx.float16, mx.bfloat16) else s
+    return mx.log(mx.sum(mx.exp(wide), axis=axis, keepdims=keepdims)).astype(s.dtype)
+
+
 def log_softmax(x: mx.array, axis: int = -1) -> mx.array:
-    """``x - logsumexp(x, axis)``."""
-    return x - mx.logsumexp(x, axis=axis, keepdims=True)
+    """``x - logsumexp(x, axis)``, computed from ``x - max(x)`` (exact for large logits)."""
+    s = _shift_by_max(x, axis)
+    return s - _log_sum_exp_shifted(s, axis)
 
 
 def elu(x: mx.array, alpha: float = 1.0) -> mx.array:
@@ -101,8 +117,8 @@ def glu(x: mx.array, axis: int = -1) -> mx.array:
 
 
 def step(x: mx.array, threshold: float = 0.0) -> mx.array:
-    """1 where ``x > threshold``, else 0."""
-    return mx.where(x > threshold, 1, 0)
+    """1 where ``x >= threshold``, else 0 (int32)."""
+    return mx.where(x >= threshold, 1, 0)
 
 
 def prelu(x: mx.array, alpha: mx.array) -> mx.array:

@@ -8,12 +8,19 @@ from kiln.nn.layers import _fast
 from kiln.nn.layers.base import Module
 
 
+def _check_eps(layer: str, eps) -> None:
+    """MLX's check: ``eps`` must be positive (a non-number raises TypeError)."""
+    if eps <= 0.0:
+        raise ValueError(f"[{layer}] 'eps' must be positive but got {eps}.")
+
+
 class LayerNorm(Module):
     """Normalises the last axis to zero mean and unit variance, then applies a learned
     scale and offset (``affine``; ``bias=False`` keeps only the scale)."""
 
     def __init__(self, dims: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()
+        _check_eps("LayerNorm", eps)
         if affine:
             self.weight = mx.ones((dims,))
             if bias:
@@ -33,6 +40,7 @@ class RMSNorm(Module):
 
     def __init__(self, dims: int, eps: float = 1e-5):
         super().__init__()
+        _check_eps("RMSNorm", eps)
         self.weight = mx.ones((dims,))
         self.eps = eps
 
@@ -56,10 +64,15 @@ class GroupNorm(Module):
         pytorch_compatible: bool = False,
     ):
         super().__init__()
+        _check_eps("GroupNorm", eps)
+        if num_groups <= 0:
+            raise ValueError(f"The number of groups ({num_groups}) must be a positive integer.")
+        if dims <= 0:
+            raise ValueError(f"The number of features ({dims}) must be a positive integer.")
         if dims % num_groups:
             raise ValueError(
-                f"The number of channels {dims} must be divisible by the number of "
-                f"groups {num_groups}."
+                f"The number of features ({dims}) must be evenly divisible by the number of "
+                f"groups ({num_groups})."
             )
         if affine:
             self.bias = mx.zeros((dims,))
@@ -98,6 +111,7 @@ class InstanceNorm(Module):
 
     def __init__(self, dims: int, eps: float = 1e-5, affine: bool = False):
         super().__init__()
+        _check_eps("InstanceNorm", eps)
         if affine:
             self.weight = mx.ones((dims,))
             self.bias = mx.zeros((dims,))
@@ -109,9 +123,12 @@ class InstanceNorm(Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         axes = tuple(range(1, x.ndim - 1))
-        mean = mx.mean(x, axis=axes, keepdims=True)
-        var = mx.var(x, axis=axes, keepdims=True)
-        y = (x - mean) * mx.rsqrt(var + self.eps)
+        # Half precision is normalised in float32 and rounded back (as MLX): its statistics
+        # over many positions lose too much in float16 / bfloat16.
+        z = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
+        mean = mx.mean(z, axis=axes, keepdims=True)
+        var = mx.var(z, axis=axes, keepdims=True)
+        y = ((z - mean) * mx.rsqrt(var + self.eps)).astype(x.dtype)
         if "weight" in self:
             y = y * self.weight + self.bias
         return y
@@ -134,6 +151,7 @@ class BatchNorm(Module):
         track_running_stats: bool = True,
     ):
         super().__init__()
+        _check_eps("BatchNorm", eps)
         self.num_features = num_features
         self.eps = eps
         self.momentum = momentum
