@@ -22,6 +22,9 @@ pub enum Error {
     /// A transform rule kiln does not have yet (Python `NotImplementedError`).
     #[error("[{op}] {msg}")]
     Unsupported { op: &'static str, msg: String },
+    /// The evaluation was stopped by a Ctrl-C (Python `KeyboardInterrupt`); see `interrupt`.
+    #[error("[{op}] Evaluation interrupted.")]
+    Interrupted { op: &'static str },
 }
 
 impl Error {
@@ -32,7 +35,8 @@ impl Error {
             | Error::Index { op, .. }
             | Error::Type { op, .. }
             | Error::Runtime { op, .. }
-            | Error::Unsupported { op, .. } => op,
+            | Error::Unsupported { op, .. }
+            | Error::Interrupted { op } => op,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod elementwise;
 pub mod error;
 pub mod fast;
 pub mod fused;
+pub mod interrupt;
 pub mod layout;
 pub mod linalg;
 pub mod primitive;

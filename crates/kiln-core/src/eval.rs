@@ -6,7 +6,7 @@
 use crate::array::{Array, Pending};
 use crate::device::backend;
 use crate::graph::pending_in_order;
-use kiln_base::{bail, ArrayData, DType, DeviceKind, Primitive, Result, Shape};
+use kiln_base::{bail, interrupt, ArrayData, DType, DeviceKind, Primitive, Result, Shape};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -32,6 +32,9 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
 pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // No other thread may capture a CUDA graph from the stream meanwhile.
     let _issuing = kiln_cuda::graph::issuing();
+    // A Ctrl-C from now on stops the evaluation: between calls here, and inside long CPU
+    // kernels (see kiln_base::interrupt).
+    let _evaluating = interrupt::Evaluating::start();
     let order = pending_in_order(outputs);
     // Arrays with data may still be in flight on the GPU (a CUDA graph replay returns its
     // outputs before they are written): eval waits for those too.
@@ -39,6 +42,7 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // Consume the order front to back so each node is released once its users are done.
     for array in order {
         on_gpu |= array.stream().device.kind == DeviceKind::Gpu;
+        interrupt::check("eval")?;
         eval_node(&array)?;
     }
     Ok(on_gpu)
@@ -103,7 +107,15 @@ fn eval_node(array: &Array) -> Result<()> {
             // Ran on the CPU for want of a GPU kernel: the results belong on the GPU.
             results.iter().map(|r| crate::device::to_device(r, array.stream().device)).collect()
         });
+    // An interrupted call leaves its outputs pending, as if it had not started: the kernel
+    // may have stopped early, so its results are dropped (a later eval runs it again). A
+    // kernel that wrote into a donated input ran to completion: its results stand.
+    let interrupted = || Err(kiln_base::Error::Interrupted { op: call.prim.name() });
     let results = match ran {
+        Ok(_) if interrupt::requested() && !writes_in_place(&call.prim, &donated, device) => {
+            return interrupted()
+        }
+        Err(kiln_base::Error::Interrupted { .. }) => return interrupted(),
         Ok(results) => results,
         Err(e) => {
             // Every output fails from now on, with this error; the call (and the inputs it
@@ -143,20 +155,39 @@ fn sole_owner(input: &Array, data: &ArrayData) -> bool {
 /// Fault injection for tests: the next evaluation of a primitive named `op` panics inside
 /// its kernel call, as a kernel bug would (`None`: disarm).
 pub fn inject_panic(op: Option<&str>) {
-    *FAULT.lock().unwrap_or_else(|e| e.into_inner()) = op.map(str::to_string);
-    FAULT_ARMED.store(op.is_some(), Ordering::Relaxed);
+    arm(op.map(|op| (op.to_string(), Fault::Panic)));
+}
+
+/// Fault injection for tests: a Ctrl-C arrives while the next evaluation of a primitive
+/// named `op` runs its kernel (`None`: disarm).
+pub fn inject_interrupt(op: Option<&str>) {
+    arm(op.map(|op| (op.to_string(), Fault::Interrupt)));
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    Panic,
+    Interrupt,
+}
+
+fn arm(fault: Option<(String, Fault)>) {
+    FAULT_ARMED.store(fault.is_some(), Ordering::Relaxed);
+    *FAULT.lock().unwrap_or_else(|e| e.into_inner()) = fault;
 }
 
 static FAULT_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static FAULT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+static FAULT: std::sync::Mutex<Option<(String, Fault)>> = std::sync::Mutex::new(None);
 
 fn inject_fault(prim: &Primitive) {
     let mut fault = FAULT.lock().unwrap_or_else(|e| e.into_inner());
-    if fault.as_deref() == Some(prim.name()) {
-        *fault = None;
-        FAULT_ARMED.store(false, Ordering::Relaxed);
-        drop(fault);
-        panic!("injected fault in {}", prim.name());
+    let Some((_, kind)) = fault.as_ref().filter(|(op, _)| op == prim.name()) else { return };
+    let kind = *kind;
+    *fault = None;
+    FAULT_ARMED.store(false, Ordering::Relaxed);
+    drop(fault);
+    match kind {
+        Fault::Panic => panic!("injected fault in {}", prim.name()),
+        Fault::Interrupt => interrupt::request(),
     }
 }
 
@@ -185,6 +216,12 @@ fn run_guarded(
     })
 }
 
+/// Whether the kernel for `prim` may write an output into a donated input's buffer: only
+/// fused kernels on the CPU do so far.
+fn writes_in_place(prim: &Primitive, donated: &[bool], device: kiln_base::Device) -> bool {
+    device.kind == DeviceKind::Cpu && matches!(prim, Primitive::Fused(_)) && donated.contains(&true)
+}
+
 /// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:
 /// see `sole_owner`).
 pub(crate) fn run(
@@ -206,11 +243,7 @@ pub(crate) fn run(
     if let Primitive::Custom { num_primals, .. } = prim {
         return Ok(inputs[*num_primals..].to_vec()); // the function's outputs, as they are
     }
-    // Only fused kernels write into donated buffers so far.
-    if device.kind == DeviceKind::Cpu
-        && matches!(prim, Primitive::Fused(_))
-        && donated.contains(&true)
-    {
+    if writes_in_place(prim, donated, device) {
         return kiln_cpu::CpuBackend.eval_donating(prim, inputs, donated, outputs);
     }
     let device = backend(device)?;

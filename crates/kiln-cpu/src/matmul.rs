@@ -16,6 +16,10 @@ use rayon::prelude::*;
 /// Below this many multiply-adds, threading costs more than it saves.
 pub(crate) const PARALLEL_FLOPS: usize = 1 << 18;
 
+/// Multiply-adds per panel of a huge product (about 0.1 s on two cores): the interval at
+/// which a Ctrl-C is seen.
+const PANEL_FLOPS: usize = 1 << 33;
+
 /// The float types faer multiplies natively.
 pub(crate) trait Gemm: Element + Default {
     fn gemm(dst: MatMut<'_, Self>, a: MatRef<'_, Self>, b: MatRef<'_, Self>, par: Par);
@@ -135,10 +139,20 @@ fn batched<T: Gemm>(a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [T]) {
         return;
     }
     let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    // A product long enough to take seconds runs in panels of rows, and a Ctrl-C stops it
+    // between panels (or between batch elements); eval discards the output.
+    let panel = (PANEL_FLOPS / (n * k)).max(32).min(m);
     let one = |dst: &mut [T], oa: usize, ob: usize, par: Par, scratch: &mut [Vec<T>; 2]| {
         let [sa, sb] = scratch;
         let (ma, mb) = (matrix(a, la, oa, sa), matrix(b, lb, ob, sb));
-        T::gemm(MatMut::from_row_major_slice_mut(dst, m, n), ma, mb, par);
+        for r0 in (0..m).step_by(panel) {
+            if kiln_base::interrupt::requested() {
+                return;
+            }
+            let rows = panel.min(m - r0);
+            let dst = MatMut::from_row_major_slice_mut(&mut dst[r0 * n..(r0 + rows) * n], rows, n);
+            T::gemm(dst, ma.subrows(r0, rows), mb, par);
+        }
     };
     let flops = m * n * k;
     if flops >= PARALLEL_FLOPS || oa.len() < 2 || flops * oa.len() < PARALLEL_FLOPS {

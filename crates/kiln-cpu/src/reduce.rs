@@ -15,6 +15,9 @@ mod fast;
 /// O(log n) error growth at the cost of a few stack slots.
 const BLOCK: usize = 128;
 
+/// Elements between two checks for a Ctrl-C in loops that fold one element at a time.
+const INTERRUPT_CHECK: usize = 1 << 16;
+
 pub(crate) fn reduce(
     op: ReduceOp,
     axes: &[usize],
@@ -114,7 +117,8 @@ impl<T: Element> BinaryVisitor<T::Acc> for Fold<'_, T> {
 }
 
 /// Folds `items` with `f` in blocks, combining block results like a binary counter
-/// (pairwise summation). `None` when there are no items.
+/// (pairwise summation). `None` when there are no items. Stops early on a Ctrl-C (the
+/// partial result is discarded by eval): a fold over a broadcast input can be endless.
 pub(crate) fn cascade<A: Copy>(
     mut items: impl Iterator<Item = A>,
     f: impl Fn(A, A) -> A,
@@ -122,6 +126,9 @@ pub(crate) fn cascade<A: Copy>(
     // (partial, level): merging two partials of one level gives the next level.
     let mut stack: Vec<(A, u32)> = Vec::new();
     while let Some(first) = items.next() {
+        if kiln_base::interrupt::requested() {
+            return Some(first);
+        }
         let mut acc = first;
         for v in items.by_ref().take(BLOCK - 1) {
             acc = f(acc, v);
@@ -204,8 +211,12 @@ fn fill_arg<T: Element>(
         let mut vals = idx.by_ref().take(group).map(|i| src[i].to_acc()).enumerate();
         let Some((_, mut best)) = vals.next() else { continue };
         let mut at = 0;
-        // Walk the whole group (the shared index iterator must end at the next group).
+        // Walk the whole group (the shared index iterator must end at the next group),
+        // unless a Ctrl-C stops the evaluation (which then discards the result).
         for (j, v) in vals {
+            if j % INTERRUPT_CHECK == 0 && kiln_base::interrupt::requested() {
+                return;
+            }
             if !best.is_nan() && (v.is_nan() || better(v, best)) {
                 (best, at) = (v, j);
             }

@@ -100,18 +100,33 @@ impl<const N: usize> Plan<N> {
     }
 }
 
+/// The most elements one task of a threaded loop covers: a few milliseconds of work, so a
+/// Ctrl-C (checked between tasks) stops even a huge loop promptly.
+pub(crate) const MAX_TASK_ELEMENTS: usize = 1 << 22;
+
 /// Runs `body(chunk, start)` over consecutive chunks of `out` (starting at flat position
 /// `start`), on the rayon pool when `out` is long: a few chunks per thread, so a slow
 /// thread does not hold the others up, and few enough that task overhead stays small.
+/// After a Ctrl-C the remaining chunks are skipped (eval discards the output).
 pub(crate) fn par_chunks<U: Send>(out: &mut [U], body: impl Fn(&mut [U], usize) + Sync) {
     let n = out.len();
     if n < PARALLEL_ELEMENTS {
         body(out, 0);
         return;
     }
+    let chunk = task_elements(n, PARALLEL_ELEMENTS / 2, 64);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(k, c)| {
+        if !kiln_base::interrupt::requested() {
+            body(c, k * chunk);
+        }
+    });
+}
+
+/// Elements per task for a threaded loop over `n`: about four tasks per thread, at least
+/// `min` and at most [`MAX_TASK_ELEMENTS`], a multiple of `align`.
+pub(crate) fn task_elements(n: usize, min: usize, align: usize) -> usize {
     let tasks = rayon::current_num_threads() * 4;
-    let chunk = n.div_ceil(tasks).max(PARALLEL_ELEMENTS / 2).next_multiple_of(64);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(k, c)| body(c, k * chunk));
+    n.div_ceil(tasks).clamp(min, MAX_TASK_ELEMENTS).next_multiple_of(align)
 }
 
 #[cfg(test)]

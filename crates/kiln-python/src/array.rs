@@ -282,7 +282,7 @@ impl PyArray {
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let array = self.0.clone();
-        py.detach(|| crate::format::array_repr(&array)).or_raise()
+        crate::interrupt::detached(py, || crate::format::array_repr(&array)).or_raise()
     }
 
     fn __str__(&self, py: Python<'_>) -> PyResult<String> {

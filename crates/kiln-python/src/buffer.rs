@@ -92,7 +92,8 @@ pub unsafe fn get_buffer(
     };
     let py = slf.py();
     // GPU data is exported through its host copy (made once per array).
-    let data = py.detach(|| array.data_on(kiln_base::Device::CPU)).or_raise()?;
+    let data =
+        crate::interrupt::detached(py, || array.data_on(kiln_base::Device::CPU)).or_raise()?;
     let itemsize = dtype.size();
     let layout = &data.layout;
     // What the consumer accepts: no strides means C-contiguous memory.
@@ -106,7 +107,7 @@ pub unsafe fn get_buffer(
         return Err(PyBufferError::new_err("[buffer] The array is not column-contiguous."));
     }
     let (memory, ptr, strides) = if want_c && !layout.row_contiguous {
-        let bytes = py.detach(|| array.to_bytes()).or_raise()?;
+        let bytes = crate::interrupt::detached(py, || array.to_bytes()).or_raise()?;
         let ptr = bytes.as_ptr() as *mut c_void;
         (Memory::Copy(bytes), ptr, row_major_strides(&layout.shape))
     } else {

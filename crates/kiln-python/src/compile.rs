@@ -293,6 +293,14 @@ fn _inject_eval_panic(op: Option<&str>) {
     kiln_core::eval::inject_panic(op);
 }
 
+/// Fault injection for tests: a Ctrl-C arrives while the next evaluation of primitive `op`
+/// runs its kernel (None: disarm).
+#[pyfunction]
+#[pyo3(signature = (op = None))]
+fn _inject_eval_interrupt(op: Option<&str>) {
+    kiln_core::eval::inject_interrupt(op);
+}
+
 /// Turns compile off globally and at once (compiled functions call the original).
 #[pyfunction]
 fn disable_compile() {
@@ -389,6 +397,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_state_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(_depends_on_placeholder, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_eval_panic, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_eval_interrupt, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;

@@ -468,7 +468,7 @@ fn host_astype(array: &Array, dtype: DType) -> PyResult<Array> {
 
 /// Evaluates `array` with the GIL released and returns its elements, row-major.
 pub fn host_bytes(py: Python<'_>, array: &Array) -> PyResult<Vec<u8>> {
-    py.detach(|| array.to_bytes()).or_raise()
+    crate::interrupt::detached(py, || array.to_bytes()).or_raise()
 }
 
 /// Element `i` of row-major `bytes` of `dtype`.

@@ -5,10 +5,11 @@ use kiln_base::Error;
 use pyo3::exceptions::{
     PyIndexError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError,
 };
-use pyo3::PyErr;
+use pyo3::{PyErr, Python};
 
 /// The Python exception for a kiln error: Value -> ValueError, Index -> IndexError,
-/// Type -> TypeError, Runtime -> RuntimeError, Unsupported -> NotImplementedError.
+/// Type -> TypeError, Runtime -> RuntimeError, Unsupported -> NotImplementedError,
+/// Interrupted -> what the SIGINT handler raises (KeyboardInterrupt by default).
 pub fn to_pyerr(err: Error) -> PyErr {
     let msg = err.to_string();
     match err {
@@ -17,6 +18,7 @@ pub fn to_pyerr(err: Error) -> PyErr {
         Error::Type { .. } => PyTypeError::new_err(msg),
         Error::Runtime { .. } => PyRuntimeError::new_err(msg),
         Error::Unsupported { .. } => PyNotImplementedError::new_err(msg),
+        Error::Interrupted { .. } => Python::attach(|py| crate::interrupt::raised(py, msg)),
     }
 }
 

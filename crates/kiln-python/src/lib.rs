@@ -4,7 +4,7 @@
 //! Each file has one job: `array` (the array class), `convert` (Python values <-> arrays),
 //! `ops` (free functions), `indexing` (shape and indexing functions, index expressions), `random` (the `random` submodule), `device` (devices and
 //! streams), `memory` (allocation counters), `dtype` (the Dtype class), `format` (MLX's repr format) and `error` (the one
-//! mapping from kiln errors to Python exceptions).
+//! mapping from kiln errors to Python exceptions), `interrupt` (Ctrl-C during an evaluation).
 //! `reductions` (var, std, logsumexp, softmax, median, scans, ...) and `sort` (sorting and
 //! searching) hold the reduction, scan and sort families.
 
@@ -22,6 +22,7 @@ mod fast;
 mod fft;
 mod format;
 mod indexing;
+mod interrupt;
 mod io;
 mod linalg;
 mod math;
@@ -40,6 +41,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    interrupt::chain_handler();
     m.add_class::<array::PyArray>()?;
     m.add_class::<array::ArrayIterator>()?;
     dtype::register(m)?;

@@ -408,7 +408,7 @@ fn collect_arrays(obj: &Bound<'_, PyAny>, out: &mut Vec<Array>) -> PyResult<()> 
 fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     let mut arrays = Vec::new();
     collect_arrays(args.as_any(), &mut arrays)?;
-    py.detach(|| kiln_core::eval(&arrays)).or_raise()
+    crate::interrupt::detached(py, || kiln_core::eval(&arrays)).or_raise()
 }
 
 /// Evaluates like `eval` but returns once GPU work is issued, without waiting for it.
@@ -417,7 +417,7 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
 fn async_eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     let mut arrays = Vec::new();
     collect_arrays(args.as_any(), &mut arrays)?;
-    py.detach(|| kiln_core::eval::eval_async(&arrays)).map(|_| ()).or_raise()
+    crate::interrupt::detached(py, || kiln_core::eval::eval_async(&arrays)).map(|_| ()).or_raise()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -88,8 +88,13 @@ pub(crate) fn run(
         outputs.push(ArrayData { buffer, layout: Layout::contiguous(shape), dtype });
     }
     let mut values: Vec<Option<ArrayData>> = vec![None; program.steps.len()];
+    // As the C kernels: a Ctrl-C stops the run unless an input is being overwritten in place.
+    let interruptible = !donated.contains(&true);
     let mut begin = 0;
     while begin < n {
+        if interruptible && kiln_base::interrupt::requested() {
+            break; // eval discards the outputs
+        }
         let len = CHUNK.min(n - begin);
         let chunk = [len];
         for (i, step) in program.steps.iter().enumerate() {

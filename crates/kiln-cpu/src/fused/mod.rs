@@ -164,14 +164,18 @@ fn run_c(
         }
     };
     let started = std::time::Instant::now();
+    // A Ctrl-C skips the remaining tasks (eval discards the outputs), except where an input
+    // is overwritten in place: that run completes, so its result stays valid.
+    let interruptible = !donated.contains(&true);
     if n < PARALLEL_ELEMENTS {
         call(0, n);
     } else {
-        let tasks = rayon::current_num_threads() * 4;
-        let chunk = n.div_ceil(tasks).next_multiple_of(1024);
-        (0..n.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|t| call(t * chunk, ((t + 1) * chunk).min(n)));
+        let chunk = crate::walk::task_elements(n, 1024, 1024);
+        (0..n.div_ceil(chunk)).into_par_iter().for_each(|t| {
+            if !(interruptible && kiln_base::interrupt::requested()) {
+                call(t * chunk, ((t + 1) * chunk).min(n))
+            }
+        });
     }
     kernel.record_run(started.elapsed().as_nanos() as u64);
     Ok(outputs)

@@ -124,6 +124,9 @@ pub(super) fn rows<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc + Copy + Send + S
                         level += 1;
                     }
                     stack.push((acc, level));
+                    if kiln_base::interrupt::requested() {
+                        break; // eval discards the partial result
+                    }
                 }
                 let (mut acc, _) = stack.pop().expect("at least one row");
                 while let Some((top, _)) = stack.pop() {
