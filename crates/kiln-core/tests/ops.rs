@@ -112,9 +112,10 @@ fn more_distributions_match_mlx() {
         &[0.9065213799476624, -0.32263678312301636, 0.2296501249074936],
     );
     let logits = Array::from_slice(&[0.0f32, 1.0, 2.0, 2.0, 1.0, 0.0], &[2, 3]).unwrap();
-    let c = random::categorical(&logits, -1, None, Some(&k)).unwrap();
+    let c = random::categorical(&logits, -1, random::Draws::One, Some(&k)).unwrap();
     assert_eq!(c.to_vec::<u32>().unwrap(), vec![2, 0]);
-    assert_eq!(random::categorical(&logits, -1, Some(5), Some(&k)).unwrap().shape(), &[2, 5]);
+    let five = random::categorical(&logits, -1, random::Draws::Samples(5), Some(&k)).unwrap();
+    assert_eq!(five.shape(), &[2, 5]);
     let p = random::permutation_of(6, Some(&k)).unwrap();
     assert_eq!(p.to_vec::<i32>().unwrap(), vec![1, 5, 0, 4, 2, 3]);
 }

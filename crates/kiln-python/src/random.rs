@@ -306,24 +306,21 @@ fn categorical(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     let logits = logits.borrow().0.clone();
-    if let Some(s) = shape.filter(|s| !s.is_none()) {
-        if num_samples.is_some() {
+    let shape = shape.filter(|s| !s.is_none());
+    let draws = match (shape, num_samples) {
+        (Some(_), Some(_)) => {
             return Err(raise!(
                 Value,
                 "categorical",
                 "At most one of shape or num_samples can be specified."
-            ));
+            ))
         }
-        let mut batch = logits.shape().to_vec();
-        let ax = kiln_base::shape::normalize_axis("categorical", axis, batch.len()).or_raise()?;
-        batch.remove(ax);
-        if shape_arg(s)? != batch {
-            return Err(raise!(Value, "categorical", "shape= other than the batch shape of the logits is not supported; use num_samples."));
-        }
-    }
+        (Some(s), None) => random::Draws::Shape(shape_arg(s)?),
+        (None, Some(n)) => random::Draws::Samples(n),
+        (None, None) => random::Draws::One,
+    };
     let key = key_arg(key);
-    with_stream(stream, || random::categorical(&logits, axis, num_samples, key.as_ref()))
-        .map(PyArray)
+    with_stream(stream, || random::categorical(&logits, axis, draws, key.as_ref())).map(PyArray)
 }
 
 /// A random permutation of `range(x)` (int) or of `x` along `axis` (array).

@@ -242,28 +242,92 @@ pub fn laplace(
     add(&out, &scalar(Scalar::Float(loc), dtype)?)
 }
 
-/// Samples from the categorical distribution with unnormalised log-probabilities `logits`
-/// along `axis` (the Gumbel-max trick). `num_samples` draws that many per distribution
-/// (appended as the last axis).
-pub fn categorical(
-    logits: &Array,
-    axis: i64,
-    num_samples: Option<usize>,
-    key: Option<&Array>,
-) -> Result<Array> {
+/// How many categorical samples to draw, and in what shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Draws {
+    /// One per distribution (the logits' shape without `axis`).
+    One,
+    /// `n` per distribution, appended as the last axis.
+    Samples(usize),
+    /// The given shape, broadcast against the logits' shape without `axis`.
+    Shape(Vec<usize>),
+}
+
+/// Samples from the categorical distributions with unnormalised log-probabilities `logits`
+/// along `axis` (uint32 indices), drawing MLX's numbers for the same key:
+/// - a single distribution (every other axis of size 1) sampled into a non-empty shape
+///   takes one uniform per sample and inverts the distribution's CDF (MLX's single-row
+///   path, the usual decode step of a language model);
+/// - otherwise the Gumbel-max trick, with MLX's noise layout: for `num_samples` the noise is
+///   `(..logits, n)` and the argmax runs over `axis`; for a shape the logits' axis is
+///   inserted into it.
+pub fn categorical(logits: &Array, axis: i64, draws: Draws, key: Option<&Array>) -> Result<Array> {
     let op = "categorical";
     let axis = kiln_base::shape::normalize_axis(op, axis, logits.ndim())?;
     let logits = astype(logits, logits.dtype().to_float())?;
-    let Some(n) = num_samples else {
-        let g = gumbel(logits.shape(), DType::F32, key)?;
-        return super::argmax(&add(&g, &logits)?, Some(axis as i64), false);
+    let categories = logits.shape()[axis];
+    let mut batch = logits.shape().to_vec();
+    batch.remove(axis);
+    let out_shape = match &draws {
+        Draws::One => batch.clone(),
+        Draws::Samples(n) => [batch.as_slice(), &[*n]].concat(),
+        Draws::Shape(shape) => {
+            let b = kiln_base::shape::broadcast_shapes(op, shape, &batch)?;
+            ensure!(
+                b.as_slice() == shape.as_slice(),
+                Value,
+                op,
+                "Requested shape {} is not broadcast compatible with the logits' shape {} \
+                 without the sampled axis.",
+                fmt_shape(shape),
+                fmt_shape(&batch)
+            );
+            shape.clone()
+        }
     };
-    // Samples in front, then moved last: (n, ...logits) -> argmax -> (..., n).
-    let mut shape = vec![n];
-    shape.extend_from_slice(logits.shape());
-    let g = gumbel(&shape, DType::F32, key)?;
-    let draws = super::argmax(&add(&g, &logits)?, Some(axis as i64 + 1), false)?;
-    super::moveaxis(&draws, 0, -1)
+    if batch.iter().all(|&d| d == 1) && !out_shape.is_empty() && categories > 0 {
+        return inverse_cdf(&logits, axis, categories, &out_shape, key);
+    }
+    match draws {
+        Draws::One => {
+            let g = gumbel(logits.shape(), DType::F32, key)?;
+            super::argmax(&add(&g, &logits)?, Some(axis as i64), false)
+        }
+        Draws::Samples(n) => {
+            let mut noise = logits.shape().to_vec();
+            noise.push(n);
+            let g = gumbel(&noise, DType::F32, key)?;
+            let expanded = super::expand_dims(&logits, &[-1])?;
+            super::argmax(&add(&g, &expanded)?, Some(axis as i64), false)
+        }
+        Draws::Shape(shape) => {
+            // The logits' axis goes where it falls once the logits broadcast to `shape`.
+            let at = axis + shape.len() + 1 - logits.ndim();
+            let mut noise = shape.clone();
+            noise.insert(at, categories);
+            let g = gumbel(&noise, DType::F32, key)?;
+            super::argmax(&add(&g, &logits)?, Some(at as i64), false)
+        }
+    }
+}
+
+/// One uniform per sample, placed on the distribution's CDF: the index is the number of
+/// cumulative probabilities below it (the last index where rounding leaves the total under
+/// the draw).
+fn inverse_cdf(
+    logits: &Array,
+    axis: usize,
+    categories: usize,
+    out_shape: &[usize],
+    key: Option<&Array>,
+) -> Result<Array> {
+    let probs = super::softmax(&astype(logits, DType::F32)?, Some(&[axis as i64]), true)?;
+    let cdf = super::cumsum(&probs, Some(axis as i64), false, true)?;
+    let cdf = super::reshape(&cdf, &[categories as i64])?;
+    let u = uniform(0.0, 1.0, out_shape, DType::F32, key)?;
+    let below = super::less(&cdf, &super::expand_dims(&u, &[-1])?)?;
+    let count = super::sum(&astype(&below, DType::U32)?, Some(&[-1]), false)?;
+    minimum(&count, &scalar(Scalar::UInt(categories as u64 - 1), DType::U32)?)
 }
 
 /// A random permutation of `x` along `axis` (sorting random bits).
