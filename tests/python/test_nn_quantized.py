@@ -218,3 +218,14 @@ def test_sharded_linear_equals_linear_on_one_process(sharding):
     np.testing.assert_allclose(np.array(lin(x)), before, rtol=1e-6)
     with pytest.raises(ValueError, match="not supported"):
         shard_linear(lin, "bogus")
+
+
+def test_nn_quantize_input_gives_qqlinear():
+    # As MLX: quantize_input=True turns bias-free Linear layers into QQLinear; with a bias,
+    # MLX's NotImplementedError.
+    model = nn.Sequential(nn.Linear(64, 32, bias=False))
+    nn.quantize(model, mode="nvfp4", quantize_input=True)
+    assert type(model.layers[0]).__name__ == "QQLinear"
+    assert model(mx.ones((2, 64))).shape == (2, 32)
+    with pytest.raises(NotImplementedError, match="bias"):
+        nn.quantize(nn.Sequential(nn.Linear(64, 32)), mode="nvfp4", quantize_input=True)

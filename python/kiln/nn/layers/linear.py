@@ -49,9 +49,9 @@ class Linear(Module):
         """A :class:`QuantizedLinear` approximating this layer (``quantize_input``: a
         ``QQLinear``, which quantizes activations too)."""
         if quantize_input:
-            raise NotImplementedError(
-                "[Linear.to_quantized] quantize_input=True (QQLinear) is not supported yet."
-            )
+            from kiln.nn.layers.quantized import qq_linear_from
+
+            return qq_linear_from(self, group_size, bits, mode)
         from kiln.nn.layers.quantized import QuantizedLinear
 
         return QuantizedLinear.from_linear(self, group_size, bits, mode)
