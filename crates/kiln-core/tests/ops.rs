@@ -117,5 +117,5 @@ fn more_distributions_match_mlx() {
     let five = random::categorical(&logits, -1, random::Draws::Samples(5), Some(&k)).unwrap();
     assert_eq!(five.shape(), &[2, 5]);
     let p = random::permutation_of(6, Some(&k)).unwrap();
-    assert_eq!(p.to_vec::<i32>().unwrap(), vec![1, 5, 0, 4, 2, 3]);
+    assert_eq!(p.to_vec::<u32>().unwrap(), vec![1, 5, 0, 4, 2, 3]);
 }

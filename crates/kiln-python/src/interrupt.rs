@@ -24,7 +24,9 @@ pub fn detached<T: Send>(py: Python<'_>, work: impl Send + FnOnce() -> T) -> T {
 
 /// Whether `signal.getsignal(SIGINT) is signal.default_int_handler`.
 fn default_handler(py: Python<'_>) -> bool {
-    static SIGNAL: PyOnceLock<Option<(Py<PyAny>, Py<PyAny>, Py<PyAny>)>> = PyOnceLock::new();
+    /// `signal.getsignal`, `signal.SIGINT` and `signal.default_int_handler`.
+    type SignalNames = Option<(Py<PyAny>, Py<PyAny>, Py<PyAny>)>;
+    static SIGNAL: PyOnceLock<SignalNames> = PyOnceLock::new();
     let names = SIGNAL.get_or_init(py, || {
         let signal = py.import("signal").ok()?;
         let get = |name| signal.getattr(name).ok().map(Bound::unbind);

@@ -132,6 +132,19 @@ pub fn uniform(
     add(&multiply(&range, &unit)?, &lo)
 }
 
+/// Uniforms in `(-1, 1)` for the inverse-CDF samplers, as MLX draws them: in float32 (in
+/// float64 for float64 results, widened from float32 draws). Half types take the float32
+/// values: drawn in half precision, the bound nextafter(-1, 0) rounds to -1 and the
+/// transform gives infinities.
+fn open_unit_interval(shape: &[usize], dtype: DType, key: Option<&Array>) -> Result<Array> {
+    let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
+    let u = uniform(low, 1.0, shape, DType::F32, key)?;
+    if dtype == DType::F64 {
+        return astype(&u, DType::F64);
+    }
+    Ok(u)
+}
+
 /// Normal samples with mean `loc` and standard deviation `scale` (inverse-CDF of uniforms).
 pub fn normal(
     shape: &[usize],
@@ -153,16 +166,39 @@ pub fn normal_with(
     scale: Option<&Array>,
     key: Option<&Array>,
 ) -> Result<Array> {
-    let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
-    let u = uniform(low, 1.0, shape, dtype, key)?;
+    if dtype == DType::C64 {
+        return complex_normal(shape, loc, scale, key);
+    }
+    let u = open_unit_interval(shape, dtype, key)?;
     // MLX's order, (sqrt(2) * scale) * erfinv(u) + loc, so samples match it bit for bit.
     let mut factor = scalar(Scalar::Float(std::f64::consts::SQRT_2), dtype)?;
     if let Some(scale) = scale {
         factor = multiply(&factor, &astype(scale, dtype)?)?;
     }
-    let mut out = multiply(&factor, &erfinv(&u)?)?;
+    let mut out = multiply(&factor, &astype(&erfinv(&u)?, dtype)?)?;
     if let Some(loc) = loc {
         out = add(&astype(loc, dtype)?, &out)?;
+    }
+    Ok(out)
+}
+
+/// Complex normal samples as MLX draws them: the two parts of each are `erfinv` of two
+/// consecutive float32 uniforms (variance 1/2 each, so 1 in all), then `scale * z + loc`.
+fn complex_normal(
+    shape: &[usize],
+    loc: Option<&Array>,
+    scale: Option<&Array>,
+    key: Option<&Array>,
+) -> Result<Array> {
+    let pairs: Vec<usize> = shape.iter().copied().chain([2]).collect();
+    let parts = erfinv(&open_unit_interval(&pairs, DType::F32, key)?)?;
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let mut out = super::reshape(&super::view(&parts, DType::C64)?, &dims)?;
+    if let Some(scale) = scale {
+        out = multiply(&astype(scale, DType::C64)?, &out)?;
+    }
+    if let Some(loc) = loc {
+        out = add(&astype(loc, DType::C64)?, &out)?;
     }
     Ok(out)
 }
@@ -191,6 +227,8 @@ pub fn randint(
 ) -> Result<Array> {
     let op = "randint";
     ensure!(dtype.is_integer(), Value, op, "randint only supports integer dtypes, got {dtype}.");
+    // As MLX, the bounds are first values of `dtype` (-5 as uint8 is 251).
+    let (low, high) = (&astype(low, dtype)?, &astype(high, dtype)?);
     let u = uniform_between(low, high, shape, DType::F32, key)?;
     let top =
         super::subtract(&astype(high, DType::F32)?, &scalar(Scalar::Float(1.0), DType::F32)?)?;
@@ -217,7 +255,9 @@ pub fn truncated_normal(
     let cdf = |b: &Array| super::erf(&divide(&astype(b, dtype)?, &sqrt2)?);
     let u = uniform_between(&cdf(lower)?, &cdf(upper)?, shape, dtype, key)?;
     let out = multiply(&sqrt2, &erfinv(&u)?)?;
-    super::clip(&out, Some(&astype(lower, dtype)?), Some(&astype(upper, dtype)?))
+    // Upper bound first, then lower (MLX's order: lower > upper gives lower).
+    let out = minimum(&out, &astype(upper, dtype)?)?;
+    super::maximum(&out, &astype(lower, dtype)?)
 }
 
 /// Standard Gumbel samples: `-log(-log(u))`.
@@ -234,10 +274,9 @@ pub fn laplace(
     scale: f64,
     key: Option<&Array>,
 ) -> Result<Array> {
-    let low = f64::from(f32::from_bits(0xbf7f_ffff)); // nextafter(-1, 0)
-    let u = uniform(low, 1.0, shape, dtype, key)?;
+    let u = open_unit_interval(shape, dtype, key)?;
     let mag = super::log1p(&super::negative(&super::abs(&u)?)?)?;
-    let out = multiply(&super::sign(&u)?, &mag)?;
+    let out = astype(&multiply(&super::sign(&u)?, &mag)?, dtype)?;
     let out = multiply(&out, &scalar(Scalar::Float(scale), dtype)?)?;
     add(&out, &scalar(Scalar::Float(loc), dtype)?)
 }
@@ -339,7 +378,7 @@ pub fn permutation(x: &Array, axis: i64, key: Option<&Array>) -> Result<Array> {
     super::take(x, &order, Some(axis))
 }
 
-/// A random permutation of `0..n` (int32).
+/// A random permutation of `0..n` (uint32, as MLX: the order that sorts random bits).
 pub fn permutation_of(n: usize, key: Option<&Array>) -> Result<Array> {
-    permutation(&super::arange(0.0, n as f64, 1.0, DType::I32)?, 0, key)
+    super::argsort(&bits(&[n], 4, key)?, Some(0))
 }
