@@ -200,7 +200,7 @@ def test_immutable_and_hashable():
     a[0] = 1  # rebinds `a` to a new array; the data `b` holds stay as they were
     assert a.tolist() == [1, 1, 2] and b.tolist() == [0, 1, 2]
     assert hash(a) == hash(a)
-    assert copy.copy(a) is a and copy.deepcopy(a) is a
+    assert copy.copy(a) is not a and copy.deepcopy(a).tolist() == a.tolist()
 
 
 # ---------------------------------------------------------------------------------------

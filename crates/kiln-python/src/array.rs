@@ -11,8 +11,9 @@ use crate::reductions;
 use kiln_base::Scalar;
 use kiln_core::ops::IndexItem;
 use kiln_core::{ops as kops, Array};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyComplex, PyFloat, PyInt, PyTuple};
 
 /// A lazily evaluated n-dimensional array (MLX's `mlx.core.array`). The data are immutable;
 /// item assignment (`a[i] = v`) rebinds the Python object to a new graph node, as in MLX.
@@ -29,8 +30,12 @@ impl PyArray {
         &self,
         other: &Bound<'_, PyAny>,
         f: BinaryFn,
+        name: &'static str,
         reflected: bool,
     ) -> PyResult<Py<PyAny>> {
+        if let Some(answer) = convert::refused_operand(other, name) {
+            return answer;
+        }
         match convert::operand(other)? {
             Some(other_op) => self.apply(other.py(), other_op, f, reflected),
             None => Ok(other.py().NotImplemented()),
@@ -294,12 +299,35 @@ impl PyArray {
         self.0.id()
     }
 
-    fn __copy__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf // immutable: a copy is the same array
+    /// A new array object over the same lazy value: item assignment rebinds the object, so
+    /// writes to the copy never reach the original.
+    fn __copy__(&self) -> PyArray {
+        PyArray(self.0.clone())
     }
 
-    fn __deepcopy__<'py>(slf: Bound<'py, Self>, _memo: &Bound<'py, PyAny>) -> Bound<'py, Self> {
-        slf
+    /// As `__copy__`: values are immutable, and a buffer with two owners is never donated.
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyArray {
+        PyArray(self.0.clone())
+    }
+
+    fn __complex__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyComplex>> {
+        let (re, im) = match convert::item_scalar(py, &self.0, "__complex__")? {
+            Scalar::Complex(re, im) => (re, im),
+            s => (s.as_f64(), 0.0),
+        };
+        Ok(PyComplex::from_doubles(py, re, im))
+    }
+
+    /// f-strings: a 0-d array formats as its Python value; others only without a spec.
+    fn __format__(&self, py: Python<'_>, spec: &str) -> PyResult<String> {
+        if self.0.ndim() == 0 {
+            let value = convert::item(py, &self.0, "__format__")?;
+            return value.call_method1("__format__", (spec,))?.extract();
+        }
+        if spec.is_empty() {
+            return self.__str__(py);
+        }
+        Err(PyTypeError::new_err("unsupported format string passed to mx.array.__format__"))
     }
 
     // ---- indexing ---------------------------------------------------------------------
@@ -330,42 +358,42 @@ impl PyArray {
     // ---- operators --------------------------------------------------------------------
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::add, false)
+        self.binary(other, kops::add, "addition", false)
     }
     fn __radd__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::add, true)
+        self.binary(other, kops::add, "addition", true)
     }
     fn __sub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::subtract, false)
+        self.binary(other, kops::subtract, "subtraction", false)
     }
     fn __rsub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::subtract, true)
+        self.binary(other, kops::subtract, "subtraction", true)
     }
     fn __mul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::multiply, false)
+        self.binary(other, kops::multiply, "multiplication", false)
     }
     fn __rmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::multiply, true)
+        self.binary(other, kops::multiply, "multiplication", true)
     }
     fn __truediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::divide, false)
+        self.binary(other, kops::divide, "division", false)
     }
     fn __rtruediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::divide, true)
+        self.binary(other, kops::divide, "division", true)
     }
     fn __pow__(
         &self,
         other: &Bound<'_, PyAny>,
         _modulo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::power, false)
+        self.binary(other, kops::power, "power", false)
     }
     fn __rpow__(
         &self,
         other: &Bound<'_, PyAny>,
         _modulo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::power, true)
+        self.binary(other, kops::power, "power", true)
     }
     fn __matmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.matmul(other, false)
@@ -374,22 +402,22 @@ impl PyArray {
         self.matmul(other, true)
     }
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::equal, false)
+        self.binary(other, kops::equal, "equal", false)
     }
     fn __ne__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::not_equal, false)
+        self.binary(other, kops::not_equal, "not equal", false)
     }
     fn __lt__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::less, false)
+        self.binary(other, kops::less, "less than", false)
     }
     fn __le__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::less_equal, false)
+        self.binary(other, kops::less_equal, "less than or equal", false)
     }
     fn __gt__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::greater, false)
+        self.binary(other, kops::greater, "greater than", false)
     }
     fn __ge__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::greater_equal, false)
+        self.binary(other, kops::greater_equal, "greater than or equal", false)
     }
     // In-place operators rebind this array object to the result, as MLX does, so every
     // Python reference to it sees the new value.
@@ -469,16 +497,16 @@ impl PyArray {
         kops::abs(&self.0).map(PyArray).or_raise()
     }
     fn __floordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::floor_divide, false)
+        self.binary(other, kops::floor_divide, "floor division", false)
     }
     fn __rfloordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::floor_divide, true)
+        self.binary(other, kops::floor_divide, "floor division", true)
     }
     fn __mod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::remainder, false)
+        self.binary(other, kops::remainder, "modulus", false)
     }
     fn __rmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.binary(other, kops::remainder, true)
+        self.binary(other, kops::remainder, "modulus", true)
     }
     fn __divmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         math::divmod_operator(&self.0, other, false)

@@ -109,6 +109,30 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
     Ok(None)
 }
 
+/// MLX's answer when an operator's other operand is a list, tuple or string: `==` is
+/// False, `!=` True, anything else a ValueError naming the operation (`name`, as MLX words
+/// it: "addition", "bitwise and"). None for other operands.
+pub fn refused_operand(other: &Bound<'_, PyAny>, name: &str) -> Option<PyResult<Py<PyAny>>> {
+    let kind = if other.cast::<PyList>().is_ok() {
+        "list"
+    } else if other.cast::<PyTuple>().is_ok() {
+        "tuple"
+    } else if other.cast::<pyo3::types::PyString>().is_ok() {
+        "str"
+    } else {
+        return None;
+    };
+    let py = other.py();
+    let answer = |b: bool| pyo3::types::PyBool::new(py, b).to_owned().into_any().unbind();
+    Some(match name {
+        "equal" => Ok(answer(false)),
+        "not equal" => Ok(answer(true)),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "Cannot perform {name} on an mlx.core.array and {kind}"
+        ))),
+    })
+}
+
 /// Two operands as arrays, applying the weak-scalar rule to Python numbers.
 pub fn operand_pair(
     op: &'static str,
@@ -186,7 +210,13 @@ fn from_protocols<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Py
     if py.import("builtins")?.getattr("memoryview")?.call1((obj,)).is_err() {
         return Ok(None);
     }
-    let np = py.import("numpy")?.call_method1("asarray", (obj,))?;
+    let numpy = py.import("numpy")?;
+    if obj.cast::<pyo3::types::PyBytes>().is_ok() {
+        // As bytearray (and MLX): the bytes as uint8, not numpy's fixed-width string dtype.
+        let np = numpy.call_method1("frombuffer", (obj, numpy.getattr("uint8")?))?;
+        return Ok(Some(np.cast_into::<PyUntypedArray>()?));
+    }
+    let np = numpy.call_method1("asarray", (obj,))?;
     Ok(Some(np.cast_into::<PyUntypedArray>()?))
 }
 

@@ -3,7 +3,7 @@
 //! accepts; Python numbers are weak scalars, as in the basic arithmetic.
 
 use crate::array::PyArray;
-use crate::convert::{arrays_of, operand, operand_pair, to_array, type_name, Operand};
+use crate::convert::{self, arrays_of, operand, operand_pair, to_array, type_name, Operand};
 use crate::device::with_stream;
 use crate::error::{raise, OrRaise};
 use crate::ops::binary_functions;
@@ -240,11 +240,17 @@ pub fn bitwise_operator(
     op: &'static str,
 ) -> PyResult<Py<PyAny>> {
     let py = other.py();
+    let what = op.replace('_', " ");
+    if reflected && convert::refused_operand(other, &what).is_some() {
+        return Ok(py.NotImplemented()); // `[1] | a`: MLX's TypeError
+    }
+    if let Some(answer) = convert::refused_operand(other, &what) {
+        return answer;
+    }
     let Some((a, b)) = operator_pair(me, other, reflected)? else {
         return Ok(py.NotImplemented());
     };
     if a.dtype().is_float() || b.dtype().is_float() {
-        let what = op.replace('_', " ");
         return Err(raise!(Value, op, "Floating point types not allowed with {what}."));
     }
     let out = f(&a, &b).or_raise()?;

@@ -80,7 +80,10 @@ fn binary_partials(op: BinaryOp, a: &Array, b: &Array, out: &Array) -> Result<Op
         BinaryOp::Minimum => [mask(ops::less_equal(a, b)?)?, mask(ops::greater(a, b)?)?],
         BinaryOp::Power => {
             let da = ops::multiply(&ops::power(a, &ops::subtract(b, &one()?)?)?, b)?;
-            [da, ops::multiply(out, &ops::log(a)?)?]
+            // d/db a^b = a^b log a, taken as 0 where a^b is 0 (base 0: 0 * -inf), as MLX.
+            let db = ops::multiply(out, &ops::log(a)?)?;
+            let zero = zeros_like(out)?;
+            [da, ops::where_(&ops::equal(out, &zero)?, &zero, &db)?]
         }
         BinaryOp::Remainder => {
             let q = ops::floor(&ops::divide(a, b)?)?;

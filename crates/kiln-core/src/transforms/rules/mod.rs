@@ -81,19 +81,9 @@ impl Rules for Primitive {
         } else {
             real_vjp(self, primals, cotangents, argnums, outputs)?
         };
-        // Integer and bool inputs get zero cotangents whatever the rule computed.
-        argnums
-            .iter()
-            .zip(out)
-            .map(|(&i, g)| {
-                let p = &primals[i];
-                if differentiable(p.dtype()) {
-                    ops::astype(&g, p.dtype())
-                } else {
-                    zeros_like(p)
-                }
-            })
-            .collect()
+        // As MLX: every input's cotangent is what the rule computed, in the input's dtype
+        // (an integer input's gradient is the rounded value, not zero).
+        argnums.iter().zip(out).map(|(&i, g)| ops::astype(&g, primals[i].dtype())).collect()
     }
 
     fn jvp(
@@ -161,18 +151,16 @@ impl Rules for Primitive {
             | Primitive::StopGradient
             | Primitive::View(_) => outputs.iter().map(zeros_like).collect::<Result<_>>()?,
         };
+        // As MLX: a tangent has its output's dtype, except that bool outputs (comparisons)
+        // have zero tangents of the input tangents' dtype.
+        let tangent_dtype = tangents.first().map_or(DType::F32, |t| t.dtype());
         outputs
             .iter()
             .zip(out)
-            .map(
-                |(o, t)| {
-                    if differentiable(o.dtype()) {
-                        ops::astype(&t, o.dtype())
-                    } else {
-                        zeros_like(o)
-                    }
-                },
-            )
+            .map(|(o, t)| match o.dtype() {
+                DType::Bool => ops::zeros(o.shape(), tangent_dtype),
+                dtype => ops::astype(&t, dtype),
+            })
             .collect()
     }
 

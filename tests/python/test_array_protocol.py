@@ -1,0 +1,72 @@
+"""Python protocol details of mx.array that MLX defines (issue 22): copies are independent,
+operators refuse lists, tuples and strings (== and != answer False and True), complex(),
+f-string format specs, bytes input. Compared with MLX where installed."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import kiln.core as mx
+
+
+def test_copies_are_independent():
+    a = mx.array([1.0, 2.0])
+    for clone in (copy.copy(a), copy.deepcopy(a)):
+        assert clone is not a
+        clone[0] = 9.0
+        assert a.tolist() == [1.0, 2.0] and clone.tolist() == [9.0, 2.0]
+    tree = {"w": [a, a]}
+    deep = copy.deepcopy(tree)
+    deep["w"][0] += 1
+    assert a.tolist() == [1.0, 2.0] and deep["w"][0].tolist() == [2.0, 3.0]
+
+
+OPERATOR_CASES = [
+    "a == [1, 2]", "a != (1, 2)", "[1, 2] == a", "a == 'x'", "a < [1, 2]", "a + [1, 2]",
+    "[1, 2] + a", "a * (1, 2)", "(1, 2) * a", "a - [1, 2]", "a / (1, 2)", "a // [1, 2]",
+    "a % [1, 2]", "a ** [1, 2]", "a >= [1, 2]", "a + 'x'", "a + 1", "a == 2", "a == a",
+]
+
+
+@pytest.mark.parametrize("expression", OPERATOR_CASES)
+def test_operators_with_sequences_match_mlx(expression):
+    mlx = pytest.importorskip("mlx.core")
+
+    def run(module):
+        a = module.array([1, 2])
+        try:
+            out = eval(expression, {"a": a})
+        except Exception as e:  # noqa: BLE001 - the class and message are compared
+            return type(e).__name__, str(e)
+        return "ok", out.tolist() if hasattr(out, "tolist") else out
+
+    assert run(mx) == run(mlx)
+
+
+def test_operators_refuse_sequences_without_mlx():
+    a = mx.array([1, 2])
+    assert (a == [1, 2]) is False and (a != (1, 2)) is True
+    with pytest.raises(ValueError, match="Cannot perform addition on an mlx.core.array and list"):
+        a + [1, 2]
+    with pytest.raises(ValueError, match="multiplication .* tuple"):
+        (1, 2) * a
+    # The functions still take lists, as before.
+    assert mx.add(a, mx.array([1, 2])).tolist() == [2, 4]
+
+
+def test_complex_and_format():
+    assert complex(mx.array(1 + 2j)) == 1 + 2j
+    assert complex(mx.array(3.5)) == 3.5 + 0j
+    assert f"{mx.array(3.14159):.2f}" == "3.14"
+    assert f"{mx.array(7):>4}" == "   7"
+    assert f"{mx.array(1.5)}" == "1.5"
+    assert f"{mx.array([1.5])}" == str(mx.array([1.5]))
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{mx.array([1.5]):.2f}"
+
+
+def test_bytes_become_uint8():
+    a = mx.array(b"ab\x00\xff")
+    assert a.dtype == mx.uint8 and a.tolist() == [97, 98, 0, 255]
+    np.testing.assert_array_equal(np.array(mx.array(bytearray(b"ab"))), [97, 98])
