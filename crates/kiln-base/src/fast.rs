@@ -99,6 +99,11 @@ pub enum FastOp {
     /// `None` or `Causal` only. (lse's own cotangent is always zero: lse only ever feeds
     /// this op, whose rules give it none.)
     AttentionVjp { scale: Scalar, mask: AttentionMask },
+    /// `x @ dequantize(w).T` for MLX's affine quantization without a dense copy of the
+    /// weights (the decode step of a quantized model). Inputs: `x` (..., K) float, `w`
+    /// (N, K * bits / 32) uint32, `scales` and `biases` (N, K / group_size) of x's dtype.
+    /// Output (..., N) of x's dtype.
+    QuantizedMatmul { group_size: usize, bits: u32 },
     /// A user C kernel (several outputs).
     CKernel(Arc<CKernelSpec>),
     /// A user CUDA kernel (several outputs; GPU only).
@@ -117,6 +122,7 @@ impl FastOp {
                 "scaled_dot_product_attention"
             }
             FastOp::AttentionVjp { .. } => "scaled_dot_product_attention_vjp",
+            FastOp::QuantizedMatmul { .. } => "quantized_matmul",
             FastOp::CKernel(_) => "c_kernel",
             FastOp::CudaKernel(_) => "cuda_kernel",
         }
@@ -135,6 +141,7 @@ impl FastOp {
             }
             FastOp::AttentionTrain { .. } => 3,
             FastOp::AttentionVjp { .. } => 6,
+            FastOp::QuantizedMatmul { .. } => 4,
             FastOp::CKernel(spec) => spec.num_inputs,
             FastOp::CudaKernel(spec) => spec.num_inputs,
         }
@@ -332,6 +339,35 @@ impl FastOp {
                     );
                 }
                 Ok([0, 1, 2].map(|i| (Shape::from(inputs[i].0), d)).to_vec())
+            }
+            FastOp::QuantizedMatmul { group_size, bits } => {
+                let [(x, dx), (w, dw), (s, ds), (b, db)] = [0, 1, 2, 3].map(|i| inputs[i]);
+                ensure!(dx.is_float(), Type, op, "x must be floating point, got {dx}.");
+                ensure!(dw == DType::U32, Type, op, "w must be uint32, got {dw}.");
+                ensure!(ds == dx && db == dx, Type, op, "scales and biases must have x's dtype.");
+                let (Some(&k), [n, words]) = (x.last(), w) else {
+                    bail!(Value, op, "Expected x (..., K) and a 2-d w, got {}.", fmt_shape(w));
+                };
+                let groups = k / group_size.max(&1);
+                ensure!(
+                    *group_size > 0
+                        && (1..=8).contains(bits)
+                        && k % group_size == 0
+                        && *words * 32 == k * *bits as usize
+                        && s == [*n, groups]
+                        && b == [*n, groups],
+                    Value,
+                    op,
+                    "Shapes x {}, w {}, scales {}, biases {} do not fit group_size \
+                     {group_size} and bits {bits}.",
+                    fmt_shape(x),
+                    fmt_shape(w),
+                    fmt_shape(s),
+                    fmt_shape(b)
+                );
+                let mut out = x.to_vec();
+                *out.last_mut().expect("x has an axis") = *n;
+                Ok(vec![(Shape::from(out.as_slice()), dx)])
             }
             FastOp::CKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
             FastOp::CudaKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),

@@ -61,6 +61,7 @@ pub use indexing::{
 pub use linalg::{addmm, inner, matmul, outer, tensordot, TensordotAxes};
 pub use math::*;
 pub use pad::{pad, PadMode};
+pub(crate) use quantize::composed_quantized_matmul;
 pub use quantize::{dequantize, quantize, quantized_matmul};
 pub use reduce::{
     all, any, argmax, argmin, count_nonzero, logsumexp, max, mean, median, min, minmax, prod,

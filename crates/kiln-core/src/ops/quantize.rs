@@ -267,7 +267,33 @@ pub fn quantized_matmul(
         );
     }
     let dtype = x.dtype().promote(scales.dtype()).to_float();
-    let dense = dequantize(w, scales, biases, group_size, bits, Some(dtype))?;
+    let (x, scales, biases) = (astype(x, dtype)?, astype(scales, dtype)?, astype(biases, dtype)?);
+    let rows = x.size() / last.max(1);
+    let on_cpu = crate::device::default_stream().device.kind == kiln_base::DeviceKind::Cpu;
+    // A few rows against 2-d weights (a decode step): one kernel reading the packed weights
+    // in place. Many rows are bound by the product's arithmetic: dequantize once instead.
+    if on_cpu && transpose && w.ndim() == 2 && rows <= FUSED_ROWS && dtype != DType::F64 {
+        let fop = kiln_base::FastOp::QuantizedMatmul { group_size, bits };
+        return super::record(kiln_base::Primitive::Fast(fop), vec![x, w.clone(), scales, biases]);
+    }
+    composed_quantized_matmul(&[x, w.clone(), scales, biases], transpose, group_size, bits)
+}
+
+/// Rows of x up to which `quantized_matmul` runs the fused kernel on the CPU.
+const FUSED_ROWS: usize = 16;
+
+/// `quantized_matmul` as dequantize-then-matmul over `[x, w, scales, biases]` (one float
+/// dtype): the many-row path, and the definition the fused kernel's transforms follow.
+pub(crate) fn composed_quantized_matmul(
+    inputs: &[Array],
+    transpose: bool,
+    group_size: usize,
+    bits: u32,
+) -> Result<Array> {
+    let [x, w, scales, biases] = inputs else {
+        bail!(Value, "quantized_matmul", "Expected x, w, scales and biases.");
+    };
+    let dense = dequantize(w, scales, biases, group_size, bits, Some(x.dtype()))?;
     let dense = if transpose { swapaxes(&dense, -1, -2)? } else { dense };
-    matmul(&astype(x, dtype)?, &dense)
+    matmul(x, &dense)
 }

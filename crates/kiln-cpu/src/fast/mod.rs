@@ -1,4 +1,4 @@
-//! `mx.fast` kernels: layer_norm, rms_norm, RoPE, attention and user C kernels. Each runs in
+//! `mx.fast` kernels: layer_norm, rms_norm, RoPE, attention, quantized matmul and user C kernels. Each runs in
 //! a compute type (`Real`): float64 for float64 inputs, float32 otherwise (half floats are
 //! widened once on the way in and rounded once on the way out). Inputs are read as
 //! row-major slices of the compute type (borrowed when they already are), rows or heads are
@@ -9,6 +9,7 @@ mod attention_train;
 mod custom;
 mod norm;
 mod norm_vjp;
+mod quantized;
 mod rope;
 mod tile;
 #[cfg(target_arch = "x86_64")]
@@ -178,6 +179,9 @@ pub(crate) fn eval(
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
         }
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
+        FastOp::QuantizedMatmul { group_size, bits } => {
+            quantized::quantized_matmul(inputs, *group_size, *bits, shape)
+        }
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             bail!(Runtime, op.name(), "Dispatched above.")
         }

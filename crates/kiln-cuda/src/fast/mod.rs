@@ -20,7 +20,8 @@ pub use attention::train_fused as attention_train_fused;
 
 /// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
 pub fn supports(op: &FastOp) -> bool {
-    !matches!(op, FastOp::CKernel(_))
+    // No quantized kernel yet: on the GPU, quantized_matmul records its composition instead.
+    !matches!(op, FastOp::CKernel(_) | FastOp::QuantizedMatmul { .. })
 }
 
 /// The storage type, `k_load` (to float) and `k_store` (from float) of a float dtype, after
@@ -116,7 +117,9 @@ pub fn eval(
         FastOp::Attention { scale, mask } => {
             attention::attention(inputs, *mask, scale.as_f64(), shape)?
         }
-        FastOp::CKernel(_) => bail!(Unsupported, name, "User C kernels run on the CPU."),
+        FastOp::CKernel(_) | FastOp::QuantizedMatmul { .. } => {
+            bail!(Unsupported, name, "No GPU kernel: it runs on the CPU.")
+        }
         FastOp::CudaKernel(_) | FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
             bail!(Value, name, "Dispatched above.")
         }

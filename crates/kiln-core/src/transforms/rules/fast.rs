@@ -508,10 +508,23 @@ pub(super) fn vjp(
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             norm_vjp_vjp(op, primals, cotangents, argnums)
         }
+        FastOp::QuantizedMatmul { .. } => {
+            let (_, cots) =
+                crate::transforms::vjp(|ins| quantized_composed(op, ins), primals, cotangents)?;
+            Ok(argnums.iter().map(|&i| cots[i].clone()).collect())
+        }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
             Err(super::missing("vjp", &Primitive::Fast(op.clone())))
         }
     }
+}
+
+/// The fused quantized product's definition (its transforms are the composition's).
+fn quantized_composed(op: &FastOp, inputs: &[Array]) -> Result<Vec<Array>> {
+    let FastOp::QuantizedMatmul { group_size, bits } = op else {
+        bail!(Value, "quantized_matmul", "Not a quantized product.");
+    };
+    Ok(vec![ops::composed_quantized_matmul(inputs, true, *group_size, *bits)?])
 }
 
 pub(super) fn jvp(
@@ -537,6 +550,17 @@ pub(super) fn jvp(
         FastOp::Attention { .. } => attention_jvp(op, primals, tangents, argnums)?,
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             return norm_vjp_jvp(op, primals, tangents, argnums)
+        }
+        FastOp::QuantizedMatmul { .. } => {
+            // Every primal gets a tangent: the given ones, zeros for the rest.
+            let mut all: Vec<Array> =
+                primals.iter().map(|p| ops::zeros_like(p, None)).collect::<Result<_>>()?;
+            for (&i, t) in argnums.iter().zip(tangents) {
+                all[i] = t.clone();
+            }
+            let (_, tans) =
+                crate::transforms::jvp(|ins| quantized_composed(op, ins), primals, &all)?;
+            return Ok(tans);
         }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
             return Err(super::missing("jvp", &Primitive::Fast(op.clone())))
@@ -630,6 +654,11 @@ pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Res
             Ok((vec![out], vec![Some(0)]))
         }
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => norm_vjp_vmap(op, inputs, axes),
+        FastOp::QuantizedMatmul { .. } => {
+            let (outs, _) =
+                crate::transforms::vmap_outputs(|ins| quantized_composed(op, ins), inputs, axes)?;
+            Ok(outs.into_iter().unzip())
+        }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => Err(super::missing("vmap", &prim)),
     }
 }
