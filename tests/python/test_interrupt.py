@@ -16,6 +16,7 @@ import pytest
 PRELUDE = """
 import os, signal, threading, time
 import kiln.core as mx
+mx.set_default_device(mx.cpu)  # the GPU scenario picks its stream itself
 from kiln import _core
 
 def sigint_after(seconds):
