@@ -108,3 +108,25 @@ def test_transforms_follow_the_definition():
     f = mx.compile(lambda x: mx.quantized_matmul(x * 2, wq, s, b, True, 64, 4) + 1)
     np.testing.assert_allclose(np.array(f(x)), 2 * np.array(x) @ np.array(dense).T + 1,
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("with_lhs", [False, True])
+def test_gather_qmm_few_picks_dequantizes_only_the_picked(with_lhs):
+    # A mixture of experts' decode step: fewer picks than experts take the gathered path;
+    # it equals dequantize-everything-then-gather_mm.
+    e, n, k = 8, 32, 128
+    wq, s, b = quantized(e * n, k, 64, 4, "float32")
+    wq, s, b = (a.reshape(e, n, -1) for a in (wq, s, b))
+    rhs = mx.array(np.array([[[1, 5]], [[0, 7]], [[3, 3]]], dtype=np.uint32))
+    if with_lhs:
+        x = mx.array(RNG.normal(size=(3, 1, k)).astype(np.float32))
+        lhs = mx.array(np.array([[[0, 0]], [[1, 1]], [[2, 2]]], dtype=np.uint32))
+    else:
+        x = mx.array(RNG.normal(size=(3, 1, 1, k)).astype(np.float32))
+        lhs = None
+    got = mx.gather_qmm(x, wq, s, b, lhs_indices=lhs, rhs_indices=rhs, transpose=True,
+                        group_size=64, bits=4)
+    dense = mx.swapaxes(mx.dequantize(wq, s, b, 64, 4), -1, -2)
+    want = mx.gather_mm(x, dense, lhs, rhs)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)

@@ -404,6 +404,25 @@ def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
     """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s
     batch axes) is dequantized, then matrices are gathered by the flat batch indices and
     multiplied (``x @ w.T`` when ``transpose``)."""
+    experts = _prod(w.shape[:-2])
+    if rhs_indices is not None and w.ndim > 2 and rhs_indices.size < experts:
+        # Fewer picks than matrices (a mixture of experts' decode step): gather the packed
+        # matrices first and dequantize only those, not every expert.
+        if not _k.issubdtype(rhs_indices.dtype, _k.integer):
+            raise ValueError("[gather_qmm] Indices must be integers.")
+        flat = rhs_indices.flatten()
+
+        def pick(t):
+            t = _k.take(t.reshape((experts,) + tuple(t.shape[-2:])), flat, axis=0)
+            return t.reshape(tuple(rhs_indices.shape) + tuple(t.shape[-2:]))
+
+        w, scales = pick(w), pick(scales)
+        biases = None if biases is None else pick(biases)
+        rhs_indices = None
+        if lhs_indices is None:  # plain batched products over the picked matrices
+            dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
+            dense = _k.swapaxes(dense, -1, -2) if transpose else dense
+            return _k.matmul(x, dense, stream=stream)
     dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
     if transpose:
         dense = _k.swapaxes(dense, -1, -2)
