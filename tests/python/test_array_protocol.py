@@ -70,3 +70,18 @@ def test_bytes_become_uint8():
     a = mx.array(b"ab\x00\xff")
     assert a.dtype == mx.uint8 and a.tolist() == [97, 98, 0, 255]
     np.testing.assert_array_equal(np.array(mx.array(bytearray(b"ab"))), [97, 98])
+
+
+def test_assignment_with_a_python_bool_key():
+    # As MLX: True assigns everywhere (broadcasting the value), False nowhere.
+    x = mx.array([[1, 2], [3, 4]])
+    x[True] = mx.array([7, 8])
+    assert x.tolist() == [[7, 8], [7, 8]]
+    y = mx.array([1, 2])
+    y[False] = 5
+    assert y.tolist() == [1, 2]
+    z = mx.array(3)
+    z[True] = 5
+    assert z.item() == 5
+    with pytest.raises(ValueError):
+        y[True] = mx.array([1, 2, 3])

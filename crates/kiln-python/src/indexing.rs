@@ -115,6 +115,16 @@ pub fn getitem(x: &Array, key: &Bound<'_, PyAny>) -> PyResult<Array> {
 
 /// The array `x[key] = value` rebinds to.
 pub fn setitem(x: &Array, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<Array> {
+    // As MLX: `a[True] = v` assigns everywhere, `a[False] = v` nowhere (reading `a[True]`
+    // stays an error).
+    if let Ok(flag) = key.cast::<pyo3::types::PyBool>() {
+        if !flag.is_true() {
+            return Ok(x.clone());
+        }
+        let value = update_value(value, x)?;
+        return kops::index_update(x, &[IndexItem::Ellipsis], &value, ScatterReduce::None)
+            .or_raise();
+    }
     let items = index_items(key)?;
     let value = update_value(value, x)?;
     kops::index_update(x, &items, &value, ScatterReduce::None).or_raise()
