@@ -114,3 +114,24 @@ def test_pickle_round_trip(name):
     y = pickle.loads(pickle.dumps(x))
     same(y, x)
     same(copy.deepcopy(x), x)
+
+
+def test_load_file_objects_without_format(tmp_path):
+    # As MLX: the format comes from the file object's name; without a name (BytesIO),
+    # kiln reads it from the first bytes.
+    import io
+
+    a = mx.array([1, 2, 3])
+    for ext, save in [("npy", lambda p: mx.save(p, a)), ("npz", lambda p: mx.savez(p, a=a)),
+                      ("safetensors", lambda p: mx.save_safetensors(p, {"a": a})),
+                      ("gguf", lambda p: mx.save_gguf(p, {"a": a}))]:
+        path = str(tmp_path / f"x.{ext}")
+        save(path)
+        with open(path, "rb") as f:
+            named = mx.load(f)
+        unnamed = mx.load(io.BytesIO(open(path, "rb").read()))
+        for got in (named, unnamed):
+            got = got if ext == "npy" else got["a"]
+            assert got.tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match="Cannot infer the format"):
+        mx.load(io.BytesIO(b"not an array file"))

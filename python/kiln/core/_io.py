@@ -429,9 +429,7 @@ def load(file, /, format: str | None = None, return_metadata: bool = False, *, s
     """Loads arrays from .npy (an array), .npz, .safetensors or .gguf (a dict of arrays;
     with ``return_metadata``, also the safetensors/gguf metadata)."""
     if format is None:
-        if not isinstance(file, (str, os.PathLike)):
-            raise ValueError("[load] Cannot infer the format of a file object: pass format=.")
-        format = os.fspath(file).rsplit(".", 1)[-1] if "." in os.fspath(file) else ""
+        format = _infer_format(file)
     if format not in ("npy", "npz", "safetensors", "gguf"):
         raise ValueError(
             f"[load] Unsupported format {format!r}: use npy, npz, safetensors or gguf."
@@ -451,6 +449,32 @@ def load(file, /, format: str | None = None, return_metadata: bool = False, *, s
 
             return load_gguf(f.read(), return_metadata, where)
         return _load_safetensors(f.read(), return_metadata, where)
+
+
+# Leading bytes of each format, for file objects without a name (safetensors starts with a
+# little-endian header length, then '{').
+_MAGIC = [(b"\x93NUMPY", "npy"), (b"PK\x03\x04", "npz"), (b"PK\x05\x06", "npz"), (b"GGUF", "gguf")]
+
+
+def _infer_format(file) -> str:
+    """The format from the path's (or a file object's ``name``) extension, as MLX; for an
+    unnamed file object, from its first bytes."""
+    name = file if isinstance(file, (str, os.PathLike)) else getattr(file, "name", None)
+    if isinstance(name, (str, os.PathLike)):
+        name = os.fspath(name)
+        return name.rsplit(".", 1)[-1] if "." in name else ""
+    try:
+        start = file.tell()
+        head = file.read(9)
+        file.seek(start)
+    except (AttributeError, OSError, ValueError):
+        raise ValueError("[load] Cannot infer the format of a file object: pass format=.") from None
+    for magic, format in _MAGIC:
+        if head.startswith(magic):
+            return format
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    raise ValueError("[load] Cannot infer the format of a file object: pass format=.")
 
 
 def _unpickle(data: bytes, shape, dtype_name: str):
