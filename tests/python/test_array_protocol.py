@@ -85,3 +85,23 @@ def test_assignment_with_a_python_bool_key():
     assert z.item() == 5
     with pytest.raises(ValueError):
         y[True] = mx.array([1, 2, 3])
+
+
+def test_weak_references_and_asarray():
+    import weakref
+
+    a = mx.array([1.0, 2.0])
+    ref = weakref.ref(a)
+    assert ref() is a
+    del a
+    import gc
+
+    gc.collect()
+    assert ref() is None
+    b = mx.array([1, 2])
+    assert mx.asarray(b) is not b and mx.asarray(b, copy=True).tolist() == [1, 2]
+    assert mx.asarray(b, dtype=mx.float32).dtype == mx.float32
+    with pytest.raises(ValueError, match="Unable to avoid copy"):
+        mx.asarray(b, copy=False)
+    with pytest.raises(ValueError):
+        mx.asarray(np.ones(2), copy=False)

@@ -17,7 +17,7 @@ use pyo3::types::{PyComplex, PyFloat, PyInt, PyTuple};
 
 /// A lazily evaluated n-dimensional array (MLX's `mlx.core.array`). The data are immutable;
 /// item assignment (`a[i] = v`) rebinds the Python object to a new graph node, as in MLX.
-#[pyclass(name = "array", module = "kiln.core")]
+#[pyclass(name = "array", module = "kiln.core", weakref)]
 pub struct PyArray(pub Array);
 
 type BinaryFn = fn(&Array, &Array) -> kiln_base::Result<Array>;

@@ -27,10 +27,11 @@ pow = _k.power  # noqa: A001 (the array API name)
 permute_dims = _k.transpose
 
 
-def asarray(a, dtype=None):
-    """``a`` as an array (an array with the same dtype is returned as is)."""
-    if isinstance(a, _k.array) and (dtype is None or a.dtype == dtype):
-        return a
+def asarray(a, dtype=None, *, copy=None):
+    """``a`` as a new array object (values shared when nothing converts them: arrays are
+    immutable). As MLX, ``copy=False`` raises ValueError: creating an array always copies."""
+    if copy is False:
+        raise ValueError("Unable to avoid copy while creating an array as requested.")
     return _k.array(a, dtype=dtype)
 
 
