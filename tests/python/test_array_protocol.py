@@ -105,3 +105,30 @@ def test_weak_references_and_asarray():
         mx.asarray(b, copy=False)
     with pytest.raises(ValueError):
         mx.asarray(np.ones(2), copy=False)
+
+
+def test_dlpack_both_ways():
+    a = mx.array([[1.0, 2.0], [3.0, 4.0]])
+    assert a.__dlpack_device__() == (1, 0)
+    back = np.from_dlpack(a)  # a host copy through the DLPack protocol
+    np.testing.assert_array_equal(back, [[1.0, 2.0], [3.0, 4.0]])
+
+    class Producer:  # any DLPack producer on the host (torch, jax, cupy's host arrays)
+        def __init__(self, x):
+            self.x = x
+
+        def __dlpack__(self, **kwargs):
+            return self.x.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.x.__dlpack_device__()
+
+    src = np.arange(6, dtype=np.int16).reshape(2, 3)
+    b = mx.array(Producer(src))
+    assert b.dtype == mx.int16 and b.tolist() == src.tolist()
+    src[0, 0] = 99  # copied in: later writes do not reach the kiln array
+    assert b[0, 0].item() == 0
+    torch = pytest.importorskip("torch")
+    t = torch.arange(4, dtype=torch.float32)
+    assert mx.array(t).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.from_dlpack(mx.array([1.5, 2.5])).tolist() == [1.5, 2.5]

@@ -213,6 +213,37 @@ impl PyArray {
         convert::to_list(py, &self.0)
     }
 
+    /// DLPack export (`torch.from_dlpack(a)`, `np.from_dlpack(a)`): a host copy of the
+    /// values, handed over through numpy's exporter (kiln's buffers are not shared with
+    /// other frameworks). bfloat16 has no numpy dtype: BufferError, as `memoryview(a)`.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if copy == Some(false) {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "[__dlpack__] kiln arrays are exported as a copy; copy=False is not possible.",
+            ));
+        }
+        let _ = (stream, dl_device);
+        let host = convert::to_numpy(py, &self.0)?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        if let Some(v) = max_version {
+            kwargs.set_item("max_version", v)?;
+        }
+        host.call_method("__dlpack__", (), Some(&kwargs))
+    }
+
+    /// Where a DLPack consumer finds the exported data: host memory (kDLCPU, device 0).
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (1, 0)
+    }
+
     /// numpy's conversion hook (`np.array(a)`): always a fresh copy.
     #[pyo3(signature = (dtype = None, copy = None))]
     fn __array__<'py>(

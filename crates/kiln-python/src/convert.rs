@@ -207,10 +207,16 @@ pub fn to_array(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Array>
 /// of their memory; None for objects without a buffer.
 fn from_protocols<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyUntypedArray>>> {
     let py = obj.py();
+    let numpy = py.import("numpy")?;
+    if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
+        // torch, jax, cupy and other DLPack producers: read through numpy (copied below).
+        if let Ok(np) = numpy.call_method1("from_dlpack", (obj,)) {
+            return Ok(Some(np.cast_into::<PyUntypedArray>()?));
+        }
+    }
     if py.import("builtins")?.getattr("memoryview")?.call1((obj,)).is_err() {
         return Ok(None);
     }
-    let numpy = py.import("numpy")?;
     if obj.cast::<pyo3::types::PyBytes>().is_ok() {
         // As bytearray (and MLX): the bytes as uint8, not numpy's fixed-width string dtype.
         let np = numpy.call_method1("frombuffer", (obj, numpy.getattr("uint8")?))?;
