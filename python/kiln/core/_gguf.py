@@ -22,6 +22,9 @@ _ALIGN = 32
 _SAVE_TENSOR = {"float32": 0, "float16": 1, "int8": 24, "int16": 25, "int32": 26}
 _LOAD_TENSOR = {0: "float32", 1: "float16", 24: "int8", 25: "int16", 26: "int32",
                 27: "int64", 28: "float64", 30: "bfloat16"}
+# ggml's block-quantized types kiln reads (32 values a block) into MLX's affine layout:
+# type -> (name, bytes per block, bits).
+_QUANTIZED = {2: ("q4_0", 18, 4), 3: ("q4_1", 20, 4), 8: ("q8_0", 34, 8)}
 _NP = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "int16": np.int16,
        "int32": np.int32, "int64": np.int64, "float64": np.float64, "bfloat16": np.uint16}
 # GGUF metadata value types
@@ -223,6 +226,8 @@ def _tensor_info(r: _Reader):
     dims = r.take(f"<{nd}Q", f"the dimensions of {name!r}") if nd else ()
     dims = (dims,) if nd == 1 else dims
     t, off = r.take("<IQ", f"the type and offset of {name!r}")
+    if t in _QUANTIZED:
+        return name, tuple(reversed(dims)), _QUANTIZED[t][0], off
     if t not in _LOAD_TENSOR:
         raise r.fail(f"tensor {name!r}: unknown or unsupported GGUF tensor type {t}")
     return name, tuple(reversed(dims)), _LOAD_TENSOR[t], off
@@ -242,13 +247,60 @@ def _tensor(data: bytes, where: str, start: int, align: int, info):
                     dname)
 
 
+def _quantized(data: bytes, where: str, start: int, align: int, info):
+    """A Q4_0, Q4_1 or Q8_0 tensor as MLX loads it: the packed uint32 weights of
+    ``mx.quantize(..., group_size=32)`` and float16 scales and biases (``w = scale * q +
+    bias``): Q4_0 is ``d * (q - 8)``, Q4_1 ``d * q + m``, Q8_0 ``d * q`` with q int8 (so
+    the unsigned value is q + 128)."""
+    name, shape, kind, off = info
+    _, block, bits = next(v for v in _QUANTIZED.values() if v[0] == kind)
+    if not shape or shape[-1] % 32:
+        raise _corrupt(where, f"a {kind} tensor needs a last axis that is a multiple of 32, "
+                              f"got shape {shape}")
+    blocks = _nbytes(where, shape, 1) // 32
+    n = blocks * block
+    if off % align:
+        raise _corrupt(where, f"offset {off} is not a multiple of the alignment {align}")
+    begin = start + off
+    if begin + n > len(data):
+        raise _corrupt(where, f"data [{begin}, {begin + n}) run past the end of the file "
+                              f"({len(data)} bytes)")
+    raw = np.frombuffer(data, np.uint8, count=n, offset=begin).reshape(blocks, block)
+    d = raw[:, :2].copy().view("<f2")[:, 0]
+    if kind == "q8_0":
+        q = (raw[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint32)
+        scales, biases = d, d * np.float16(-128)
+    else:
+        nib = raw[:, 4 if kind == "q4_1" else 2:]
+        # A block's 16 bytes hold values j (low nibble) and j + 16 (high nibble).
+        q = np.concatenate([nib & 0xF, nib >> 4], axis=1).astype(np.uint32)
+        scales = d
+        biases = raw[:, 2:4].copy().view("<f2")[:, 0] if kind == "q4_1" else d * np.float16(-8)
+    per = 32 // bits  # values per uint32, little-endian within the word
+    q = q.reshape(-1, per) << (np.arange(per, dtype=np.uint32) * bits)
+    packed = np.bitwise_or.reduce(q, axis=1).astype(np.uint32)
+    rows = shape[:-1]
+    stem = name[: -len(".weight")] if name.endswith(".weight") else name
+    groups = rows + (shape[-1] // 32,)
+    return {
+        name: _to_kiln(packed.reshape(rows + (shape[-1] * bits // 32,)), "uint32"),
+        f"{stem}.scales": _to_kiln(scales.reshape(groups), "float16"),
+        f"{stem}.biases": _to_kiln(biases.reshape(groups), "float16"),
+    }
+
+
 def load_gguf(data: bytes, return_metadata: bool, where: str = "<bytes>"):
-    """The arrays (and metadata) of a GGUF file's bytes; ``where`` names it in errors."""
+    """The arrays (and metadata) of a GGUF file's bytes; ``where`` names it in errors.
+    Block-quantized tensors (Q4_0, Q4_1, Q8_0) become MLX's affine triplet: ``name``
+    (packed), ``<stem>.scales`` and ``<stem>.biases``."""
     r = _Reader(data, where)
     meta, align, infos = _header(r)
     start = r.pos + (-r.pos) % align
-    arrays = {
-        info[0]: _tensor(data, f"{where}: tensor {info[0]!r}", start, align, info)
-        for info in infos
-    }
+    arrays = {}
+    for info in infos:
+        at = f"{where}: tensor {info[0]!r}"
+        if info[2] in ("q4_0", "q4_1", "q8_0"):
+            arrays.update(_quantized(data, at, start, align, info))
+        else:
+            arrays[info[0]] = _tensor(data, at, start, align, info)
     return (arrays, meta) if return_metadata else arrays
