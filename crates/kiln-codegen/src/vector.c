@@ -1,0 +1,218 @@
+
+/* ---- vectors: kernels compute K_LANES elements at a time in GCC/Clang vector types ----
+ * Every step of a kernel is a vector of K_LANES values (a float32 vector fills one register:
+ * 16 lanes with AVX-512, 8 with AVX/AVX2, 4 with SSE2 and NEON), so the loop is vector code
+ * by construction, whatever the C compiler's if-conversion heuristics would do. Selects are
+ * bit operations on comparison masks, never branches; ops without a vector form here compute
+ * lane by lane with the scalar helpers above (c.rs decides; docs/compile.md lists them). */
+/* Vectors wider than the target's registers (float64 lanes) pass between inlined helpers. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+#if defined(__AVX512F__)
+#define K_VBYTES 64
+#elif defined(__AVX__)
+#define K_VBYTES 32
+#else
+#define K_VBYTES 16
+#endif
+#define K_LANES (K_VBYTES / 4)
+#define K_VT(T, S) typedef T kv_##S __attribute__((vector_size(K_LANES * sizeof(T))))
+K_VT(int8_t, i8); K_VT(uint8_t, u8); K_VT(int16_t, i16); K_VT(uint16_t, u16);
+K_VT(int32_t, i32); K_VT(uint32_t, u32); K_VT(int64_t, i64); K_VT(uint64_t, u64);
+K_VT(float, f32); K_VT(double, f64);
+typedef kv_u8 kv_b; /* bool: 0 or 1 per lane, as stored */
+
+/* Unaligned loads and stores of whole vectors. */
+#define K_LDST(S, T)                                                                          \
+    K_INLINE kv_##S k_ld_##S(const void *p) { kv_##S v; memcpy(&v, p, sizeof v); return v; } \
+    K_INLINE void k_st_##S(void *p, kv_##S v) { memcpy(p, &v, sizeof v); }
+K_LDST(i8, int8_t) K_LDST(u8, uint8_t) K_LDST(i16, int16_t) K_LDST(u16, uint16_t)
+K_LDST(i32, int32_t) K_LDST(u32, uint32_t) K_LDST(i64, int64_t) K_LDST(u64, uint64_t)
+K_LDST(f32, float) K_LDST(f64, double)
+#define k_ld_b k_ld_u8
+#define k_st_b k_st_u8
+
+/* Lane-wise select: m is a comparison mask (all ones or zero per lane) of the int type IT. */
+#define K_SEL(IT, m, a, b) ((__typeof__(a))((((IT)(a)) & (m)) | (((IT)(b)) & ~(m))))
+
+/* Narrowing integer conversions (modulo, as C's): the low part of each lane picked by a
+ * shuffle (gcc 12 expands __builtin_convertvector narrowing lane by lane). */
+#if K_LANES == 4
+#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r)
+#elif K_LANES == 8
+#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r), 4 * (r), 5 * (r), 6 * (r), 7 * (r)
+#else
+#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r), 4 * (r), 5 * (r), 6 * (r), 7 * (r), 8 * (r), 9 * (r), \
+    10 * (r), 11 * (r), 12 * (r), 13 * (r), 14 * (r), 15 * (r)
+#endif
+#if defined(__clang__)
+#define K_NARROW_FN(NAME, ST, DT, DVT, R)                                                     \
+    K_INLINE DVT NAME(ST v) {                                                                 \
+        typedef DT k_w __attribute__((vector_size(sizeof(ST))));                              \
+        return (DVT)__builtin_shufflevector((k_w)v, (k_w)v, K_SEQ(R)); }
+#else
+#define K_NARROW_FN(NAME, ST, DT, DVT, R)                                                     \
+    K_INLINE DVT NAME(ST v) {                                                                 \
+        typedef DT k_w __attribute__((vector_size(sizeof(ST))));                              \
+        const k_w idx = {K_SEQ(R)};                                                           \
+        k_w s = __builtin_shuffle((k_w)v, idx);                                               \
+        DVT r; memcpy(&r, &s, sizeof r); return r; }
+#endif
+K_NARROW_FN(k_nr_64_32, kv_u64, uint32_t, kv_u32, 2)
+K_NARROW_FN(k_nr_64_16, kv_u64, uint16_t, kv_u16, 4)
+K_NARROW_FN(k_nr_64_8, kv_u64, uint8_t, kv_u8, 8)
+K_NARROW_FN(k_nr_32_16, kv_u32, uint16_t, kv_u16, 2)
+K_NARROW_FN(k_nr_32_8, kv_u32, uint8_t, kv_u8, 4)
+K_NARROW_FN(k_nr_16_8, kv_u16, uint8_t, kv_u8, 2)
+/* Comparison masks <-> bool lanes. */
+K_INLINE kv_b k_b_from_m8(kv_i64 m) { return k_nr_64_8((kv_u64)m & 1); }
+K_INLINE kv_b k_b_from_m4(kv_i32 m) { return k_nr_32_8((kv_u32)m & 1); }
+K_INLINE kv_b k_b_from_m2(kv_i16 m) { return k_nr_16_8((kv_u16)m & 1); }
+K_INLINE kv_b k_b_from_m1(kv_i8 m) { return (kv_b)m & 1; }
+K_INLINE kv_i64 k_m8_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i64); }
+K_INLINE kv_i32 k_m4_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i32); }
+K_INLINE kv_i16 k_m2_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i16); }
+K_INLINE kv_i8 k_m1_from_b(kv_b c) { return -(kv_i8)c; }
+
+/* Fused multiply-add (the math below uses it exactly where kiln-cpu's vecmath.rs calls
+ * mul_add, so both round alike) and square roots, per lane, with the target's instructions. */
+K_INLINE kv_f32 k_vfma(kv_f32 a, kv_f32 b, kv_f32 c) {
+#if defined(__AVX512F__)
+    return (kv_f32)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    return (kv_f32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif defined(__aarch64__)
+    return (kv_f32)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b);
+#else
+    kv_f32 r;
+    for (int l = 0; l < K_LANES; ++l) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+#endif
+}
+K_INLINE kv_f32 k_vsqrt_f32(kv_f32 a) {
+#if defined(__AVX512F__)
+    return (kv_f32)_mm512_sqrt_ps((__m512)a);
+#elif defined(__AVX__)
+    return (kv_f32)_mm256_sqrt_ps((__m256)a);
+#elif defined(__SSE2__)
+    return (kv_f32)_mm_sqrt_ps((__m128)a);
+#elif defined(__aarch64__)
+    return (kv_f32)vsqrtq_f32((float32x4_t)a);
+#else
+    kv_f32 r;
+    for (int l = 0; l < K_LANES; ++l) r[l] = sqrtf(a[l]);
+    return r;
+#endif
+}
+K_INLINE kv_f64 k_vsqrt_f64(kv_f64 a) {
+    /* two halves, each one register */
+    typedef double k_h __attribute__((vector_size(K_VBYTES)));
+    k_h h[2];
+    memcpy(h, &a, sizeof a);
+    for (int k = 0; k < 2; ++k) {
+#if defined(__AVX512F__)
+        h[k] = (k_h)_mm512_sqrt_pd((__m512d)h[k]);
+#elif defined(__AVX__)
+        h[k] = (k_h)_mm256_sqrt_pd((__m256d)h[k]);
+#elif defined(__SSE2__)
+        h[k] = (k_h)_mm_sqrt_pd((__m128d)h[k]);
+#elif defined(__aarch64__)
+        h[k] = (k_h)vsqrtq_f64((float64x2_t)h[k]);
+#else
+        for (int l = 0; l < K_LANES / 2; ++l) h[k][l] = sqrt(h[k][l]);
+#endif
+    }
+    kv_f64 r;
+    memcpy(&r, h, sizeof r);
+    return r;
+}
+
+/* ---- float vector helpers for float (f32) and double (f64): NaN-aware max/min, abs,
+ * copysign, sign and rounding to integers, as the scalar helpers ---- */
+#define K_VFLOAT_FNS(S, VT, IT, UT, SIGN, BIG)                                                \
+    K_INLINE VT k_vabs_##S(VT x) { return (VT)((UT)x & ~((UT){} + SIGN)); }                   \
+    K_INLINE VT k_vcopysign_##S(VT m, VT s) {                                                 \
+        const UT sign = (UT){} + SIGN;                                                        \
+        return (VT)(((UT)m & ~sign) | ((UT)s & sign)); }                                      \
+    K_INLINE VT k_vmax_##S(VT a, VT b) { return K_SEL(IT, (a != a) | (a > b), a, b); }        \
+    K_INLINE VT k_vmin_##S(VT a, VT b) { return K_SEL(IT, (a != a) | (a < b), a, b); }        \
+    K_INLINE VT k_vsign_##S(VT x) {                                                           \
+        const VT one = (VT){} + 1, zero = (VT){};                                             \
+        return K_SEL(IT, x > 0, one, K_SEL(IT, x < 0, -one, zero)); }                         \
+    /* round half to even: (|x| + 2^p) - 2^p is exact below 2^p (p: the mantissa bits) */    \
+    K_INLINE VT k_vrint_##S(VT x) {                                                           \
+        const VT a = k_vabs_##S(x), big = (VT){} + BIG;                                        \
+        const VT r = k_vcopysign_##S((a + big) - big, x);                                     \
+        return K_SEL(IT, a < big, r, x); }                                                    \
+    K_INLINE VT k_vfloor_##S(VT x) {                                                          \
+        const VT r = k_vrint_##S(x);                                                          \
+        return k_vcopysign_##S(K_SEL(IT, r > x, r - 1, r), x); }                              \
+    K_INLINE VT k_vceil_##S(VT x) {                                                           \
+        const VT r = k_vrint_##S(x);                                                          \
+        return k_vcopysign_##S(K_SEL(IT, r < x, r + 1, r), x); }
+K_VFLOAT_FNS(f32, kv_f32, kv_i32, kv_u32, 0x80000000u, 8388608.0f)
+K_VFLOAT_FNS(f64, kv_f64, kv_i64, kv_u64, 0x8000000000000000ull, 4503599627370496.0)
+
+/* ---- conversions ---- */
+/* float -> int32 as x86's cvtt: NaN and out of range give INT32_MIN (scalar k_f2i32). */
+K_INLINE kv_i32 k_vf2i32_f32(kv_f32 x) {
+    const kv_i32 ok = (x >= -2147483648.0f) & (x < 2147483648.0f);
+    const kv_i32 v = __builtin_convertvector(K_SEL(kv_i32, ok, x, (kv_f32){}), kv_i32);
+    return K_SEL(kv_i32, ok, v, (kv_i32){} + INT32_MIN);
+}
+K_INLINE kv_i32 k_vf2i32_f64(kv_f64 x) {
+    const kv_i64 ok = (x > -2147483649.0) & (x < 2147483648.0);
+    const kv_i32 v = __builtin_convertvector(K_SEL(kv_i64, ok, x, (kv_f64){}), kv_i32);
+    return K_SEL(kv_i32, (kv_i32)k_nr_64_32((kv_u64)ok), v, (kv_i32){} + INT32_MIN);
+}
+/* uint32 -> float / double, rounded once: the high and low halves are exact. */
+K_INLINE kv_f32 k_vu32_to_f32(kv_u32 x) {
+    const kv_f32 hi = __builtin_convertvector((kv_i32)(x >> 16), kv_f32) * 65536.0f;
+    return hi + __builtin_convertvector((kv_i32)(x & 0xffffu), kv_f32);
+}
+K_INLINE kv_f64 k_vu32_to_f64(kv_u32 x) {
+    return __builtin_convertvector((kv_i32)(x ^ 0x80000000u), kv_f64) + 2147483648.0;
+}
+
+/* float16 / bfloat16 bits <-> float, with the scalar helpers' rounding (to nearest even,
+ * overflow to inf, NaN quiet and signed, subnormals exact). */
+K_INLINE kv_f32 k_vf16_to_f32(kv_u16 h16) {
+    const kv_u32 h = __builtin_convertvector(h16, kv_u32);
+    const kv_u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const kv_u32 normal = sign | ((e + 112u) << 23) | (m << 13);
+    const kv_u32 special = sign | 0x7f800000u | (m << 13);
+    const kv_f32 subf = __builtin_convertvector((kv_i32)m, kv_f32) * 5.9604644775390625e-8f;
+    const kv_u32 sub = sign | (kv_u32)subf;
+    const kv_i32 is_special = (kv_i32)(e == 0x1fu), is_sub = (kv_i32)(e == 0u);
+    return (kv_f32)K_SEL(kv_i32, is_special, special, K_SEL(kv_i32, is_sub, sub, normal));
+}
+K_INLINE kv_f32 k_vbf16_to_f32(kv_u16 h) {
+    return (kv_f32)(__builtin_convertvector(h, kv_u32) << 16);
+}
+K_INLINE kv_u16 k_vf32_to_f16(kv_f32 x) {
+    const kv_u32 b = (kv_u32)x, sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
+    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u), (kv_i32){} + 0x7e00,
+                                         (kv_i32){} + 0x7c00);
+    /* normal: rebias the exponent, round the 13 dropped bits to nearest even (a carry moves
+     * into the exponent, as it should) */
+    const kv_u32 normal = (ax + 0x0fffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13;
+    /* subnormal: adding 0.5 (ulp 2^-24) rounds |x| once to a multiple of 2^-24 */
+    const kv_u32 sub = (kv_u32)(k_vabs_f32(x) + 0.5f) - 0x3f000000u;
+    const kv_i32 is_special = (kv_i32)(ax >= 0x477ff000u), is_normal = (kv_i32)(ax >= 0x38800000u);
+    const kv_u32 h = K_SEL(kv_i32, is_special, special, K_SEL(kv_i32, is_normal, normal, sub));
+    return k_nr_32_16(sign | h);
+}
+K_INLINE kv_u16 k_vf32_to_bf16(kv_f32 x) {
+    const kv_u32 b = (kv_u32)x, sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
+    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u), (kv_i32){} + 0x7fc0,
+                                         (kv_i32){} + 0x7f80);
+    const kv_u32 rounded = (ax + 0x7fffu + ((ax >> 16) & 1u)) >> 16;
+    const kv_u32 h = K_SEL(kv_i32, (kv_i32)(ax >= 0x7f800000u), special, rounded);
+    return k_nr_32_16(sign | h);
+}
+K_INLINE kv_f32 k_vround_f16(kv_f32 x) { return k_vf16_to_f32(k_vf32_to_f16(x)); }
+K_INLINE kv_f32 k_vround_bf16(kv_f32 x) { return k_vbf16_to_f32(k_vf32_to_bf16(x)); }
