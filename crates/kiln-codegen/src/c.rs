@@ -27,29 +27,47 @@ pub const KERNEL_SYMBOL: &str = "kiln_kernel";
 const SCALAR_PREAMBLE: &str = include_str!("preamble.c");
 const VECTOR_PREAMBLE: &str = include_str!("vector.c");
 
-/// What every kernel source starts with (the helpers of `preamble.c`, `vector.c` and
-/// `math.rs`).
+/// What the source of a kernel whose widest lane is `lane_bytes` (1, 2, 4 or 8) starts with:
+/// the helpers of `preamble.c`, `K_LANE_BYTES`, `vector.c` (with `c_vector.rs`'s shuffles)
+/// and the float32 math of `math.rs`.
+pub fn preamble_for(lane_bytes: usize) -> &'static str {
+    static TEXT: std::sync::OnceLock<[String; 4]> = std::sync::OnceLock::new();
+    let all = TEXT.get_or_init(|| {
+        [1usize, 2, 4, 8].map(|lb| {
+            let (head, tail) = VECTOR_PREAMBLE.split_once("/* @LANE_HELPERS@ */\n").unwrap();
+            let mut s = String::from(SCALAR_PREAMBLE);
+            s.push_str(&format!("\n#define K_LANE_BYTES {lb}\n"));
+            s.push_str(head);
+            s.push_str(&crate::c_vector::lane_helpers());
+            s.push_str(tail);
+            s.push_str(&crate::math::c_vector_math());
+            s.push_str(SCALAR_MATH);
+            s
+        })
+    });
+    &all[lane_bytes.trailing_zeros().min(3) as usize]
+}
+
+/// The preamble of float32 kernels ([`preamble_for`] 4-byte lanes).
 pub fn preamble() -> &'static str {
-    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TEXT.get_or_init(|| {
-        let mut s = String::from(SCALAR_PREAMBLE);
-        s.push_str(VECTOR_PREAMBLE);
-        s.push_str(&crate::math::c_vector_math());
-        s.push_str(SCALAR_MATH);
-        s
-    })
+    preamble_for(4)
+}
+
+/// The preamble `c_kernel` starts `program`'s source with.
+pub fn kernel_preamble(program: &FusedProgram) -> &'static str {
+    preamble_for(crate::c_vector::lane_bytes_of(program))
 }
 
 /// Scalar float32 forms of the vector math (lane-by-lane steps of other ops never need them,
 /// but `k_exp(x)` and friends must name something for float): one lane of the vector code.
 const SCALAR_MATH: &str = "
-K_INLINE float k_expf(float x) { return k_vexp((kv_f32){} + x)[0]; }
-K_INLINE float k_expm1f(float x) { return k_vexpm1((kv_f32){} + x)[0]; }
-K_INLINE float k_logf(float x) { return k_vlog((kv_f32){} + x)[0]; }
-K_INLINE float k_log1pf(float x) { return k_vlog1p((kv_f32){} + x)[0]; }
-K_INLINE float k_tanhf(float x) { return k_vtanh((kv_f32){} + x)[0]; }
-K_INLINE float k_sigmoidf(float x) { return k_vsigmoid((kv_f32){} + x)[0]; }
-K_INLINE float k_erff(float x) { return k_verf((kv_f32){} + x)[0]; }
+K_INLINE float k_expf(float x) { return k_vexp((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_expm1f(float x) { return k_vexpm1((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_logf(float x) { return k_vlog((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_log1pf(float x) { return k_vlog1p((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_tanhf(float x) { return k_vtanh((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_sigmoidf(float x) { return k_vsigmoid((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_erff(float x) { return k_verf((kv_f32){K_REP(x)})[0]; }
 ";
 
 /// How the contiguous variant reads one input.
@@ -258,7 +276,7 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
     if program.inputs.iter().any(complex) || program.steps.iter().any(|s| complex(&s.dtype)) {
         return scalar_kernel(program, variant);
     }
-    let mut s = String::from(preamble());
+    let mut s = String::from(kernel_preamble(program));
     let _ = writeln!(s, "\n/* {} */", program.name());
     let params = match variant {
         Variant::Contiguous(_) => "",
@@ -486,7 +504,7 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
     int64_t i = begin;
     for (; i + K_LANES <= end; i += K_LANES) {
         const kv_f32 t0 = k_ld_f32(in0 + i);
-        const kv_f32 t1 = ((kv_f32){} + (5e-1f));
+        const kv_f32 t1 = ((kv_f32){K_REP(5e-1f)});
         const kv_f32 t2 = (t0 * t1);
         const kv_f32 t3 = k_verf(t2);
         k_st_f32(out0 + i, t3);
@@ -500,7 +518,7 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
         float c1[K_LANES];
         memcpy(b0, in0 + i, n * sizeof *in0);
         const kv_f32 t0 = k_ld_f32(b0);
-        const kv_f32 t1 = ((kv_f32){} + (5e-1f));
+        const kv_f32 t1 = ((kv_f32){K_REP(5e-1f)});
         const kv_f32 t2 = (t0 * t1);
         const kv_f32 t3 = k_verf(t2);
         k_st_f32(c0, t3);
@@ -620,7 +638,7 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
             outputs: vec![1, 2],
         };
         let src = c_kernel(&p, &Variant::Contiguous(vec![InputKind::Scalar]));
-        assert!(src.contains("const kv_f32 S0 = k_vf16_to_f32(((kv_u16){} + (in0[0])));"));
+        assert!(src.contains("const kv_f32 S0 = k_vf16_to_f32(((kv_u16){K_REP(in0[0])}));"));
         assert!(src.contains("const kv_f32 t1 = k_vround_f16(k_vexp(t0));"));
         assert!(src.contains("const kv_i32 t2 = k_vf2i32_f32(t1);"));
         assert!(src.contains("k_st_u16(out0 + i, k_vf32_to_f16(t1));"));

@@ -78,9 +78,75 @@ fn mask_to_bool(bytes: usize, mask: &str) -> String {
     format!("k_b_from_m{bytes}({mask})")
 }
 
-/// The splat of a scalar C expression `value` into vector type `vt`.
+/// The splat of a scalar C expression `value` into vector type `vt` (every lane initialised:
+/// exact, -0.0 and NaN payloads included).
 pub(crate) fn splat(vt: &str, value: &str) -> String {
-    format!("(({vt}){{}} + ({value}))")
+    format!("(({vt}){{K_REP({value})}})")
+}
+
+/// The widest computed lane of `program` in bytes (half floats compute in float, bool is a
+/// byte): the kernel's `K_LANE_BYTES`.
+pub(crate) fn lane_bytes_of(program: &FusedProgram) -> usize {
+    program
+        .inputs
+        .iter()
+        .chain(program.steps.iter().map(|s| &s.dtype))
+        .map(|&d| lane_bytes(d))
+        .max()
+        .unwrap_or(4)
+}
+
+/// The shuffle helpers for every lane count a kernel can have (`#if K_LANES == n`): `K_REP`,
+/// `k_nr_<w>_<s>` (narrowing) and `k_wd_<s>_<w>` (widening with zeros) between unsigned
+/// lanes of 8, 16, 32 and 64 bits. Pairs whose byte shuffle would not fit (never used by a
+/// kernel: a lane never exceeds the kernel's `K_LANE_BYTES`) get a plain lane loop.
+pub(crate) fn lane_helpers() -> String {
+    let mut s = String::new();
+    let ut = |b: usize| ["uint8_t", "uint16_t", "", "uint32_t", "", "", "", "uint64_t"][b - 1];
+    for (n_i, n) in [2usize, 4, 8, 16, 32, 64].into_iter().enumerate() {
+        let _ = writeln!(s, "#{} K_LANES == {n}", if n_i == 0 { "if" } else { "elif" });
+        let rep: Vec<&str> = vec!["(x)"; n];
+        let _ = writeln!(s, "#define K_REP(x) {}", rep.join(", "));
+        for (sb, wb) in [(1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8)] {
+            let (sv, wv) = (unsigned_type(sb), unsigned_type(wb));
+            let (sbits, wbits) = (8 * sb, 8 * wb);
+            let r = wb / sb;
+            // elements of the narrow type in one wide vector
+            let m = n * r;
+            let fits = m * 2 <= 1usize << (8 * sb).min(16) && n * wb <= 64;
+            if !fits {
+                let _ = writeln!(
+                    s,
+                    "K_INLINE {sv} k_nr_{wbits}_{sbits}({wv} v) {{ {sv} r; for (int l = 0; l < K_LANES; ++l) r[l] = ({})v[l]; return r; }}",
+                    ut(sb)
+                );
+                let _ = writeln!(
+                    s,
+                    "K_INLINE {wv} k_wd_{sbits}_{wbits}({sv} v) {{ {wv} r; for (int l = 0; l < K_LANES; ++l) r[l] = v[l]; return r; }}"
+                );
+                continue;
+            }
+            let narrow: Vec<String> = (0..m).map(|j| if j < n { (j * r).to_string() } else { "0".into() }).collect();
+            let widen: Vec<String> =
+                (0..m).map(|j| if j % r == 0 { (j / r).to_string() } else { m.to_string() }).collect();
+            let e = ut(sb);
+            let _ = writeln!(
+                s,
+                "K_INLINE {sv} k_nr_{wbits}_{sbits}({wv} v) {{\n    typedef {e} k_w __attribute__((vector_size(sizeof({wv}))));\n#if defined(__clang__)\n    const k_w t = __builtin_shufflevector((k_w)v, (k_w)v, {nl});\n#else\n    const k_w idx = {{{nl}}};\n    const k_w t = __builtin_shuffle((k_w)v, idx);\n#endif\n    {sv} r; memcpy(&r, &t, sizeof r); return r;\n}}",
+                nl = narrow.join(", ")
+            );
+            let _ = writeln!(
+                s,
+                "K_INLINE {wv} k_wd_{sbits}_{wbits}({sv} v) {{\n    typedef {e} k_w __attribute__((vector_size(sizeof({wv}))));\n    k_w b; memset(&b, 0, sizeof b); memcpy(&b, &v, sizeof v);\n#if defined(__clang__)\n    const k_w t = __builtin_shufflevector(b, (k_w){{}}, {wl});\n#else\n    const k_w idx = {{{wl}}};\n    const k_w t = __builtin_shuffle(b, (k_w){{}}, idx);\n#endif\n    {wv} r; memcpy(&r, &t, sizeof r); return r;\n}}",
+                wl = widen.join(", ")
+            );
+        }
+    }
+    s.push_str("#else
+#error \"unsupported K_LANES\"
+#endif
+");
+    s
 }
 
 /// Narrows (modulo) integer lanes of `from_bytes` to `to_bytes`; `v` has the unsigned type.
@@ -102,7 +168,15 @@ fn int_to_int(from: DType, to: DType, v: &str) -> String {
     let (fb, tb) = (from.size(), to.size());
     let to_vt = vtype(to);
     if tb > fb {
-        format!("__builtin_convertvector({v}, {to_vt})")
+        // Zero-extend; sign-extend a signed source with a shift pair.
+        let wide = format!("k_wd_{}_{}(({})({v}))", 8 * fb, 8 * tb, unsigned_type(fb));
+        let shift = 8 * (tb - fb);
+        if is_signed_int(from) {
+            let st = mask_type(to);
+            format!("(({to_vt})((({st})({wide}) << {shift}) >> {shift}))")
+        } else {
+            format!("(({to_vt})({wide}))")
+        }
     } else if tb == fb && from == to {
         v.to_string()
     } else if tb == fb {

@@ -1,7 +1,7 @@
 
 /* ---- vectors: kernels compute K_LANES elements at a time in GCC/Clang vector types ----
- * Every step of a kernel is a vector of K_LANES values (a float32 vector fills one register:
- * 16 lanes with AVX-512, 8 with AVX/AVX2, 4 with SSE2 and NEON), so the loop is vector code
+ * Every step of a kernel is a vector of K_LANES values (the widest fills one register:
+ * float32 kernels run 16 lanes with AVX-512, 8 with AVX/AVX2, 4 with SSE2 and NEON), so the loop is vector code
  * by construction, whatever the C compiler's if-conversion heuristics would do. Selects are
  * bit operations on comparison masks, never branches; ops without a vector form here compute
  * lane by lane with the scalar helpers above (c.rs decides; docs/compile.md lists them). */
@@ -19,7 +19,10 @@
 #else
 #define K_VBYTES 16
 #endif
-#define K_LANES (K_VBYTES / 4)
+/* K_LANE_BYTES (set before this part by each kernel: its widest lane, half floats counting
+ * as float) fills one register with the widest vectors: comparisons and selects on vectors
+ * wider than a register would be expanded lane by lane. */
+#define K_LANES (K_VBYTES / K_LANE_BYTES)
 #define K_VT(T, S) typedef T kv_##S __attribute__((vector_size(K_LANES * sizeof(T))))
 K_VT(int8_t, i8); K_VT(uint8_t, u8); K_VT(int16_t, i16); K_VT(uint16_t, u16);
 K_VT(int32_t, i32); K_VT(uint32_t, u32); K_VT(int64_t, i64); K_VT(uint64_t, u64);
@@ -39,96 +42,92 @@ K_LDST(f32, float) K_LDST(f64, double)
 /* Lane-wise select: m is a comparison mask (all ones or zero per lane) of the int type IT. */
 #define K_SEL(IT, m, a, b) ((__typeof__(a))((((IT)(a)) & (m)) | (((IT)(b)) & ~(m))))
 
-/* Narrowing integer conversions (modulo, as C's): the low part of each lane picked by a
- * shuffle (gcc 12 expands __builtin_convertvector narrowing lane by lane). */
-#if K_LANES == 4
-#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r)
-#elif K_LANES == 8
-#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r), 4 * (r), 5 * (r), 6 * (r), 7 * (r)
-#else
-#define K_SEQ(r) 0, (r), 2 * (r), 3 * (r), 4 * (r), 5 * (r), 6 * (r), 7 * (r), 8 * (r), 9 * (r), \
-    10 * (r), 11 * (r), 12 * (r), 13 * (r), 14 * (r), 15 * (r)
-#endif
-#if defined(__clang__)
-#define K_NARROW_FN(NAME, ST, DT, DVT, R)                                                     \
-    K_INLINE DVT NAME(ST v) {                                                                 \
-        typedef DT k_w __attribute__((vector_size(sizeof(ST))));                              \
-        return (DVT)__builtin_shufflevector((k_w)v, (k_w)v, K_SEQ(R)); }
-#else
-#define K_NARROW_FN(NAME, ST, DT, DVT, R)                                                     \
-    K_INLINE DVT NAME(ST v) {                                                                 \
-        typedef DT k_w __attribute__((vector_size(sizeof(ST))));                              \
-        const k_w idx = {K_SEQ(R)};                                                           \
-        k_w s = __builtin_shuffle((k_w)v, idx);                                               \
-        DVT r; memcpy(&r, &s, sizeof r); return r; }
-#endif
-K_NARROW_FN(k_nr_64_32, kv_u64, uint32_t, kv_u32, 2)
-K_NARROW_FN(k_nr_64_16, kv_u64, uint16_t, kv_u16, 4)
-K_NARROW_FN(k_nr_64_8, kv_u64, uint8_t, kv_u8, 8)
-K_NARROW_FN(k_nr_32_16, kv_u32, uint16_t, kv_u16, 2)
-K_NARROW_FN(k_nr_32_8, kv_u32, uint8_t, kv_u8, 4)
-K_NARROW_FN(k_nr_16_8, kv_u16, uint8_t, kv_u8, 2)
+/* k_nr_<w>_<s> (narrowing, modulo as C's: the low part of each lane) and k_wd_<s>_<w>
+ * (widening with zeros) between unsigned lanes of w and s bits, and K_REP(x) (x once per lane,
+ * an exact splat), are shuffles written by c_vector.rs for this K_LANES (gcc 12 expands
+ * __builtin_convertvector between integer widths lane by lane). */
+/* @LANE_HELPERS@ */
 /* Comparison masks <-> bool lanes. */
 K_INLINE kv_b k_b_from_m8(kv_i64 m) { return k_nr_64_8((kv_u64)m & 1); }
 K_INLINE kv_b k_b_from_m4(kv_i32 m) { return k_nr_32_8((kv_u32)m & 1); }
 K_INLINE kv_b k_b_from_m2(kv_i16 m) { return k_nr_16_8((kv_u16)m & 1); }
 K_INLINE kv_b k_b_from_m1(kv_i8 m) { return (kv_b)m & 1; }
-K_INLINE kv_i64 k_m8_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i64); }
-K_INLINE kv_i32 k_m4_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i32); }
-K_INLINE kv_i16 k_m2_from_b(kv_b c) { return -__builtin_convertvector(c, kv_i16); }
+K_INLINE kv_i64 k_m8_from_b(kv_b c) { return -(kv_i64)k_wd_8_64(c); }
+K_INLINE kv_i32 k_m4_from_b(kv_b c) { return -(kv_i32)k_wd_8_32(c); }
+K_INLINE kv_i16 k_m2_from_b(kv_b c) { return -(kv_i16)k_wd_8_16(c); }
 K_INLINE kv_i8 k_m1_from_b(kv_b c) { return -(kv_i8)c; }
 
 /* Fused multiply-add (the math below uses it exactly where kiln-cpu's vecmath.rs calls
- * mul_add, so both round alike) and square roots, per lane, with the target's instructions. */
-K_INLINE kv_f32 k_vfma(kv_f32 a, kv_f32 b, kv_f32 c) {
+ * mul_add, so both round alike) and square roots, with the target's instructions on
+ * register-sized pieces (k_r*: one register). */
+typedef float k_rf32 __attribute__((vector_size(K_VBYTES)));
+typedef double k_rf64 __attribute__((vector_size(K_VBYTES)));
+K_INLINE k_rf32 k_rfma(k_rf32 a, k_rf32 b, k_rf32 c) {
 #if defined(__AVX512F__)
-    return (kv_f32)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+    return (k_rf32)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 #elif defined(__FMA__)
-    return (kv_f32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+    return (k_rf32)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
 #elif defined(__aarch64__)
-    return (kv_f32)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b);
+    return (k_rf32)vfmaq_f32((float32x4_t)c, (float32x4_t)a, (float32x4_t)b);
 #else
-    kv_f32 r;
-    for (int l = 0; l < K_LANES; ++l) r[l] = fmaf(a[l], b[l], c[l]);
+    k_rf32 r;
+    for (int l = 0; l < (int)(K_VBYTES / 4); ++l) r[l] = fmaf(a[l], b[l], c[l]);
     return r;
 #endif
+}
+K_INLINE k_rf32 k_rsqrt32(k_rf32 a) {
+#if defined(__AVX512F__)
+    return (k_rf32)_mm512_sqrt_ps((__m512)a);
+#elif defined(__AVX__)
+    return (k_rf32)_mm256_sqrt_ps((__m256)a);
+#elif defined(__SSE2__)
+    return (k_rf32)_mm_sqrt_ps((__m128)a);
+#elif defined(__aarch64__)
+    return (k_rf32)vsqrtq_f32((float32x4_t)a);
+#else
+    k_rf32 r;
+    for (int l = 0; l < (int)(K_VBYTES / 4); ++l) r[l] = sqrtf(a[l]);
+    return r;
+#endif
+}
+K_INLINE k_rf64 k_rsqrt64(k_rf64 a) {
+#if defined(__AVX512F__)
+    return (k_rf64)_mm512_sqrt_pd((__m512d)a);
+#elif defined(__AVX__)
+    return (k_rf64)_mm256_sqrt_pd((__m256d)a);
+#elif defined(__SSE2__)
+    return (k_rf64)_mm_sqrt_pd((__m128d)a);
+#elif defined(__aarch64__)
+    return (k_rf64)vsqrtq_f64((float64x2_t)a);
+#else
+    k_rf64 r;
+    for (int l = 0; l < (int)(K_VBYTES / 8); ++l) r[l] = sqrt(a[l]);
+    return r;
+#endif
+}
+/* VT's value in NP registers (at least one; a short vector is zero-padded). */
+#define K_PIECES(VT, RT) (sizeof(VT) > sizeof(RT) ? sizeof(VT) / sizeof(RT) : 1)
+K_INLINE kv_f32 k_vfma(kv_f32 a, kv_f32 b, kv_f32 c) {
+    enum { NP = K_PIECES(kv_f32, k_rf32) };
+    k_rf32 x[NP], y[NP], z[NP];
+    memset(x, 0, sizeof x); memset(y, 0, sizeof y); memset(z, 0, sizeof z);
+    memcpy(x, &a, sizeof a); memcpy(y, &b, sizeof b); memcpy(z, &c, sizeof c);
+    for (int k = 0; k < NP; ++k) x[k] = k_rfma(x[k], y[k], z[k]);
+    kv_f32 r; memcpy(&r, x, sizeof r); return r;
 }
 K_INLINE kv_f32 k_vsqrt_f32(kv_f32 a) {
-#if defined(__AVX512F__)
-    return (kv_f32)_mm512_sqrt_ps((__m512)a);
-#elif defined(__AVX__)
-    return (kv_f32)_mm256_sqrt_ps((__m256)a);
-#elif defined(__SSE2__)
-    return (kv_f32)_mm_sqrt_ps((__m128)a);
-#elif defined(__aarch64__)
-    return (kv_f32)vsqrtq_f32((float32x4_t)a);
-#else
-    kv_f32 r;
-    for (int l = 0; l < K_LANES; ++l) r[l] = sqrtf(a[l]);
-    return r;
-#endif
+    enum { NP = K_PIECES(kv_f32, k_rf32) };
+    k_rf32 x[NP];
+    memset(x, 0, sizeof x); memcpy(x, &a, sizeof a);
+    for (int k = 0; k < NP; ++k) x[k] = k_rsqrt32(x[k]);
+    kv_f32 r; memcpy(&r, x, sizeof r); return r;
 }
 K_INLINE kv_f64 k_vsqrt_f64(kv_f64 a) {
-    /* two halves, each one register */
-    typedef double k_h __attribute__((vector_size(K_VBYTES)));
-    k_h h[2];
-    memcpy(h, &a, sizeof a);
-    for (int k = 0; k < 2; ++k) {
-#if defined(__AVX512F__)
-        h[k] = (k_h)_mm512_sqrt_pd((__m512d)h[k]);
-#elif defined(__AVX__)
-        h[k] = (k_h)_mm256_sqrt_pd((__m256d)h[k]);
-#elif defined(__SSE2__)
-        h[k] = (k_h)_mm_sqrt_pd((__m128d)h[k]);
-#elif defined(__aarch64__)
-        h[k] = (k_h)vsqrtq_f64((float64x2_t)h[k]);
-#else
-        for (int l = 0; l < K_LANES / 2; ++l) h[k][l] = sqrt(h[k][l]);
-#endif
-    }
-    kv_f64 r;
-    memcpy(&r, h, sizeof r);
-    return r;
+    enum { NP = K_PIECES(kv_f64, k_rf64) };
+    k_rf64 x[NP];
+    memset(x, 0, sizeof x); memcpy(x, &a, sizeof a);
+    for (int k = 0; k < NP; ++k) x[k] = k_rsqrt64(x[k]);
+    kv_f64 r; memcpy(&r, x, sizeof r); return r;
 }
 
 /* ---- float vector helpers for float (f32) and double (f64): NaN-aware max/min, abs,
@@ -181,7 +180,7 @@ K_INLINE kv_f64 k_vu32_to_f64(kv_u32 x) {
 /* float16 / bfloat16 bits <-> float, with the scalar helpers' rounding (to nearest even,
  * overflow to inf, NaN quiet and signed, subnormals exact). */
 K_INLINE kv_f32 k_vf16_to_f32(kv_u16 h16) {
-    const kv_u32 h = __builtin_convertvector(h16, kv_u32);
+    const kv_u32 h = k_wd_16_32(h16);
     const kv_u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     const kv_u32 normal = sign | ((e + 112u) << 23) | (m << 13);
     const kv_u32 special = sign | 0x7f800000u | (m << 13);
@@ -191,7 +190,7 @@ K_INLINE kv_f32 k_vf16_to_f32(kv_u16 h16) {
     return (kv_f32)K_SEL(kv_i32, is_special, special, K_SEL(kv_i32, is_sub, sub, normal));
 }
 K_INLINE kv_f32 k_vbf16_to_f32(kv_u16 h) {
-    return (kv_f32)(__builtin_convertvector(h, kv_u32) << 16);
+    return (kv_f32)(k_wd_16_32(h) << 16);
 }
 K_INLINE kv_u16 k_vf32_to_f16(kv_f32 x) {
     const kv_u32 b = (kv_u32)x, sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
