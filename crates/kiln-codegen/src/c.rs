@@ -321,8 +321,11 @@ pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
             for (k, &dtype) in program.inputs.iter().enumerate() {
                 if scalar(k) {
                     let vt = vtype(dtype);
-                    let _ =
-                        writeln!(s, "    const {vt} S{k} = {};", vsplat_input(dtype, &format!("in{k}")));
+                    let _ = writeln!(
+                        s,
+                        "    const {vt} S{k} = {};",
+                        vsplat_input(dtype, &format!("in{k}"))
+                    );
                 }
             }
             s.push_str("    int64_t i = begin;\n");

@@ -126,9 +126,11 @@ pub(crate) fn lane_helpers() -> String {
                 );
                 continue;
             }
-            let narrow: Vec<String> = (0..m).map(|j| if j < n { (j * r).to_string() } else { "0".into() }).collect();
-            let widen: Vec<String> =
-                (0..m).map(|j| if j % r == 0 { (j / r).to_string() } else { m.to_string() }).collect();
+            let narrow: Vec<String> =
+                (0..m).map(|j| if j < n { (j * r).to_string() } else { "0".into() }).collect();
+            let widen: Vec<String> = (0..m)
+                .map(|j| if j % r == 0 { (j / r).to_string() } else { m.to_string() })
+                .collect();
             let e = ut(sb);
             let _ = writeln!(
                 s,
@@ -142,10 +144,12 @@ pub(crate) fn lane_helpers() -> String {
             );
         }
     }
-    s.push_str("#else
+    s.push_str(
+        "#else
 #error \"unsupported K_LANES\"
 #endif
-");
+",
+    );
     s
 }
 
@@ -377,16 +381,29 @@ pub(crate) fn vector_body(
                 }
                 None => {
                     // Lane by lane: the scalar expression on each lane's values.
-                    let lane = |k: usize| {
-                        format!("(({})t{k}[l])", compute_type(program.steps[k].dtype))
+                    // Bool operands as uint8_t (0 / 1: the helpers give the bool results):
+                    // gcc 12 for aarch64 vectorises `bool` lane expressions into all-ones lanes.
+                    let lane = |k: usize| match program.steps[k].dtype {
+                        DType::Bool => format!("((uint8_t)t{k}[l])"),
+                        d => format!("(({})t{k}[l])", compute_type(d)),
                     };
                     let e = step_expr_with(program, i, &|_| unreachable!(), &lane);
                     let _ = writeln!(s, "{indent}{vt} t{i};");
-                    let _ = writeln!(
-                        s,
-                        "{indent}for (int l = 0; l < K_LANES; ++l) t{i}[l] = ({})({e}); /* lane by lane */",
-                        lane_ctype(step.dtype)
-                    );
+                    if step.dtype == DType::Bool {
+                        // gcc 12 for aarch64 vectorises such bool lanes into all-ones bytes
+                        // and drops a `& 1` it thinks redundant: the empty asm hides the
+                        // value, so the mask stays (and the loop stays scalar: rare ops).
+                        let _ = writeln!(
+                            s,
+                            "{indent}for (int l = 0; l < K_LANES; ++l) {{ uint8_t v = (uint8_t)({e}); __asm__(\"\" : \"+r\"(v)); t{i}[l] = v & 1; }} /* lane by lane */"
+                        );
+                    } else {
+                        let _ = writeln!(
+                            s,
+                            "{indent}for (int l = 0; l < K_LANES; ++l) t{i}[l] = ({})({e}); /* lane by lane */",
+                            lane_ctype(step.dtype)
+                        );
+                    }
                 }
             },
         }
@@ -443,4 +460,3 @@ pub(crate) fn vsplat_input(dtype: DType, ptr: &str) -> String {
 pub(crate) fn storage(dtype: DType) -> &'static str {
     c_type(dtype)
 }
-

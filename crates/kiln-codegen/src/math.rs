@@ -96,7 +96,9 @@ fn horner(x: &str, c: &[f32]) -> String {
 /// The C vector functions of the float32 math: `k_vexp`, `k_vexpm1`, `k_vlog`, `k_vlog1p`,
 /// `k_vtanh`, `k_vsigmoid`, `k_verf` (over `kv_f32`, after `vector.c`'s helpers).
 pub fn c_vector_math() -> String {
-    let mut s = String::from("\n/* ---- float32 math: kiln-codegen math.rs, as kiln-cpu vecmath.rs ---- */\n");
+    let mut s = String::from(
+        "\n/* ---- float32 math: kiln-codegen math.rs, as kiln-cpu vecmath.rs ---- */\n",
+    );
     let sel = "K_SEL(kv_i32, ";
     let _ = write!(
         s,

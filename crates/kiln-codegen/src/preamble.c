@@ -25,7 +25,7 @@ typedef float _Complex kc64;
 /* ---- half precision storage: float16 / bfloat16 bits <-> float, round to nearest even ---- */
 K_INLINE float k_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13);
+    if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u); /* NaN quiet */
     else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (man << 13);
     else if (man == 0) bits = sign;
     else { /* subnormal: exact as a float */
@@ -35,6 +35,7 @@ K_INLINE float k_f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &bits, 4); return f;
 }
 K_INLINE float k_bf16_to_f32(uint16_t h) {
+    if ((h & 0x7fffu) > 0x7f80u) h |= 0x40u; /* NaN quiet */
     uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f;
 }
 /* double -> binary16 with one rounding (also exact for float inputs, widened first). */
@@ -42,8 +43,9 @@ K_INLINE uint16_t k_f64_to_f16(double x) {
     uint64_t b; memcpy(&b, &x, 8);
     uint16_t sign = (uint16_t)((b >> 48) & 0x8000u);
     uint64_t ax = b & 0x7fffffffffffffffull;
-    if (ax >= 0x7ff0000000000000ull)   /* inf or NaN (NaN stays quiet) */
-        return sign | (ax > 0x7ff0000000000000ull ? 0x7e00u : 0x7c00u);
+    if (ax >= 0x7ff0000000000000ull)   /* inf or NaN (quiet, the payload's top bits kept) */
+        return sign | (ax > 0x7ff0000000000000ull
+                       ? (uint16_t)(0x7e00u | ((ax & 0xfffffffffffffull) >> 42)) : 0x7c00u);
     int e = (int)(ax >> 52) - 1023;
     uint64_t m = (ax & 0xfffffffffffffull) | 0x10000000000000ull;
     if (e > 15) return sign | 0x7c00u;
@@ -64,7 +66,8 @@ K_INLINE uint16_t k_f64_to_bf16(double x) {
     uint16_t sign = (uint16_t)((b >> 48) & 0x8000u);
     uint64_t ax = b & 0x7fffffffffffffffull;
     if (ax >= 0x7ff0000000000000ull)
-        return sign | (ax > 0x7ff0000000000000ull ? 0x7fc0u : 0x7f80u);
+        return sign | (ax > 0x7ff0000000000000ull
+                       ? (uint16_t)(0x7fc0u | ((ax & 0xfffffffffffffull) >> 45)) : 0x7f80u);
     int e = (int)(ax >> 52) - 1023;
     uint64_t m = (ax & 0xfffffffffffffull) | 0x10000000000000ull;
     if (e > 127) return sign | 0x7f80u;

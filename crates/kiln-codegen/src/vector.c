@@ -183,19 +183,21 @@ K_INLINE kv_f32 k_vf16_to_f32(kv_u16 h16) {
     const kv_u32 h = k_wd_16_32(h16);
     const kv_u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     const kv_u32 normal = sign | ((e + 112u) << 23) | (m << 13);
-    const kv_u32 special = sign | 0x7f800000u | (m << 13);
+    const kv_u32 special = sign | 0x7f800000u | (m << 13) | (kv_u32)((kv_i32)(m != 0u) & 0x400000);
     const kv_f32 subf = __builtin_convertvector((kv_i32)m, kv_f32) * 5.9604644775390625e-8f;
     const kv_u32 sub = sign | (kv_u32)subf;
     const kv_i32 is_special = (kv_i32)(e == 0x1fu), is_sub = (kv_i32)(e == 0u);
     return (kv_f32)K_SEL(kv_i32, is_special, special, K_SEL(kv_i32, is_sub, sub, normal));
 }
 K_INLINE kv_f32 k_vbf16_to_f32(kv_u16 h) {
-    return (kv_f32)(k_wd_16_32(h) << 16);
+    const kv_u16 nan = (kv_u16)((kv_i16)((h & 0x7fff) > 0x7f80) & 0x40);
+    return (kv_f32)(k_wd_16_32(h | nan) << 16);
 }
 K_INLINE kv_u16 k_vf32_to_f16(kv_f32 x) {
     const kv_u32 b = (kv_u32)x, sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
-    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u), (kv_i32){} + 0x7e00,
-                                         (kv_i32){} + 0x7c00);
+    /* NaN: quiet, the payload's top bits kept (as the half crate the eager kernels use) */
+    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u),
+                                         (kv_i32)(0x7e00u | ((ax & 0x7fffffu) >> 13)), (kv_i32){} + 0x7c00);
     /* normal: rebias the exponent, round the 13 dropped bits to nearest even (a carry moves
      * into the exponent, as it should) */
     const kv_u32 normal = (ax + 0x0fffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13;
@@ -207,7 +209,7 @@ K_INLINE kv_u16 k_vf32_to_f16(kv_f32 x) {
 }
 K_INLINE kv_u16 k_vf32_to_bf16(kv_f32 x) {
     const kv_u32 b = (kv_u32)x, sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
-    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u), (kv_i32){} + 0x7fc0,
+    const kv_u32 special = (kv_u32)K_SEL(kv_i32, (kv_i32)(ax > 0x7f800000u), (kv_i32)((ax >> 16) | 0x40u),
                                          (kv_i32){} + 0x7f80);
     const kv_u32 rounded = (ax + 0x7fffu + ((ax >> 16) & 1u)) >> 16;
     const kv_u32 h = K_SEL(kv_i32, (kv_i32)(ax >= 0x7f800000u), special, rounded);

@@ -29,7 +29,7 @@
 // The constants are kiln-codegen's (`math.rs`): generated C kernels compute the same
 // functions from them, operation for operation, so compiled and eager results are equal.
 use kiln_codegen::math::{
-    EXP_HI, EXP_LO, EXP_TAYLOR, EXPM1_TAYLOR, ERF_SMALL, ERF_TAIL, LN2_HI, LN2_LO, LOG1P_NEAR,
+    ERF_SMALL, ERF_TAIL, EXPM1_TAYLOR, EXP_HI, EXP_LO, EXP_TAYLOR, LN2_HI, LN2_LO, LOG1P_NEAR,
     LOG_ATANH, ROUND_SHIFT, TANH_P, TANH_Q,
 };
 

@@ -22,15 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 /// Flags for every kernel besides `-march`: no undefined behaviour on overflow (`-fwrapv`),
 /// no fused multiply-add contraction (results match the eager kernels: the math calls FMA
 /// explicitly where they do), no errno (lets libm calls inline).
-pub(crate) const FLAGS: &[&str] = &[
-    "-O3",
-    "-std=gnu11",
-    "-fwrapv",
-    "-ffp-contract=off",
-    "-fno-math-errno",
-    "-fPIC",
-    "-shared",
-];
+pub(crate) const FLAGS: &[&str] =
+    &["-O3", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared"];
 
 /// Default seconds the C compiler may take for one kernel (`KILN_CC_TIMEOUT`).
 pub const DEFAULT_CC_TIMEOUT_S: u64 = 60;
