@@ -1,15 +1,20 @@
 //! C source for a fused elementwise program (kiln_base::FusedProgram). One kernel function,
 //! `kiln_kernel`, computes the outputs for flat indices `[begin, end)`, so the caller splits
-//! the range over threads. Two variants:
+//! the range over threads. The body is vector code (`c_vector.rs`: GCC/Clang vector
+//! extensions, `K_LANES` elements per step), in two variants:
 //! - contiguous: every input is either row-contiguous of the output's shape (a vector,
-//!   read at `i`) or a single broadcast value (a scalar, read once); the loop is a plain
-//!   `for` the C compiler vectorises;
-//! - strided: any layout (broadcast = stride 0, negative strides); rows of the last axis
-//!   are walked with per-input strides, the row start decomposed once per row.
+//!   loaded at `i`) or a single broadcast value (a scalar, read once and splat); whole
+//!   vectors first, then the last `end - i < K_LANES` elements through staging arrays by the
+//!   same vector body (so the tail computes the same bits);
+//! - strided: any layout (broadcast = stride 0, negative strides); `K_LANES` elements are
+//!   gathered at a time with per-input strides (the multi-index advanced per element, the
+//!   offsets decomposed again at each row end), computed as vectors, stored contiguously.
 //!
 //! Each step becomes one typed local, so integer results wrap to their width and
 //! float16/bfloat16 results are rounded at every node, exactly as the eager kernels do.
+//! Programs with complex values (moves only) keep the scalar loop.
 
+use crate::c_vector::{storage, vector_body, vload, vsplat_input, vstore, vtype};
 use crate::{binary_expr, c_type, unary_expr};
 use kiln_base::{BinaryOp, DType, FusedOp, FusedProgram, Scalar, UnaryOp};
 use std::fmt::Write;
@@ -17,8 +22,53 @@ use std::fmt::Write;
 /// The kernel function's name in every generated source.
 pub const KERNEL_SYMBOL: &str = "kiln_kernel";
 
-/// The scalar math every kernel includes (see `preamble.c`).
-pub const PREAMBLE: &str = concat!(include_str!("erf_rational.h"), include_str!("preamble.c"));
+/// The scalar helpers (`preamble.c`: integer division without traps, x86 conversions, libm
+/// wrappers) and the vector ones (`vector.c`, then the float32 math of `math.rs`).
+const SCALAR_PREAMBLE: &str = include_str!("preamble.c");
+const VECTOR_PREAMBLE: &str = include_str!("vector.c");
+
+/// What the source of a kernel whose widest lane is `lane_bytes` (1, 2, 4 or 8) starts with:
+/// the helpers of `preamble.c`, `K_LANE_BYTES`, `vector.c` (with `c_vector.rs`'s shuffles)
+/// and the float32 math of `math.rs`.
+pub fn preamble_for(lane_bytes: usize) -> &'static str {
+    static TEXT: std::sync::OnceLock<[String; 4]> = std::sync::OnceLock::new();
+    let all = TEXT.get_or_init(|| {
+        [1usize, 2, 4, 8].map(|lb| {
+            let (head, tail) = VECTOR_PREAMBLE.split_once("/* @LANE_HELPERS@ */\n").unwrap();
+            let mut s = String::from(SCALAR_PREAMBLE);
+            s.push_str(&format!("\n#define K_LANE_BYTES {lb}\n"));
+            s.push_str(head);
+            s.push_str(&crate::c_vector::lane_helpers());
+            s.push_str(tail);
+            s.push_str(&crate::math::c_vector_math());
+            s.push_str(SCALAR_MATH);
+            s
+        })
+    });
+    &all[lane_bytes.trailing_zeros().min(3) as usize]
+}
+
+/// The preamble of float32 kernels ([`preamble_for`] 4-byte lanes).
+pub fn preamble() -> &'static str {
+    preamble_for(4)
+}
+
+/// The preamble `c_kernel` starts `program`'s source with.
+pub fn kernel_preamble(program: &FusedProgram) -> &'static str {
+    preamble_for(crate::c_vector::lane_bytes_of(program))
+}
+
+/// Scalar float32 forms of the vector math (lane-by-lane steps of other ops never need them,
+/// but `k_exp(x)` and friends must name something for float): one lane of the vector code.
+const SCALAR_MATH: &str = "
+K_INLINE float k_expf(float x) { return k_vexp((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_expm1f(float x) { return k_vexpm1((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_logf(float x) { return k_vlog((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_log1pf(float x) { return k_vlog1p((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_tanhf(float x) { return k_vtanh((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_sigmoidf(float x) { return k_vsigmoid((kv_f32){K_REP(x)})[0]; }
+K_INLINE float k_erff(float x) { return k_verf((kv_f32){K_REP(x)})[0]; }
+";
 
 /// How the contiguous variant reads one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,8 +199,17 @@ pub(crate) fn step_expr(
     i: usize,
     input: &dyn Fn(usize) -> String,
 ) -> String {
+    step_expr_with(program, i, input, &|k| format!("t{k}"))
+}
+
+/// As [`step_expr`], with the earlier values spelled by `t` (the vector body's lanes).
+pub(crate) fn step_expr_with(
+    program: &FusedProgram,
+    i: usize,
+    input: &dyn Fn(usize) -> String,
+    t: &dyn Fn(usize) -> String,
+) -> String {
     let step = &program.steps[i];
-    let t = |k: usize| format!("t{k}");
     match &step.op {
         FusedOp::Input(k) => input(*k),
         FusedOp::Literal(v) => literal(*v, step.dtype),
@@ -160,7 +219,7 @@ pub(crate) fn step_expr(
                 .unwrap_or_else(|| binary_expr(*op, &t(*a), &t(*b)));
             round(step.dtype, &value)
         }
-        FusedOp::Where(c, a, b) => format!("(t{c} ? t{a} : t{b})"),
+        FusedOp::Where(c, a, b) => format!("({} ? {} : {})", t(*c), t(*a), t(*b)),
         FusedOp::AsType(a) => convert(program.steps[*a].dtype, step.dtype, &t(*a)),
     }
 }
@@ -213,7 +272,142 @@ pub(crate) fn body(
 
 /// The C source of `program` as `variant` (preamble included).
 pub fn c_kernel(program: &FusedProgram, variant: &Variant) -> String {
-    let mut s = String::from(PREAMBLE);
+    let complex = |d: &DType| *d == DType::C64;
+    if program.inputs.iter().any(complex) || program.steps.iter().any(|s| complex(&s.dtype)) {
+        return scalar_kernel(program, variant);
+    }
+    let mut s = String::from(kernel_preamble(program));
+    let _ = writeln!(s, "\n/* {} */", program.name());
+    let params = match variant {
+        Variant::Contiguous(_) => "",
+        Variant::Strided => ", int64_t ndim, const int64_t *shape, const int64_t *strides",
+    };
+    let _ = writeln!(
+        s,
+        "void {KERNEL_SYMBOL}(int64_t begin, int64_t end, void *const *in, void *const *out{params}) {{"
+    );
+    // No `restrict`: a donated input is also an output. Each block of lanes loads all of its
+    // inputs before it stores an output, so element i is read before it is written.
+    for (k, &dtype) in program.inputs.iter().enumerate() {
+        let ty = c_type(dtype);
+        let _ = writeln!(s, "    const {ty} *in{k} = (const {ty} *)in[{k}];");
+    }
+    let out_dtypes = program.output_dtypes();
+    for (k, dtype) in out_dtypes.iter().enumerate() {
+        let ty = c_type(*dtype);
+        let _ = writeln!(s, "    {ty} *out{k} = ({ty} *)out[{k}];");
+    }
+    let n_in = program.inputs.len();
+    // Staging arrays: a partial block's inputs (zero-filled past its end) and outputs.
+    let staging = |s: &mut String, ind: &str| {
+        for (k, &dtype) in program.inputs.iter().enumerate() {
+            let _ = writeln!(s, "{ind}{} b{k}[K_LANES];", storage(dtype));
+            let _ = writeln!(s, "{ind}memset(b{k}, 0, sizeof b{k});");
+        }
+        for (k, dtype) in out_dtypes.iter().enumerate() {
+            let _ = writeln!(s, "{ind}{} c{k}[K_LANES];", storage(*dtype));
+        }
+    };
+    let staged_body = |s: &mut String, kinds: Option<&[InputKind]>, ind: &str| {
+        let input = |k: usize| match kinds.and_then(|kinds| kinds.get(k)) {
+            Some(InputKind::Scalar) => format!("S{k}"),
+            _ => vload(program.inputs[k], &format!("b{k}")),
+        };
+        s.push_str(&vector_body(program, &input, &|k, v| vstore(&format!("c{k}"), v), ind));
+    };
+    match variant {
+        Variant::Contiguous(kinds) => {
+            let scalar = |k: usize| kinds.get(k) == Some(&InputKind::Scalar);
+            for (k, &dtype) in program.inputs.iter().enumerate() {
+                if scalar(k) {
+                    let vt = vtype(dtype);
+                    let _ = writeln!(
+                        s,
+                        "    const {vt} S{k} = {};",
+                        vsplat_input(dtype, &format!("in{k}"))
+                    );
+                }
+            }
+            s.push_str("    int64_t i = begin;\n");
+            s.push_str("    for (; i + K_LANES <= end; i += K_LANES) {\n");
+            let input = |k: usize| {
+                if scalar(k) {
+                    format!("S{k}")
+                } else {
+                    vload(program.inputs[k], &format!("in{k} + i"))
+                }
+            };
+            let store = |k: usize, v| vstore(&format!("out{k} + i"), v);
+            s.push_str(&vector_body(program, &input, &store, "        "));
+            s.push_str("    }\n    if (i < end) {\n        const int64_t n = end - i;\n");
+            staging(&mut s, "        ");
+            for k in (0..n_in).filter(|&k| !scalar(k)) {
+                let _ = writeln!(s, "        memcpy(b{k}, in{k} + i, n * sizeof *in{k});");
+            }
+            staged_body(&mut s, Some(kinds), "        ");
+            for k in 0..out_dtypes.len() {
+                let _ = writeln!(s, "        memcpy(out{k} + i, c{k}, n * sizeof *out{k});");
+            }
+            s.push_str("    }\n}\n");
+        }
+        Variant::Strided => {
+            // The element offsets of flat index `at`, and its column in the last axis.
+            let decompose = |s: &mut String, at: &str, ind: &str| {
+                let _ = writeln!(s, "{ind}{{\n{ind}    int64_t rest = {at};");
+                for k in 0..n_in {
+                    let _ = writeln!(s, "{ind}    o{k} = 0;");
+                }
+                let _ = writeln!(s, "{ind}    for (int64_t d = ndim - 1; d >= 0; --d) {{");
+                let _ = writeln!(s, "{ind}        const int64_t c = rest % shape[d];");
+                let _ = writeln!(s, "{ind}        rest /= shape[d];");
+                let _ = writeln!(s, "{ind}        if (d == ndim - 1) col = c;");
+                for k in 0..n_in {
+                    let _ = writeln!(s, "{ind}        o{k} += c * strides[{k} * ndim + d];");
+                }
+                let _ = writeln!(s, "{ind}    }}\n{ind}}}");
+            };
+            s.push_str("    const int64_t last = shape[ndim - 1];\n    int64_t col = 0;\n");
+            for k in 0..n_in {
+                let _ = writeln!(s, "    int64_t o{k} = 0;");
+                let _ = writeln!(s, "    const int64_t st{k} = strides[{k} * ndim + ndim - 1];");
+            }
+            decompose(&mut s, "begin", "    ");
+            s.push_str("    for (int64_t i = begin; i < end; i += K_LANES) {\n");
+            s.push_str("        const int64_t n = end - i < K_LANES ? end - i : K_LANES;\n");
+            staging(&mut s, "        ");
+            s.push_str("        for (int64_t l = 0; l < n; ++l) {\n");
+            for k in 0..n_in {
+                let _ = writeln!(s, "            b{k}[l] = in{k}[o{k}];");
+            }
+            s.push_str("            if (++col < last) {\n");
+            for k in 0..n_in {
+                let _ = writeln!(s, "                o{k} += st{k};");
+            }
+            s.push_str("            } else if (i + l + 1 < end) {\n");
+            decompose(&mut s, "i + l + 1", "                ");
+            s.push_str("            }\n        }\n");
+            staged_body(&mut s, None, "        ");
+            for k in 0..out_dtypes.len() {
+                let _ = writeln!(s, "        memcpy(out{k} + i, c{k}, n * sizeof *out{k});");
+            }
+            s.push_str("    }\n}\n");
+        }
+    }
+    s
+}
+
+/// How many steps of `program` have no vector form and compute lane by lane (libm
+/// functions, integer division and powers, shifts, 64-bit integer conversions).
+pub fn lane_steps(program: &FusedProgram) -> usize {
+    (0..program.steps.len())
+        .filter(|&i| !matches!(program.steps[i].op, FusedOp::Input(_) | FusedOp::Literal(_)))
+        .filter(|&i| crate::c_vector::vector_form(program, i).is_none())
+        .count()
+}
+
+/// The scalar kernel (complex moves): one element per iteration.
+fn scalar_kernel(program: &FusedProgram, variant: &Variant) -> String {
+    let mut s = String::from(preamble());
     let _ = writeln!(s, "\n/* {} */", program.name());
     let params = match variant {
         Variant::Contiguous(_) => "",
@@ -303,21 +497,37 @@ mod tests {
     #[test]
     fn contiguous_kernel_snapshot() {
         let src = c_kernel(&gelu_like(), &Variant::Contiguous(vec![InputKind::Vector]));
-        let kernel = &src[PREAMBLE.len()..];
+        let kernel = &src[preamble().len()..];
         let expected = "
 /* Compiled_multiply_erf */
 void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) {
     const float *in0 = (const float *)in[0];
     float *out0 = (float *)out[0];
     float *out1 = (float *)out[1];
-    K_IVDEP
-    for (int64_t i = begin; i < end; ++i) {
-        const float t0 = in0[i];
-        const float t1 = 5e-1f;
-        const float t2 = (float)(((t0) * (t1)));
-        const float t3 = (float)(k_erf((t2)));
-        out0[i] = t3;
-        out1[i] = t2;
+    int64_t i = begin;
+    for (; i + K_LANES <= end; i += K_LANES) {
+        const kv_f32 t0 = k_ld_f32(in0 + i);
+        const kv_f32 t1 = ((kv_f32){K_REP(5e-1f)});
+        const kv_f32 t2 = (t0 * t1);
+        const kv_f32 t3 = k_verf(t2);
+        k_st_f32(out0 + i, t3);
+        k_st_f32(out1 + i, t2);
+    }
+    if (i < end) {
+        const int64_t n = end - i;
+        float b0[K_LANES];
+        memset(b0, 0, sizeof b0);
+        float c0[K_LANES];
+        float c1[K_LANES];
+        memcpy(b0, in0 + i, n * sizeof *in0);
+        const kv_f32 t0 = k_ld_f32(b0);
+        const kv_f32 t1 = ((kv_f32){K_REP(5e-1f)});
+        const kv_f32 t2 = (t0 * t1);
+        const kv_f32 t3 = k_verf(t2);
+        k_st_f32(c0, t3);
+        k_st_f32(c1, t2);
+        memcpy(out0 + i, c0, n * sizeof *out0);
+        memcpy(out1 + i, c1, n * sizeof *out1);
     }
 }
 ";
@@ -327,8 +537,10 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
     #[test]
     fn strided_kernel_reads_with_strides() {
         let src = c_kernel(&gelu_like(), &Variant::Strided);
-        assert!(src.contains("const float t0 = in0[o0 + j * st0];"));
-        assert!(src.contains("out0[i + j] = t3;"));
+        assert!(src.contains("b0[l] = in0[o0];"));
+        assert!(src.contains("o0 += st0;"));
+        assert!(src.contains("const kv_f32 t0 = k_ld_f32(b0);"));
+        assert!(src.contains("memcpy(out0 + i, c0, n * sizeof *out0);"));
         assert!(src.contains("o0 += c * strides[0 * ndim + d];"));
     }
 
@@ -429,9 +641,9 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
             outputs: vec![1, 2],
         };
         let src = c_kernel(&p, &Variant::Contiguous(vec![InputKind::Scalar]));
-        assert!(src.contains("const float s0 = k_f16_to_f32(in0[0]);"));
-        assert!(src.contains("const float t1 = k_round_f16((float)(k_exp((t0))));"));
-        assert!(src.contains("const int32_t t2 = (int32_t)k_f2i32((double)(t1));"));
-        assert!(src.contains("out0[i] = k_f64_to_f16((double)(t1));"));
+        assert!(src.contains("const kv_f32 S0 = k_vf16_to_f32(((kv_u16){K_REP(in0[0])}));"));
+        assert!(src.contains("const kv_f32 t1 = k_vround_f16(k_vexp(t0));"));
+        assert!(src.contains("const kv_i32 t2 = k_vf2i32_f32(t1);"));
+        assert!(src.contains("k_st_u16(out0 + i, k_vf32_to_f16(t1));"));
     }
 }

@@ -3,8 +3,10 @@
 //! from the facts rows in `kiln_base::elementwise`, the same table the eager kernels follow.
 
 pub mod c;
+mod c_vector;
 pub mod cuda;
 pub mod cuda_packed;
+pub mod math;
 
 use kiln_base::{BinaryOp, DType, UnaryOp};
 

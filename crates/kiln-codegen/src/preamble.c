@@ -13,9 +13,7 @@
 typedef float _Complex kc64;
 
 #define K_INLINE static inline __attribute__((always_inline))
-/* Before each kernel loop: its iterations are independent (outputs are fresh buffers that no
- * input aliases). Without it gcc gives up on loops of many inputs and outputs (too many
- * runtime alias checks) and runs them scalar (adam's 4 inputs and 3 outputs: 10x slower). */
+/* Before a scalar kernel loop (complex moves): its iterations are independent. */
 #if defined(__clang__)
 #define K_IVDEP _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)
@@ -27,7 +25,7 @@ typedef float _Complex kc64;
 /* ---- half precision storage: float16 / bfloat16 bits <-> float, round to nearest even ---- */
 K_INLINE float k_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13);
+    if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u); /* NaN quiet */
     else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (man << 13);
     else if (man == 0) bits = sign;
     else { /* subnormal: exact as a float */
@@ -37,6 +35,7 @@ K_INLINE float k_f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &bits, 4); return f;
 }
 K_INLINE float k_bf16_to_f32(uint16_t h) {
+    if ((h & 0x7fffu) > 0x7f80u) h |= 0x40u; /* NaN quiet */
     uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f;
 }
 /* double -> binary16 with one rounding (also exact for float inputs, widened first). */
@@ -44,8 +43,9 @@ K_INLINE uint16_t k_f64_to_f16(double x) {
     uint64_t b; memcpy(&b, &x, 8);
     uint16_t sign = (uint16_t)((b >> 48) & 0x8000u);
     uint64_t ax = b & 0x7fffffffffffffffull;
-    if (ax >= 0x7ff0000000000000ull)   /* inf or NaN (NaN stays quiet) */
-        return sign | (ax > 0x7ff0000000000000ull ? 0x7e00u : 0x7c00u);
+    if (ax >= 0x7ff0000000000000ull)   /* inf or NaN (quiet, the payload's top bits kept) */
+        return sign | (ax > 0x7ff0000000000000ull
+                       ? (uint16_t)(0x7e00u | ((ax & 0xfffffffffffffull) >> 42)) : 0x7c00u);
     int e = (int)(ax >> 52) - 1023;
     uint64_t m = (ax & 0xfffffffffffffull) | 0x10000000000000ull;
     if (e > 15) return sign | 0x7c00u;
@@ -66,7 +66,8 @@ K_INLINE uint16_t k_f64_to_bf16(double x) {
     uint16_t sign = (uint16_t)((b >> 48) & 0x8000u);
     uint64_t ax = b & 0x7fffffffffffffffull;
     if (ax >= 0x7ff0000000000000ull)
-        return sign | (ax > 0x7ff0000000000000ull ? 0x7fc0u : 0x7f80u);
+        return sign | (ax > 0x7ff0000000000000ull
+                       ? (uint16_t)(0x7fc0u | ((ax & 0xfffffffffffffull) >> 45)) : 0x7f80u);
     int e = (int)(ax >> 52) - 1023;
     uint64_t m = (ax & 0xfffffffffffffull) | 0x10000000000000ull;
     if (e > 127) return sign | 0x7f80u;
@@ -139,84 +140,15 @@ K_INLINE float k_erfinv_f32(float a) {
 }
 
 
-/* ---- branch-free float32 exp, tanh, erf, sigmoid: plain arithmetic and selects, so the
- * C compiler vectorises loops that call them (libm calls would keep loops scalar).
- * Error bounds against float64 are measured by kiln-cpu's test `fast_math_error_bounds`
- * (over a dense sweep of each function's range) and listed in docs/compile.md. ---- */
-#ifdef __FMA__
-#define K_FMA(a, b, c) fmaf(a, b, c)
-#else
-#define K_FMA(a, b, c) ((a) * (b) + (c))
-#endif
-K_INLINE float k_pow2i(int32_t n) { /* 2^n for n in [-126, 127] */
-    uint32_t bits = (uint32_t)(n + 127) << 23; float f; memcpy(&f, &bits, 4); return f;
-}
-K_INLINE float k_expf_poly(float x) {
-    /* exp(x) = 2^n e^r, n = round(x / ln 2), |r| <= ln2 / 2, e^r by its degree-7 Taylor
-     * polynomial (truncation < 5e-9); 2^n applied in two halves so subnormal results and
-     * overflow to inf come out right. */
-    const float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x); /* selects vectorise; fminf does not */
-    const float n = rintf(c * 1.44269504088896341f);
-    float r = K_FMA(n, -0.693145751953125f, c);
-    r = K_FMA(n, -1.428606765330187045e-06f, r);
-    float p = 1.98412698e-4f;
-    p = K_FMA(p, r, 1.38888889e-3f);
-    p = K_FMA(p, r, 8.33333333e-3f);
-    p = K_FMA(p, r, 4.16666667e-2f);
-    p = K_FMA(p, r, 1.66666667e-1f);
-    p = K_FMA(p, r, 0.5f);
-    p = K_FMA(p, r, 1.0f);
-    p = K_FMA(p, r, 1.0f);
-    const int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
-    const float y = p * k_pow2i(n1) * k_pow2i(n2);
-    return __builtin_isnan(x) ? x : (x < -104.0f ? 0.0f : y); /* exp(-inf) is 0 */
-}
-K_INLINE float k_tanhf_poly(float x) {
-    /* |x| < 0.5: x + x z Q(z), z = x^2, Q the Taylor series of (tanh(x)/x - 1) / z to
-     * x^17 (truncation < 5e-10); else 1 - 2 / (exp(2|x|) + 1) (1 exactly past |x| = 9.01). */
-    const float a = fabsf(x), z = x * x;
-    float q = 5.9002744e-04f;
-    q = K_FMA(q, z, -1.4558344e-03f);
-    q = K_FMA(q, z, 3.5921280e-03f);
-    q = K_FMA(q, z, -8.8632355e-03f);
-    q = K_FMA(q, z, 2.1869489e-02f);
-    q = K_FMA(q, z, -5.3968254e-02f);
-    q = K_FMA(q, z, 1.3333334e-01f);
-    q = K_FMA(q, z, -3.3333334e-01f);
-    const float small = K_FMA(x * z, q, x);
-    const float e = k_expf_poly(2.0f * (a < 20.0f ? a : 20.0f));
-    const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return a < 0.5f ? small : (__builtin_isnan(x) ? x : big);
-}
-K_INLINE float k_erff_rational(float x) {
-    /* erf_rational.h's rational: one division and eleven FMAs and no exp, 1.25x faster than
-     * libmvec's erff, so used everywhere. Separate selects: gcc vectorises those, not nested
-     * ones. */
-    const float lo = x < -K_ERF_CLAMP ? -K_ERF_CLAMP : x;
-    const float c = lo > K_ERF_CLAMP ? K_ERF_CLAMP : lo;
-    const float z = c * c;
-    const float r = c * K_ERF_P(z, K_FMA) / K_ERF_Q(z, K_FMA);
-    const float hi = r > 1.0f ? 1.0f : r;
-    return hi < -1.0f ? -1.0f : hi;
-}
-/* glibc's vector math (libmvec, with gcc): exp and tanh as SIMD calls, the fastest choice
- * where it exists (glibc >= 2.35); the polynomials above elsewhere. KILN_NO_MVEC (tests)
- * forces the polynomials. erf is the rational above in both cases. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) \
-    && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)) && !defined(KILN_NO_MVEC)
-__attribute__((simd("notinbranch"))) float expf(float);
-__attribute__((simd("notinbranch"))) float tanhf(float);
-#define k_expf expf
-#define k_tanhf tanhf
-#else
-#define k_expf k_expf_poly
-#define k_tanhf k_tanhf_poly
-#endif
-#define k_erff k_erff_rational
-K_INLINE float k_sigmoidf(float x) {
-    const float y = 1.0f / (1.0f + k_expf(fabsf(x)));
-    return x < 0.0f ? y : 1.0f - y;
-}
+/* float32 exp, expm1, log, log1p, tanh, sigmoid and erf (k_expf ... k_erff) are one lane of
+ * the vector math that follows (math.rs, as the eager kernels' vecmath.rs). */
+K_INLINE float k_expf(float x);
+K_INLINE float k_expm1f(float x);
+K_INLINE float k_logf(float x);
+K_INLINE float k_log1pf(float x);
+K_INLINE float k_tanhf(float x);
+K_INLINE float k_sigmoidf(float x);
+K_INLINE float k_erff(float x);
 
 /* ---- integer math: never traps; shifts as x86 (narrow types promote to int32) ---- */
 #define K_SIGNED_FNS(T, S, W, UW, MASK)                                                       \
@@ -310,7 +242,7 @@ K_INLINE double k_pow_f64(double a, double b) { return pow(a, b); }
 #define k_right_shift(a, b) K_INTS(a, k_shr)(a, b)
 
 #define k_exp(a) K_FLOATS(a, k_expf, exp)(a)
-#define k_log(a) K_FLOATS(a, logf, log)(a)
+#define k_log(a) K_FLOATS(a, k_logf, log)(a)
 #define k_sqrt(a) K_FLOATS(a, sqrtf, sqrt)(a)
 #define k_sin(a) K_FLOATS(a, sinf, sin)(a)
 #define k_cos(a) K_FLOATS(a, cosf, cos)(a)
@@ -320,8 +252,8 @@ K_INLINE double k_pow_f64(double a, double b) { return pow(a, b); }
 #define k_erf(a) K_FLOATS(a, k_erff, erf)(a)
 #define k_erfinv(a) k_erfinv_f32(a)
 #define k_rsqrt(a) K_FLOATS(a, k_rsqrt_f32, k_rsqrt_f64)(a)
-#define k_expm1(a) K_FLOATS(a, expm1f, expm1)(a)
-#define k_log1p(a) K_FLOATS(a, log1pf, log1p)(a)
+#define k_expm1(a) K_FLOATS(a, k_expm1f, expm1)(a)
+#define k_log1p(a) K_FLOATS(a, k_log1pf, log1p)(a)
 #define k_log2(a) K_FLOATS(a, log2f, log2)(a)
 #define k_log10(a) K_FLOATS(a, log10f, log10)(a)
 #define k_asin(a) K_FLOATS(a, asinf, asin)(a)

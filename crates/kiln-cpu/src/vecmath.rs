@@ -8,7 +8,9 @@
 //! The polynomials are Taylor series (exp, expm1, log's atanh series) or least-squares fits
 //! on Chebyshev nodes (erf, and tanh's rational function; `scripts/fit_vecmath.py`
 //! reproduces them). Coefficients are listed highest degree first, for Horner's rule with
-//! FMA. Generated C kernels can mirror each function line by line.
+//! FMA. They live in kiln-codegen's `math.rs`, which writes the same functions for generated
+//! C kernels (vector code, one operation for each here): compiled and eager results are
+//! equal bit for bit (kiln-cpu's `fused_vectors` test).
 //!
 //! Maximum error against an f64 reference, in units in the last place of the float32 result
 //! (measured by the tests below over a sweep of every 241st float32 plus dense grids, and
@@ -24,69 +26,12 @@
 //! | sigmoid | 2.30 | `exp(-|x|)` over `1 + exp(-|x|)`: no overflow, tiny results exact |
 //! | erf     | 2.36 | `x P(x^2)` below 1, `1 - exp(-x^2) R(x)` up to 4, ±1 past it |
 
-/// ln 2 split for Cody-Waite reduction: `LN2_HI` has 16 significant bits, so `n * LN2_HI` is
-/// exact for |n| < 2^8 and `x - n ln 2` loses nothing to cancellation.
-const LN2_HI: f32 = 0.693_145_75;
-const LN2_LO: f32 = 1.428_606_8e-6;
-/// Adding 1.5 * 2^23 rounds a float of magnitude < 2^22 to an integer held in the low
-/// mantissa bits.
-const ROUND_SHIFT: f32 = 12_582_912.0;
-
-/// e^r for |r| <= ln2/2: Taylor series through r^7 (truncation below 5e-9 relative).
-const EXP_TAYLOR: [f32; 8] =
-    [1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
-
-/// (e^x - 1) / x for |x| < 0.5: Taylor series through x^8 (truncation below 3e-9 relative).
-const EXPM1_TAYLOR: [f32; 9] = [
-    1.0 / 362_880.0,
-    1.0 / 40_320.0,
-    1.0 / 5040.0,
-    1.0 / 720.0,
-    1.0 / 120.0,
-    1.0 / 24.0,
-    1.0 / 6.0,
-    0.5,
-    1.0,
-];
-
-/// log m = 2 atanh(s) = 2 (s + s^3/3 + ... + s^9/9 + ...), s = (m-1)/(m+1), |s| <= 0.1716:
-/// coefficients of s^2 .. s^8 in (atanh(s)/s - 1)/s^2 (truncation below 3e-9 relative).
-const LOG_ATANH: [f32; 4] = [1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0];
-
-/// erf(x) / x as a polynomial in t = x^2 on [0, 1] (fit error 1.2e-9).
-// The constant term is fitted, not 2/sqrt(pi) rounded: it trades an ulp for a smaller error.
-#[allow(clippy::approx_constant)]
-const ERF_SMALL: [f32; 7] = [
-    7.882_497_5e-5,
-    -8.018_855e-4,
-    5.189_312e-3,
-    -2.685_432_9e-2,
-    1.128_359_7e-1,
-    -3.761_262_6e-1,
-    1.128_379_1,
-];
-
-/// erfc(x) e^(x^2) as a polynomial in u = x - 2 on x in [1, 4] (fit error 4.4e-8 on values
-/// in [0.14, 0.43]; it scales erfc <= 0.16, so erf's absolute error stays below 1e-8).
-const ERF_TAIL: [f32; 11] = [
-    1.671_801_8e-6,
-    -1.474_509_5e-5,
-    6.189_882e-5,
-    -1.935_522_6e-4,
-    5.899_943_6e-4,
-    -1.823_170_8e-3,
-    5.439_987_4e-3,
-    -1.546_352_2e-2,
-    4.180_314e-2,
-    -1.067_961_9e-1,
-    2.553_956_5e-1,
-];
-
-/// tanh(x) / x = P(t) / Q(t) in t = x^2 for |x| <= 9: a rational fit in relative error
-/// (2.2e-8); P(0) = Q(0) = 1 exactly, so tiny x gives tanh(x) = x. All coefficients are
-/// positive, so Horner's rule on t >= 0 never cancels.
-const TANH_P: [f32; 5] = [1.341_966_2e-8, 2.066_124_4e-5, 3.498_996_1e-3, 1.338_398_2e-1, 1.0];
-const TANH_Q: [f32; 5] = [7.804_702e-7, 3.291_037_6e-4, 2.589_021e-2, 4.671_730_4e-1, 1.0];
+// The constants are kiln-codegen's (`math.rs`): generated C kernels compute the same
+// functions from them, operation for operation, so compiled and eager results are equal.
+use kiln_codegen::math::{
+    ERF_SMALL, ERF_TAIL, EXPM1_TAYLOR, EXP_HI, EXP_LO, EXP_TAYLOR, LN2_HI, LN2_LO, LOG1P_NEAR,
+    LOG_ATANH, ROUND_SHIFT, TANH_P, TANH_Q,
+};
 
 /// Horner's rule with fused multiply-adds; `c` from the highest degree down.
 #[inline(always)]
@@ -109,8 +54,8 @@ fn pow2i(k: i32) -> f32 {
 pub fn exp(x: f32) -> f32 {
     // Beyond these e^x rounds to inf / 0 anyway; clamping keeps 2^n representable in two
     // factors. A NaN fails both comparisons and flows through to the result.
-    let x = if x > 89.0 { 89.0 } else { x };
-    let x = if x < -104.0 { -104.0 } else { x };
+    let x = if x > EXP_HI { EXP_HI } else { x };
+    let x = if x < EXP_LO { EXP_LO } else { x };
     // x = n ln2 + r with n = round(x / ln2), |r| <= ln2/2.
     let t = x.mul_add(std::f32::consts::LOG2_E, ROUND_SHIFT);
     let n = t - ROUND_SHIFT;
@@ -178,7 +123,7 @@ pub fn log1p(x: f32) -> f32 {
     // log(u) is the log of the rounded 1 + x and x / (u - 1) scales it to the exact one.
     let near = log_series(x / (2.0 + x));
     let far = log(u) * (x / (u - 1.0));
-    let r = if x > -0.29 && x < 0.41 { near } else { far };
+    let r = if x > LOG1P_NEAR.0 && x < LOG1P_NEAR.1 { near } else { far };
     // u == 1: x is below half an ulp of 1, where log1p(x) rounds to x (also keeps -0).
     let r = if u == 1.0 { x } else { r };
     if u == f32::INFINITY {

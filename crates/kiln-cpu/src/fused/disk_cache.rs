@@ -19,19 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Flags for every kernel: no undefined behaviour on overflow (`-fwrapv`), no fused
-/// multiply-add contraction (results match the eager kernels), no errno (lets libm calls
-/// vectorise and inline).
-pub(crate) const FLAGS: &[&str] = &[
-    "-O3",
-    "-march=native",
-    "-std=gnu11",
-    "-fwrapv",
-    "-ffp-contract=off",
-    "-fno-math-errno",
-    "-fPIC",
-    "-shared",
-];
+/// Flags for every kernel besides `-march`: no undefined behaviour on overflow (`-fwrapv`),
+/// no fused multiply-add contraction (results match the eager kernels: the math calls FMA
+/// explicitly where they do), no errno (lets libm calls inline).
+pub(crate) const FLAGS: &[&str] =
+    &["-O3", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared"];
 
 /// Default seconds the C compiler may take for one kernel (`KILN_CC_TIMEOUT`).
 pub const DEFAULT_CC_TIMEOUT_S: u64 = 60;
@@ -59,7 +51,8 @@ pub(crate) fn runtime(msg: String) -> kiln_base::Error {
 pub(crate) fn build_or_reuse(tag: &str, source: &str) -> Result<Stored> {
     let cc = compiler();
     let version = compiler_version(&cc)?;
-    let hash = fnv1a(&[tag, source, &FLAGS.join(" "), &version, &cpu_features()]);
+    let march = march_flag()?;
+    let hash = fnv1a(&[tag, source, &FLAGS.join(" "), &march, &version, &cpu_features()]);
     let dir = cache_dir();
     std::fs::create_dir_all(&dir)
         .map_err(|e| runtime(format!("cannot create the kernel cache {}: {e}", dir.display())))?;
@@ -149,6 +142,7 @@ fn compile(cc: &str, source: &str, tmp: &Paths) -> Result<()> {
         .map_err(|e| runtime(format!("cannot write kernel: {e}")))?;
     let mut child = Command::new(cc)
         .args(FLAGS)
+        .arg(march_flag()?)
         .arg("-o")
         .arg(&tmp.so)
         .arg(&tmp.c)
@@ -258,6 +252,17 @@ fn compiler_version(cc: &str) -> Result<String> {
         Err(format!("no C compiler `{cc}` (set KILN_CC or put `cc` on PATH)"))
     });
     found.clone().map_err(runtime)
+}
+
+/// `-march=<KILN_CPU_MARCH>` (default `native`): the instruction set kernels are built for,
+/// so an AVX2 build can be tried on any x86 machine (`KILN_CPU_MARCH=x86-64-v3`).
+pub(crate) fn march_flag() -> Result<String> {
+    let march = std::env::var("KILN_CPU_MARCH").ok().filter(|m| !m.is_empty());
+    let march = march.as_deref().unwrap_or("native");
+    if !march.chars().all(|c| c.is_ascii_alphanumeric() || "-_.+".contains(c)) {
+        return Err(runtime(format!("KILN_CPU_MARCH={march:?} is not an -march value")));
+    }
+    Ok(format!("-march={march}"))
 }
 
 /// The CPU features `-march=native` may use, as far as they change generated code.
