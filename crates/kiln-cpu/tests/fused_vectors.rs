@@ -153,7 +153,7 @@ fn values(dtype: DType, n: usize, seed: u64) -> Vec<u8> {
             d => {
                 let v = match int_edge(i) {
                     Some(&e) => e as u64,
-                    None if pick == 0 => (bits % 9) as u64, // small: shift counts, exponents
+                    None if pick == 0 => bits % 9, // small: shift counts, exponents
                     None if pick == 1 => (f as i64) as u64,
                     None => bits,
                 };
@@ -201,8 +201,9 @@ fn binary_takes(op: BinaryOp, d: DType) -> bool {
         Domain::Bool => d == DType::Bool,
         // Shifts of bool: no shift helper for bool in the C preamble (and MLX rejects them).
         Domain::Integer => {
-            !d.is_float()
-                && !(d == DType::Bool && matches!(op, BinaryOp::LeftShift | BinaryOp::RightShift))
+            let bool_shift =
+                d == DType::Bool && matches!(op, BinaryOp::LeftShift | BinaryOp::RightShift);
+            !(d.is_float() || bool_shift)
         }
     }
 }
@@ -403,7 +404,7 @@ fn eager(program: &FusedProgram, logical: &[Vec<u8>], n: usize) -> Option<Vec<Ve
         .collect();
     let prim = Primitive::Fused(Arc::new(program.clone()));
     let res = CpuBackend.eval(&prim, &inputs, &outs).ok()?;
-    Some(res.iter().map(|x| bytes(x)).collect())
+    Some(res.iter().map(bytes).collect())
 }
 
 /// The u8 buffer `x` seen as `n` elements of `d`.
