@@ -237,14 +237,21 @@ def _tensor(data: bytes, where: str, start: int, align: int, info):
     name, shape, dname, off = info
     dt = np.dtype(_NP[dname]).newbyteorder("<")
     n = _nbytes(where, shape, dt.itemsize)
+    begin = _span(data, where, start, off, n, align)
+    return _to_kiln(np.frombuffer(data, dt, count=n // dt.itemsize, offset=begin).reshape(shape),
+                    dname)
+
+
+def _span(data: bytes, where: str, start: int, off: int, n: int, align: int) -> int:
+    """Where a tensor's ``n`` bytes at offset ``off`` of the data section (at ``start``)
+    begin, once checked to be aligned and inside the file."""
     if off % align:
         raise _corrupt(where, f"offset {off} is not a multiple of the alignment {align}")
     begin = start + off
     if begin + n > len(data):
         raise _corrupt(where, f"data [{begin}, {begin + n}) run past the end of the file "
                               f"({len(data)} bytes)")
-    return _to_kiln(np.frombuffer(data, dt, count=n // dt.itemsize, offset=begin).reshape(shape),
-                    dname)
+    return begin
 
 
 def _quantized(data: bytes, where: str, start: int, align: int, info):
@@ -259,12 +266,7 @@ def _quantized(data: bytes, where: str, start: int, align: int, info):
                               f"got shape {shape}")
     blocks = _nbytes(where, shape, 1) // 32
     n = blocks * block
-    if off % align:
-        raise _corrupt(where, f"offset {off} is not a multiple of the alignment {align}")
-    begin = start + off
-    if begin + n > len(data):
-        raise _corrupt(where, f"data [{begin}, {begin + n}) run past the end of the file "
-                              f"({len(data)} bytes)")
+    begin = _span(data, where, start, off, n, align)
     raw = np.frombuffer(data, np.uint8, count=n, offset=begin).reshape(blocks, block)
     d = raw[:, :2].copy().view("<f2")[:, 0]
     if kind == "q8_0":
