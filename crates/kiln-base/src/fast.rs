@@ -104,6 +104,15 @@ pub enum FastOp {
     /// (N, K * bits / 32) uint32, `scales` and `biases` (N, K / group_size) of x's dtype.
     /// Output (..., N) of x's dtype.
     QuantizedMatmul { group_size: usize, bits: u32 },
+    /// `gather_mm` reading each picked matrix in place (no gathered copies). Inputs: `a`
+    /// (A..., M, K) and `b` (B..., K, N) of one float dtype, then `lhs` and `rhs` (I...)
+    /// uint32 flat indices over the batch axes of `a` and `b` (one shape). Output (I..., M, N).
+    GatherMm,
+    /// `gather_qmm` with `transpose`: `x[lhs] @ dequantize(w[rhs]).T` for MLX's affine
+    /// quantization, each expert's packed rows read in place. Inputs: `x` (X..., M, K) float,
+    /// `w` (E..., N, K * bits / 32) uint32, `scales` and `biases` (E..., N, K / group_size)
+    /// of x's dtype, then `lhs` and `rhs` (I...) uint32. Output (I..., M, N) of x's dtype.
+    GatherQmm { group_size: usize, bits: u32 },
     /// A user C kernel (several outputs).
     CKernel(Arc<CKernelSpec>),
     /// A user CUDA kernel (several outputs; GPU only).
@@ -123,6 +132,8 @@ impl FastOp {
             }
             FastOp::AttentionVjp { .. } => "scaled_dot_product_attention_vjp",
             FastOp::QuantizedMatmul { .. } => "quantized_matmul",
+            FastOp::GatherMm => "gather_mm",
+            FastOp::GatherQmm { .. } => "gather_qmm",
             FastOp::CKernel(_) => "c_kernel",
             FastOp::CudaKernel(_) => "cuda_kernel",
         }
@@ -141,7 +152,8 @@ impl FastOp {
             }
             FastOp::AttentionTrain { .. } => 3,
             FastOp::AttentionVjp { .. } => 6,
-            FastOp::QuantizedMatmul { .. } => 4,
+            FastOp::QuantizedMatmul { .. } | FastOp::GatherMm => 4,
+            FastOp::GatherQmm { .. } => 6,
             FastOp::CKernel(spec) => spec.num_inputs,
             FastOp::CudaKernel(spec) => spec.num_inputs,
         }
@@ -341,38 +353,97 @@ impl FastOp {
                 Ok([0, 1, 2].map(|i| (Shape::from(inputs[i].0), d)).to_vec())
             }
             FastOp::QuantizedMatmul { group_size, bits } => {
-                let [(x, dx), (w, dw), (s, ds), (b, db)] = [0, 1, 2, 3].map(|i| inputs[i]);
-                ensure!(dx.is_float(), Type, op, "x must be floating point, got {dx}.");
-                ensure!(dw == DType::U32, Type, op, "w must be uint32, got {dw}.");
-                ensure!(ds == dx && db == dx, Type, op, "scales and biases must have x's dtype.");
-                let (Some(&k), [n, words]) = (x.last(), w) else {
-                    bail!(Value, op, "Expected x (..., K) and a 2-d w, got {}.", fmt_shape(w));
+                let x = inputs[0].0;
+                let Some(&k) = x.last() else {
+                    bail!(Value, op, "Expected x (..., K), got {}.", fmt_shape(x));
                 };
-                let groups = k / group_size.max(&1);
+                ensure!(inputs[1].0.len() == 2, Value, op, "Expected a 2-d w.");
+                let (n, dx) = packed_matrix(op, &inputs[..4], k, *group_size, *bits)?;
+                let mut out = x.to_vec();
+                *out.last_mut().expect("x has an axis") = n;
+                Ok(vec![(Shape::from(out.as_slice()), dx)])
+            }
+            FastOp::GatherMm => {
+                let [(a, da), (b, db)] = [inputs[0], inputs[1]];
+                ensure!(da.is_float(), Type, op, "Expected float inputs, got {da}.");
+                ensure!(da == db, Type, op, "a and b must have one dtype.");
                 ensure!(
-                    *group_size > 0
-                        && (1..=8).contains(bits)
-                        && k % group_size == 0
-                        && *words * 32 == k * *bits as usize
-                        && s == [*n, groups]
-                        && b == [*n, groups],
+                    a.len() >= 2 && b.len() >= 2 && a[a.len() - 1] == b[b.len() - 2],
                     Value,
                     op,
-                    "Shapes x {}, w {}, scales {}, biases {} do not fit group_size \
-                     {group_size} and bits {bits}.",
-                    fmt_shape(x),
-                    fmt_shape(w),
-                    fmt_shape(s),
+                    "Shapes {} and {} do not multiply.",
+                    fmt_shape(a),
                     fmt_shape(b)
                 );
-                let mut out = x.to_vec();
-                *out.last_mut().expect("x has an axis") = *n;
-                Ok(vec![(Shape::from(out.as_slice()), dx)])
+                let idx = gather_indices(op, &inputs[2..4])?;
+                Ok(vec![(matrix_batch(idx, a[a.len() - 2], b[b.len() - 1]), da)])
+            }
+            FastOp::GatherQmm { group_size, bits } => {
+                let x = inputs[0].0;
+                ensure!(x.len() >= 2, Value, op, "x must have at least 2 dimensions.");
+                let w = inputs[1].0;
+                ensure!(w.len() >= 2, Value, op, "w must have at least 2 dimensions.");
+                let (n, dx) = packed_matrix(op, &inputs[..4], x[x.len() - 1], *group_size, *bits)?;
+                let idx = gather_indices(op, &inputs[4..6])?;
+                Ok(vec![(matrix_batch(idx, x[x.len() - 2], n), dx)])
             }
             FastOp::CKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
             FastOp::CudaKernel(spec) => user_outputs(op, &spec.output_shapes, &spec.output_dtypes),
         }
     }
+}
+
+/// Checks MLX's affine layout of `[x, w, scales, biases]` for `x @ dequantize(w).T` with
+/// `k` features: `w` (..., N, K * bits / 32) uint32, `scales` and `biases` (..., N,
+/// K / group_size) of x's dtype. Returns N and x's dtype.
+fn packed_matrix(
+    op: &'static str,
+    inputs: &[(&[usize], DType)],
+    k: usize,
+    group_size: usize,
+    bits: u32,
+) -> Result<(usize, DType)> {
+    let [(x, dx), (w, dw), (s, ds), (b, db)] = [0, 1, 2, 3].map(|i| inputs[i]);
+    ensure!(dx.is_float(), Type, op, "x must be floating point, got {dx}.");
+    ensure!(dw == DType::U32, Type, op, "w must be uint32, got {dw}.");
+    ensure!(ds == dx && db == dx, Type, op, "scales and biases must have x's dtype.");
+    let nd = w.len();
+    let (n, words) = (w[nd - 2], w[nd - 1]);
+    let groups = k / group_size.max(1);
+    let mut params = w.to_vec();
+    params[nd - 1] = groups;
+    ensure!(
+        group_size > 0
+            && (1..=8).contains(&bits)
+            && k % group_size == 0
+            && words * 32 == k * bits as usize
+            && s == params.as_slice()
+            && b == params.as_slice(),
+        Value,
+        op,
+        "Shapes x {}, w {}, scales {}, biases {} do not fit group_size {group_size} and \
+         bits {bits}.",
+        fmt_shape(x),
+        fmt_shape(w),
+        fmt_shape(s),
+        fmt_shape(b)
+    );
+    Ok((n, dx))
+}
+
+/// The two index inputs of a gathered product: uint32, one shape (returned).
+fn gather_indices<'a>(op: &'static str, inputs: &[(&'a [usize], DType)]) -> Result<&'a [usize]> {
+    let [(l, dl), (r, dr)] = [inputs[0], inputs[1]];
+    ensure!(dl == DType::U32 && dr == DType::U32, Type, op, "Indices must be uint32.");
+    ensure!(l == r, Value, op, "Indices of shapes {} and {} differ.", fmt_shape(l), fmt_shape(r));
+    Ok(l)
+}
+
+/// `(batch..., rows, cols)`.
+fn matrix_batch(batch: &[usize], rows: usize, cols: usize) -> Shape {
+    let mut out = batch.to_vec();
+    out.extend([rows, cols]);
+    Shape::from(out.as_slice())
 }
 
 /// The training forward and the fused backward take no mask arrays.

@@ -175,7 +175,7 @@ fn batched<T: Gemm>(a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [T]) {
 }
 
 /// Buffer offset of each batch element's matrix, in row-major batch order.
-fn batch_offsets(l: &Layout) -> Vec<usize> {
+pub(crate) fn batch_offsets(l: &Layout) -> Vec<usize> {
     let nd = l.ndim();
     let batch = Layout::new(l.shape[..nd - 2].into(), l.strides[..nd - 2].into(), l.offset);
     batch.indices().collect()
@@ -186,7 +186,7 @@ fn batch_offsets(l: &Layout) -> Vec<usize> {
 /// leading dimension or a broadcast axis) in place at full speed; other views (a reversed
 /// axis, two non-unit strides) take its slower generic path (a reversed operand: 1.25x the
 /// time of a dense one at 1024^3, measured), so they are copied row-major into `scratch`.
-fn matrix<'a, T: Copy>(
+pub(crate) fn matrix<'a, T: Copy>(
     src: &'a [T],
     l: &Layout,
     offset: usize,

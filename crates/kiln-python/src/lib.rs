@@ -21,6 +21,7 @@ mod error;
 mod fast;
 mod fft;
 mod format;
+mod gather_mm;
 mod indexing;
 mod interrupt;
 mod io;
@@ -61,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     streams::register(m)?;
     printoptions::register(m)?;
     quantize::register(m)?;
+    gather_mm::register(m)?;
     buffer::register(m)?;
     complex::register(m)?;
     fft::register(m)?;

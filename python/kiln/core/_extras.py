@@ -246,37 +246,13 @@ def _dtype_name(d):
     return str(d).rsplit(".", 1)[-1]
 
 
-def _flat_batch(x):
-    """``x`` as ``(batch, M, K)`` (batch 1 for a matrix)."""
-    return x.reshape(-1, x.shape[-2], x.shape[-1])
-
-
 def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=False, stream=None):
     """Matrix multiplication after gathering matrices from the batch axes of ``a`` and
     ``b``: the indices are flat indices over all but the last two axes (every batch element
-    when None); the output's batch shape is the indices' broadcast shape."""
-    if a.ndim < 2 or b.ndim < 2:
-        raise ValueError("[gather_mm] Inputs must have at least 2 dimensions.")
-    if lhs_indices is None and rhs_indices is None:
-        return _k.matmul(a, b, stream=stream)
-    def pick(x, idx):
-        if idx is None:
-            return x
-        if not _k.issubdtype(idx.dtype, _k.integer):
-            raise ValueError("[gather_mm] Indices must be integers.")
-        return _k.take(_flat_batch(x), idx, axis=0, stream=stream)
-    if lhs_indices is None:
-        lhs_indices = _k.arange(int(_prod(a.shape[:-2])), dtype=_k.uint32).reshape(a.shape[:-2])
-    if rhs_indices is None:
-        rhs_indices = _k.arange(int(_prod(b.shape[:-2])), dtype=_k.uint32).reshape(b.shape[:-2])
-    return _k.matmul(pick(a, lhs_indices), pick(b, rhs_indices), stream=stream)
-
-
-def _prod(xs):
-    out = 1
-    for x in xs:
-        out *= x
-    return out
+    when None); the output's batch shape is the indices' broadcast shape. Each picked matrix
+    is read in place (on the CPU, one product per group of equal indices, sorted or not)."""
+    return _k.gather_mm(a, b, lhs_indices, rhs_indices, sorted_indices=sorted_indices,
+                        stream=stream)
 
 
 def _expand_mask(mask, rows, cols, block_size):
@@ -401,33 +377,13 @@ def einsum_path(subscripts, *operands):
 def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
                transpose=True, group_size=None, bits=None, mode="affine", global_scale=None,
                *, sorted_indices=False, stream=None):
-    """Quantized ``gather_mm``: ``w`` (with its ``scales`` and ``biases``, sharing ``w``'s
-    batch axes) is dequantized, then matrices are gathered by the flat batch indices and
-    multiplied (``x @ w.T`` when ``transpose``)."""
-    experts = _prod(w.shape[:-2])
-    if rhs_indices is not None and w.ndim > 2 and rhs_indices.size < experts:
-        # Fewer picks than matrices (a mixture of experts' decode step): gather the packed
-        # matrices first and dequantize only those, not every expert.
-        if not _k.issubdtype(rhs_indices.dtype, _k.integer):
-            raise ValueError("[gather_qmm] Indices must be integers.")
-        flat = rhs_indices.flatten()
-
-        def pick(t):
-            t = _k.take(t.reshape((experts,) + tuple(t.shape[-2:])), flat, axis=0)
-            return t.reshape(tuple(rhs_indices.shape) + tuple(t.shape[-2:]))
-
-        w, scales = pick(w), pick(scales)
-        biases = None if biases is None else pick(biases)
-        rhs_indices = None
-        if lhs_indices is None:  # plain batched products over the picked matrices
-            dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
-            dense = _k.swapaxes(dense, -1, -2) if transpose else dense
-            return _k.matmul(x, dense, stream=stream)
-    dense = _k.dequantize(w, scales, biases, group_size=group_size, bits=bits, mode=mode)
-    if transpose:
-        dense = _k.swapaxes(dense, -1, -2)
-    return gather_mm(x, dense, lhs_indices, rhs_indices, sorted_indices=sorted_indices,
-                     stream=stream)
+    """Quantized ``gather_mm`` (affine): ``x[lhs] @ dequantize(w[rhs]).T`` (``w`` with its
+    ``scales`` and ``biases`` sharing ``w``'s batch axes), each picked expert's packed
+    matrix read in place on the CPU."""
+    return _k.gather_qmm(
+        x, w, scales, biases, lhs_indices, rhs_indices, transpose,
+        64 if group_size is None else group_size, 4 if bits is None else bits,
+        sorted_indices=sorted_indices, stream=stream)
 
 
 __all__ += ["depends", "einsum_path", "gather_qmm"]

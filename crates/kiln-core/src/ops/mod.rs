@@ -28,6 +28,7 @@ mod einsum;
 mod elementwise;
 pub mod fast;
 pub mod fft;
+mod gather_mm;
 mod index;
 mod indexing;
 pub mod linalg;
@@ -53,6 +54,8 @@ pub use cuda_kernel::cuda_kernel;
 pub use diag::{diag, diagonal, tril, triu};
 pub use einsum::einsum;
 pub use elementwise::*;
+pub(crate) use gather_mm::{composed_gather_mm, composed_gather_qmm};
+pub use gather_mm::{gather_mm, gather_qmm};
 pub use index::{index, index_update, IndexItem};
 pub use indexing::{
     as_strided, gather, masked_scatter, put_along_axis, scatter, scatter_add, scatter_reduce,

@@ -160,7 +160,7 @@ fn unpack(packed: &Array, bits: u32) -> Result<Array> {
 }
 
 /// Validates the packed matrix against its scales and biases; returns (rows, n, groups).
-fn check_packed(
+pub(super) fn check_packed(
     op: &'static str,
     w: &Array,
     scales: &Array,
@@ -269,17 +269,16 @@ pub fn quantized_matmul(
     let dtype = x.dtype().promote(scales.dtype()).to_float();
     let (x, scales, biases) = (astype(x, dtype)?, astype(scales, dtype)?, astype(biases, dtype)?);
     let rows = x.size() / last.max(1);
-    let on_cpu = crate::device::default_stream().device.kind == kiln_base::DeviceKind::Cpu;
     // A few rows against 2-d weights (a decode step): one kernel reading the packed weights
     // in place. Many rows are bound by the product's arithmetic: dequantize once instead.
-    if on_cpu && transpose && w.ndim() == 2 && rows <= FUSED_ROWS && dtype != DType::F64 {
+    if transpose && w.ndim() == 2 && rows <= FUSED_ROWS && dtype != DType::F64 {
         let fop = kiln_base::FastOp::QuantizedMatmul { group_size, bits };
         return super::record(kiln_base::Primitive::Fast(fop), vec![x, w.clone(), scales, biases]);
     }
     composed_quantized_matmul(&[x, w.clone(), scales, biases], transpose, group_size, bits)
 }
 
-/// Rows of x up to which `quantized_matmul` runs the fused kernel on the CPU.
+/// Rows of x up to which `quantized_matmul` runs the fused kernel.
 const FUSED_ROWS: usize = 16;
 
 /// `quantized_matmul` as dequantize-then-matmul over `[x, w, scales, biases]` (one float

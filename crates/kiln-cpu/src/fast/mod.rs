@@ -1,4 +1,5 @@
-//! `mx.fast` kernels: layer_norm, rms_norm, RoPE, attention, quantized matmul and user C kernels. Each runs in
+//! `mx.fast` kernels: layer_norm, rms_norm, RoPE, attention, quantized and gathered matmuls
+//! and user C kernels. Each runs in
 //! a compute type (`Real`): float64 for float64 inputs, float32 otherwise (half floats are
 //! widened once on the way in and rounded once on the way out). Inputs are read as
 //! row-major slices of the compute type (borrowed when they already are), rows or heads are
@@ -7,6 +8,7 @@
 mod attention;
 mod attention_train;
 mod custom;
+mod gather_mm;
 mod norm;
 mod norm_vjp;
 mod quantized;
@@ -181,6 +183,10 @@ pub(crate) fn eval(
         FastOp::CKernel(spec) => return custom::run(spec, inputs),
         FastOp::QuantizedMatmul { group_size, bits } => {
             quantized::quantized_matmul(inputs, *group_size, *bits, shape)
+        }
+        FastOp::GatherMm => gather_mm::gather_mm(inputs, shape),
+        FastOp::GatherQmm { group_size, bits } => {
+            gather_mm::gather_qmm(inputs, *group_size, *bits, shape)
         }
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             bail!(Runtime, op.name(), "Dispatched above.")

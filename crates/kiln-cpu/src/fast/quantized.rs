@@ -25,13 +25,39 @@ pub(crate) fn quantized_matmul(
     let [x, w, scales, biases] = [0, 1, 2, 3].map(|i| dense_as(&inputs[i], inputs[i].dtype));
     let (x, w) = (dense_as(&x?, DType::F32)?, w?);
     let (scales, biases) = (dense_as(&scales?, DType::F32)?, dense_as(&biases?, DType::F32)?);
-    let (xs, ws) = (elements::<f32>(&x), elements::<u32>(&w));
-    let (ss, bs) = (elements::<f32>(&scales), elements::<f32>(&biases));
     let k = *x.layout.shape.last().expect("checked: x has an axis");
     let n = w.layout.shape[0];
+    let packed = Packed {
+        words: elements::<u32>(&w),
+        scales: elements::<f32>(&scales),
+        biases: elements::<f32>(&biases),
+        n,
+        k,
+        group_size,
+        bits,
+    };
     let rows = shape.iter().product::<usize>() / n.max(1);
-    let groups = k / group_size;
-    let words_per_row = k * bits as usize / 32;
+    let mut out = vec![0f32; rows * n];
+    product(elements::<f32>(&x), rows, &packed, &mut out);
+    let buffer = HOST.from_slice(&out)?;
+    Ok(ArrayData { buffer, layout: Layout::contiguous(shape), dtype: DType::F32 })
+}
+
+/// One packed matrix of `n` features by `k` inputs with its per-group parameters (row-major,
+/// MLX's affine layout).
+pub(super) struct Packed<'a> {
+    pub words: &'a [u32],
+    pub scales: &'a [f32],
+    pub biases: &'a [f32],
+    pub n: usize,
+    pub k: usize,
+    pub group_size: usize,
+    pub bits: u32,
+}
+
+/// `xs @ dequantize(p).T` for `rows` rows of `p.k` inputs, into row-major `out` (rows x n).
+pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
+    let (k, n, group_size) = (p.k, p.n, p.group_size);
     // Computed feature-major (each task owns whole features `first..`, vectorised for this
     // CPU), then stored row-major.
     let task = |first: usize, chunk: &mut [f32]| {
@@ -39,25 +65,15 @@ pub(crate) fn quantized_matmul(
             #[inline(always)]
             || {
                 let mut unpacked = [0f32; MAX_GROUP];
-                let q = &mut unpacked[..group_size];
                 for (i, column) in chunk.chunks_mut(rows.max(1)).enumerate() {
                     if kiln_base::interrupt::requested() {
                         return; // eval discards the output
                     }
-                    let f = first + i;
-                    let words = &ws[f * words_per_row..(f + 1) * words_per_row];
-                    let params = ss[f * groups..].iter().zip(&bs[f * groups..]).take(groups);
-                    for (g, (&scale, &bias)) in params.enumerate() {
-                        unpack(words, g * group_size, bits, q);
-                        // The weights themselves (not `scale * (x . q) + bias * sum(x)`), so
-                        // an inf in x meets each weight as the definition has it.
-                        for v in q.iter_mut() {
-                            *v = scale * *v + bias;
-                        }
+                    for_each_group(p, first + i, &mut unpacked, |g, q| {
                         for (r, acc) in column.iter_mut().enumerate() {
                             *acc += dot(&xs[r * k + g * group_size..][..group_size], q);
                         }
-                    }
+                    });
                 }
             },
         )
@@ -71,14 +87,50 @@ pub(crate) fn quantized_matmul(
             .enumerate()
             .for_each(|(t, chunk)| task(t * FEATURES_PER_TASK, chunk));
     }
-    let mut out = vec![0f32; rows * n];
     for f in 0..n {
         for r in 0..rows {
             out[r * n + f] = by_feature[f * rows + r];
         }
     }
-    let buffer = HOST.from_slice(&out)?;
-    Ok(ArrayData { buffer, layout: Layout::contiguous(shape), dtype: DType::F32 })
+}
+
+/// Feature `f` of `p`, one group at a time: `each(g, weights)` gets group `g`'s weights
+/// (`scale * q + bias`: the weights themselves, not `scale * (x . q) + bias * sum(x)`, so an
+/// inf in x meets each weight as the definition has it).
+#[inline(always)]
+fn for_each_group(
+    p: &Packed,
+    f: usize,
+    unpacked: &mut [f32; MAX_GROUP],
+    mut each: impl FnMut(usize, &[f32]),
+) {
+    let groups = p.k / p.group_size;
+    let words_per_row = p.k * p.bits as usize / 32;
+    let words = &p.words[f * words_per_row..(f + 1) * words_per_row];
+    let q = &mut unpacked[..p.group_size];
+    let params = p.scales[f * groups..].iter().zip(&p.biases[f * groups..]).take(groups);
+    for (g, (&scale, &bias)) in params.enumerate() {
+        unpack(words, g * p.group_size, p.bits, q);
+        for v in q.iter_mut() {
+            *v = scale * *v + bias;
+        }
+        each(g, q);
+    }
+}
+
+/// The dense `(n, k)` weights of `p`, row-major (a many-row product multiplies these).
+pub(super) fn dequantize(p: &Packed, out: &mut [f32]) {
+    crate::simd::run(
+        #[inline(always)]
+        || {
+            let mut unpacked = [0f32; MAX_GROUP];
+            for (f, row) in out.chunks_exact_mut(p.k).enumerate().take(p.n) {
+                for_each_group(p, f, &mut unpacked, |g, q| {
+                    row[g * p.group_size..][..p.group_size].copy_from_slice(q);
+                });
+            }
+        },
+    )
 }
 
 /// Integers `start .. start + out.len()` of a row's little-endian bit stream of `bits`-bit

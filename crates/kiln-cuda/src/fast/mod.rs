@@ -3,11 +3,12 @@
 //! floats with one head dim, a multiple of 16 up to 128, and a simple warp-per-query kernel for everything else).
 //! Each computes in float32 and rounds once on the way out, as kiln-cpu's kernels do.
 //! User C kernels (`CKernel`) stay on the CPU; user CUDA kernels (`CudaKernel`) are
-//! `custom`'s.
+//! `custom`'s. Quantized and gathered products with few rows per matrix are `gathered`'s.
 
 mod attention;
 mod attention_bwd;
 pub mod custom;
+mod gathered;
 mod norm;
 mod norm_vjp;
 mod rope;
@@ -20,8 +21,7 @@ pub use attention::train_fused as attention_train_fused;
 
 /// Whether the GPU has a fused kernel for `op` (dtype checks are the caller's).
 pub fn supports(op: &FastOp) -> bool {
-    // No quantized kernel yet: on the GPU, quantized_matmul records its composition instead.
-    !matches!(op, FastOp::CKernel(_) | FastOp::QuantizedMatmul { .. })
+    !matches!(op, FastOp::CKernel(_))
 }
 
 /// The storage type, `k_load` (to float) and `k_store` (from float) of a float dtype, after
@@ -117,7 +117,14 @@ pub fn eval(
         FastOp::Attention { scale, mask } => {
             attention::attention(inputs, *mask, scale.as_f64(), shape)?
         }
-        FastOp::CKernel(_) | FastOp::QuantizedMatmul { .. } => {
+        FastOp::QuantizedMatmul { group_size, bits } => {
+            gathered::quantized_matmul(inputs, *group_size, *bits, shape)?
+        }
+        FastOp::GatherQmm { group_size, bits } => {
+            gathered::gather_qmm(inputs, *group_size, *bits, shape)?
+        }
+        FastOp::GatherMm => gathered::gather_mm(inputs, shape)?,
+        FastOp::CKernel(_) => {
             bail!(Unsupported, name, "No GPU kernel: it runs on the CPU.")
         }
         FastOp::CudaKernel(_) | FastOp::AttentionTrain { .. } | FastOp::AttentionVjp { .. } => {
@@ -193,6 +200,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         }
     }
     out.extend(attention_bwd::all_sources());
+    out.extend(gathered::all_sources());
     out
 }
 

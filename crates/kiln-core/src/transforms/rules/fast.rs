@@ -508,9 +508,10 @@ pub(super) fn vjp(
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             norm_vjp_vjp(op, primals, cotangents, argnums)
         }
+        FastOp::GatherMm | FastOp::GatherQmm { .. } => gathered_vjp(op, primals, g, argnums),
         FastOp::QuantizedMatmul { .. } => {
             let (_, cots) =
-                crate::transforms::vjp(|ins| quantized_composed(op, ins), primals, cotangents)?;
+                crate::transforms::vjp(|ins| fused_composed(op, ins), primals, cotangents)?;
             Ok(argnums.iter().map(|&i| cots[i].clone()).collect())
         }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
@@ -519,12 +520,77 @@ pub(super) fn vjp(
     }
 }
 
-/// The fused quantized product's definition (its transforms are the composition's).
-fn quantized_composed(op: &FastOp, inputs: &[Array]) -> Result<Vec<Array>> {
-    let FastOp::QuantizedMatmul { group_size, bits } = op else {
-        bail!(Value, "quantized_matmul", "Not a quantized product.");
+/// The vjp of a gathered product `x[lhs] @ W[rhs]` (`W` dense, or dequantized and
+/// transposed): x's cotangent `g @ W[rhs].T` is itself a gathered product (each expert read
+/// in place, not copied per pick), scattered back through `take`'s rule; the weights' is
+/// the composition's (`x[lhs].T @ g` per pick, scattered into the experts).
+fn gathered_vjp(
+    op: &FastOp,
+    primals: &[Array],
+    g: &Array,
+    argnums: &[usize],
+) -> Result<Vec<Array>> {
+    let (x, lhs, rhs) = match op {
+        FastOp::GatherMm => (&primals[0], &primals[2], &primals[3]),
+        _ => (&primals[0], &primals[4], &primals[5]),
     };
-    Ok(vec![ops::composed_quantized_matmul(inputs, true, *group_size, *bits)?])
+    // `x`'s cotangent through `take(flat x, lhs)`: the scatter-add of `contrib`.
+    let into_x = |contrib: &Array| -> Result<Array> {
+        let s = x.shape();
+        let flat = [-1, s[s.len() - 2] as i64, s[s.len() - 1] as i64];
+        let pick =
+            |ins: &[Array]| Ok(vec![ops::take(&ops::reshape(&ins[0], &flat)?, lhs, Some(0))?]);
+        let (_, cots) = crate::transforms::vjp(pick, std::slice::from_ref(x), &[contrib.clone()])?;
+        Ok(cots[0].clone())
+    };
+    let every = ops::reshape(
+        &ops::arange(0.0, lhs.size() as f64, 1.0, DType::U32)?,
+        &lhs.shape().iter().map(|&d| d as i64).collect::<Vec<_>>(),
+    )?;
+    let mut out = Vec::with_capacity(argnums.len());
+    let mut weights = None;
+    for &i in argnums {
+        out.push(match (op, i) {
+            (FastOp::GatherMm, 0) => {
+                let bt = ops::swapaxes(&primals[1], -1, -2)?;
+                into_x(&ops::gather_mm(g, &bt, Some(&every), Some(rhs))?)?
+            }
+            (FastOp::GatherQmm { group_size, bits }, 0) => {
+                // Every expert dequantized once (not once per pick), then a gathered product.
+                let [w, s, b] = [1, 2, 3].map(|j| &primals[j]);
+                let dense = ops::dequantize(w, s, b, *group_size, *bits, Some(g.dtype()))?;
+                into_x(&ops::gather_mm(g, &dense, Some(&every), Some(rhs))?)?
+            }
+            _ => {
+                let cots = match &weights {
+                    Some(c) => c,
+                    None => {
+                        let ct = [g.clone()];
+                        let (_, c) =
+                            crate::transforms::vjp(|ins| fused_composed(op, ins), primals, &ct)?;
+                        weights.insert(c)
+                    }
+                };
+                cots[i].clone()
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The fused products' definitions (their transforms are the compositions').
+fn fused_composed(op: &FastOp, inputs: &[Array]) -> Result<Vec<Array>> {
+    let out = match op {
+        FastOp::QuantizedMatmul { group_size, bits } => {
+            ops::composed_quantized_matmul(inputs, true, *group_size, *bits)?
+        }
+        FastOp::GatherMm => ops::composed_gather_mm(inputs)?,
+        FastOp::GatherQmm { group_size, bits } => {
+            ops::composed_gather_qmm(inputs, true, *group_size, *bits)?
+        }
+        _ => bail!(Value, op.name(), "Not a fused product."),
+    };
+    Ok(vec![out])
 }
 
 pub(super) fn jvp(
@@ -551,15 +617,14 @@ pub(super) fn jvp(
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => {
             return norm_vjp_jvp(op, primals, tangents, argnums)
         }
-        FastOp::QuantizedMatmul { .. } => {
+        FastOp::QuantizedMatmul { .. } | FastOp::GatherMm | FastOp::GatherQmm { .. } => {
             // Every primal gets a tangent: the given ones, zeros for the rest.
             let mut all: Vec<Array> =
                 primals.iter().map(|p| ops::zeros_like(p, None)).collect::<Result<_>>()?;
             for (&i, t) in argnums.iter().zip(tangents) {
                 all[i] = t.clone();
             }
-            let (_, tans) =
-                crate::transforms::jvp(|ins| quantized_composed(op, ins), primals, &all)?;
+            let (_, tans) = crate::transforms::jvp(|ins| fused_composed(op, ins), primals, &all)?;
             return Ok(tans);
         }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => {
@@ -654,9 +719,9 @@ pub(super) fn vmap(op: &FastOp, inputs: &[Array], axes: &[Option<usize>]) -> Res
             Ok((vec![out], vec![Some(0)]))
         }
         FastOp::LayerNormVjp { .. } | FastOp::RmsNormVjp { .. } => norm_vjp_vmap(op, inputs, axes),
-        FastOp::QuantizedMatmul { .. } => {
+        FastOp::QuantizedMatmul { .. } | FastOp::GatherMm | FastOp::GatherQmm { .. } => {
             let (outs, _) =
-                crate::transforms::vmap_outputs(|ins| quantized_composed(op, ins), inputs, axes)?;
+                crate::transforms::vmap_outputs(|ins| fused_composed(op, ins), inputs, axes)?;
             Ok(outs.into_iter().unzip())
         }
         FastOp::CKernel(_) | FastOp::CudaKernel(_) => Err(super::missing("vmap", &prim)),
