@@ -104,30 +104,32 @@ pub(crate) fn gather_mm(inputs: &[ArrayData], shape: &[usize]) -> Result<ArrayDa
     }
 }
 
-/// The matrix of `b` at buffer offset `offset` (its last two axes), widened to row-major f32.
-fn widen_matrix<H: Half>(b: &ArrayData, offset: usize, out: &mut Vec<f32>) {
+/// The matrix of `b` at buffer offset `offset` (its last two axes), widened to f32 in the
+/// order it is stored: row-major, or (a transposed view, as mlx_lm's `weight.swapaxes(-1,
+/// -2)`) column-major. Returns whether it is column-major.
+fn widen_matrix<H: Half>(b: &ArrayData, offset: usize, out: &mut Vec<f32>) -> bool {
     let l = &b.layout;
     let nd = l.ndim();
-    let (rows, cols, rs, cs) =
-        (l.shape[nd - 2], l.shape[nd - 1], l.strides[nd - 2], l.strides[nd - 1]);
+    let (rows, cols) = (l.shape[nd - 2], l.shape[nd - 1]);
+    let (rs, cs) = (l.strides[nd - 2], l.strides[nd - 1]);
+    // Column-major storage: walk the transposed view (unit stride along its rows).
+    let by_columns = rs == 1 && cs != 1;
+    let (lines, len, step, along) =
+        if by_columns { (cols, rows, cs, rs) } else { (rows, cols, rs, cs) };
     let src = b.buffer.host_slice::<H>();
     out.clear();
-    out.reserve(rows * cols);
-    for i in 0..rows {
-        let start = (offset as isize).wrapping_add((i as isize).wrapping_mul(rs));
-        if cs == 1 {
-            let row = &src[start as usize..start as usize + cols];
-            let at = out.len();
-            out.resize(at + cols, 0.0);
-            H::widen(row, &mut out[at..]);
+    out.resize(lines * len, 0.0);
+    for (i, dst) in out.chunks_exact_mut(len.max(1)).enumerate().take(lines) {
+        let start = (offset as isize).wrapping_add((i as isize).wrapping_mul(step));
+        if along == 1 {
+            H::widen(&src[start as usize..start as usize + len], dst);
         } else {
-            out.extend(
-                (0..cols).map(|j| {
-                    src[start.wrapping_add((j as isize).wrapping_mul(cs)) as usize].to_acc()
-                }),
-            );
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = src[start.wrapping_add((j as isize).wrapping_mul(along)) as usize].to_acc();
+            }
         }
     }
+    by_columns
 }
 
 /// `gather_mm` computed in `T`: `b` read in place when `widen` is None (`b` is `T`), else
@@ -135,7 +137,7 @@ fn widen_matrix<H: Half>(b: &ArrayData, offset: usize, out: &mut Vec<f32>) {
 fn gather_mm_as<T: Gemm>(
     inputs: &[ArrayData],
     shape: &[usize],
-    widen: Option<fn(&ArrayData, usize, &mut Vec<T>)>,
+    widen: Option<fn(&ArrayData, usize, &mut Vec<T>) -> bool>,
 ) -> Result<ArrayData> {
     let (a, b) = (dense_as(&inputs[0], T::DTYPE)?, &inputs[1]);
     let (lhs, rhs) = indices(&inputs[2..4])?;
@@ -177,8 +179,12 @@ fn gather_mm_as<T: Gemm>(
                         );
                     }
                     Some(widen) => {
-                        widen(b, offsets[g.expert], &mut scratch);
-                        rows_of(MatRef::from_row_major_slice(&scratch, k, n), g, par, res);
+                        let mb = if widen(b, offsets[g.expert], &mut scratch) {
+                            MatRef::from_row_major_slice(&scratch, n, k).transpose()
+                        } else {
+                            MatRef::from_row_major_slice(&scratch, k, n)
+                        };
+                        rows_of(mb, g, par, res);
                     }
                 }
             },

@@ -3,14 +3,16 @@
 //! experts). Output row `r` is row `r % m` of pick `p = r / m`: x's row `lhs[p] * m + r % m`
 //! times expert `rhs[p]`'s matrix (no indices: x's row `r`, the one matrix).
 //!
-//! A block owns 8 consecutive rows and 32 output features; its rows are taken in runs that
-//! share an expert (one run for sorted indices), so a run reads its expert's weights once
-//! for all its rows. Each warp computes 4 features; its lanes split the inner axis in units
-//! of 32 values (for `bits`-bit weights, `bits` whole words), dequantize a unit in registers
-//! (`scale * q + bias`: the weights themselves, as the CPU kernel) and dot it with the run's
-//! rows; a warp sum finishes each feature. Accumulation is float32.
+//! A block owns up to 8 consecutive rows (one pick's rows for a few picks, which likely use
+//! different experts) and 32 output features; its rows are taken in runs that share an
+//! expert (one run for sorted indices), so a run reads its expert's weights once for all its
+//! rows. Each warp computes 4 features together (each load of x serves all four); its lanes
+//! split the inner axis in units of 32 values (for `bits`-bit weights, `bits` whole words,
+//! loaded 16 bytes at a time), dequantize a unit in registers (`scale * q + bias`: the
+//! weights themselves, as the CPU kernel) and dot it with the run's rows; a warp sum
+//! finishes each feature. Accumulation is float32.
 
-use super::{dense, header, ptr};
+use super::{dense, dense_aligned, header, ptr};
 use crate::copy::empty;
 use crate::launch::{blocks_for, launch, Args};
 use crate::nvrtc::{Function, KernelCache};
@@ -25,6 +27,8 @@ const ROWS: usize = 8;
 /// Output features per block: 8 warps of 4.
 const FEATS: usize = 32;
 const THREADS: u32 = 256;
+/// Indexed rows up to which each block takes one pick's rows.
+const FEW_PICKS: usize = 64;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct Key {
@@ -33,56 +37,98 @@ pub(crate) struct Key {
     pub quant: Option<(usize, u32)>,
     /// Whether rows are picked through `lhs`/`rhs`.
     pub indexed: bool,
+    /// x's rows (and dense weights' rows, with `wunit`) are 16-byte aligned with the inner
+    /// axis a multiple of 8: 8 values per vector load.
+    pub vec: bool,
+    /// Dense weights with a unit inner stride (each feature's weights contiguous).
+    pub wunit: bool,
 }
 
 const BODY: &str = r#"
 #define ROWS 8
-#define FEATS_PER_WARP 4
+#define FPW 4 /* features per warp, computed together: each load of x serves all four */
 #define FEATS 32
 #define FULL 0xffffffffu
 
-/* Bits [v * BITS, (v + 1) * BITS) of a unit's BITS words, for the unit's 32 values. */
-K_INLINE void k_unpack(const uint32_t *__restrict__ words, float *q) {
-    uint32_t wv[BITS];
+/* 8 consecutive elements of x as floats (VEC: one 16-byte load for half floats, two for
+   float32; the host checks the alignment). */
+K_INLINE void k_load8(const S *__restrict__ p, float *out) {
+#if VEC
+#if S_IS_FLOAT
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+#else
+    const uint4 a = *(const uint4 *)p;
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
     #pragma unroll
-    for (int i = 0; i < BITS; ++i) wv[i] = words[i];
-    #pragma unroll
-    for (int v = 0; v < 32; ++v) {
-        const int bit = v * BITS, word = bit / 32, shift = bit % 32;
-        uint32_t bits = wv[word] >> shift;
-        if (shift + BITS > 32) bits |= wv[word + 1] << (32 - shift);
-        q[v] = (float)(bits & ((1u << BITS) - 1u));
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = k_load((S)(w[i] & 0xffffu));
+        out[2 * i + 1] = k_load((S)(w[i] >> 16));
     }
+#endif
+#else
+    #pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = k_load(p[i]);
+#endif
 }
+
+#if QUANT
+/* A unit's BITS words (its 32 values), 16 bytes at a time where BITS allows. */
+K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
+#if BITS % 4 == 0
+    #pragma unroll
+    for (int i = 0; i < BITS; i += 4) {
+        const uint4 a = *(const uint4 *)(p + i);
+        wv[i] = a.x; wv[i + 1] = a.y; wv[i + 2] = a.z; wv[i + 3] = a.w;
+    }
+#elif BITS % 2 == 0
+    #pragma unroll
+    for (int i = 0; i < BITS; i += 2) {
+        const uint2 a = *(const uint2 *)(p + i);
+        wv[i] = a.x; wv[i + 1] = a.y;
+    }
+#else
+    #pragma unroll
+    for (int i = 0; i < BITS; ++i) wv[i] = p[i];
+#endif
+}
+
+/* Value t (< 32, known at compile time after unrolling) of a unit's words. */
+K_INLINE float k_value(const uint32_t *wv, const int t) {
+    const int bit = t * BITS, word = bit / 32, shift = bit % 32;
+    uint32_t v = wv[word] >> shift;
+    if (shift + BITS > 32) v |= wv[word + 1] << (32 - shift);
+    return (float)(v & ((1u << BITS) - 1u));
+}
+#endif
 
 /* w: QUANT: (experts, n, k * BITS / 32) words, scales and biases (experts, n, k / GROUP);
    dense: element (e, j, f) of the (k, n) matrix of expert e at e * es + j * ks + f * ns. */
 extern "C" __global__ void kiln_gathered(
-    const int64_t rows, const int64_t m, const int64_t n, const int64_t k,
-    const int64_t x_batch, const int64_t experts, const int64_t es, const int64_t ks,
+    const int64_t rows, const int64_t tile_rows, const int64_t m, const int64_t n,
+    const int64_t k, const int64_t x_batch, const int64_t experts, const int64_t es, const int64_t ks,
     const int64_t ns, const S *__restrict__ x, const void *__restrict__ wv,
     const S *__restrict__ scales, const S *__restrict__ biases,
     const uint32_t *__restrict__ lhs, const uint32_t *__restrict__ rhs, S *__restrict__ out) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t feat_tiles = (n + FEATS - 1) / FEATS, row_tiles = (rows + ROWS - 1) / ROWS;
+    const int64_t feat_tiles = (n + FEATS - 1) / FEATS;
+    const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows;
     const int64_t units = k / 32;
     for (int64_t tile = blockIdx.x; tile < feat_tiles * row_tiles; tile += gridDim.x) {
-        const int64_t f0 = (tile % feat_tiles) * FEATS, r0 = (tile / feat_tiles) * ROWS;
-        const int64_t r_end = r0 + ROWS < rows ? r0 + ROWS : rows;
+        const int64_t f0 = (tile % feat_tiles) * FEATS + warp * FPW;
+        const int64_t r0 = (tile / feat_tiles) * tile_rows;
+        const int64_t r_end = r0 + tile_rows < rows ? r0 + tile_rows : rows;
         int64_t run = r0;
         while (run < r_end) {
 #if INDEXED
             const int64_t e = rhs[run / m] < experts ? rhs[run / m] : experts - 1;
-#else
-            const int64_t e = 0;
-#endif
             int64_t run_end = run + 1;
-#if INDEXED
             while (run_end < r_end &&
                    (rhs[run_end / m] < experts ? rhs[run_end / m] : experts - 1) == e)
                 ++run_end;
 #else
-            run_end = r_end;
+            const int64_t e = 0, run_end = r_end;
 #endif
             const int nr = (int)(run_end - run);
             const S *xr[ROWS];
@@ -96,39 +142,62 @@ extern "C" __global__ void kiln_gathered(
                 xr[i] = x + r * k;
 #endif
             }
-            for (int j = 0; j < FEATS_PER_WARP; ++j) {
-                const int64_t f = f0 + warp * FEATS_PER_WARP + j;
-                if (f >= n) break; /* the same for the whole warp */
-                float acc[ROWS];
+            /* This warp's features (the last ones of a tile may lie past n: computed on a
+               clamped row, never stored). */
+            int64_t fj[FPW];
+            #pragma unroll
+            for (int j = 0; j < FPW; ++j) fj[j] = f0 + j < n ? f0 + j : n - 1;
+            float acc[FPW][ROWS];
+            #pragma unroll
+            for (int j = 0; j < FPW; ++j)
                 #pragma unroll
-                for (int i = 0; i < ROWS; ++i) acc[i] = 0.0f;
+                for (int i = 0; i < ROWS; ++i) acc[j][i] = 0.0f;
+            if (f0 < n) {
 #if QUANT
                 const int64_t groups = k / GROUP, words = k * BITS / 32;
-                const uint32_t *wf = (const uint32_t *)wv + (e * n + f) * words;
-                const S *sf = scales + (e * n + f) * groups, *bf = biases + (e * n + f) * groups;
-#else
-                const S *wf = (const S *)wv + e * es + f * ns;
 #endif
                 for (int64_t u = lane; u < units; u += 32) {
-                    float q[32];
 #if QUANT
-                    k_unpack(wf + u * BITS, q);
+                    uint32_t wq[FPW][BITS];
+                    float sc[FPW], bi[FPW];
                     const int64_t g = u * 32 / GROUP;
-                    const float sc = k_load(sf[g]), bi = k_load(bf[g]);
                     #pragma unroll
-                    for (int v = 0; v < 32; ++v) q[v] = sc * q[v] + bi;
-#else
-                    #pragma unroll
-                    for (int v = 0; v < 32; ++v) q[v] = k_load(wf[(u * 32 + v) * ks]);
+                    for (int j = 0; j < FPW; ++j) {
+                        const int64_t row = e * n + fj[j];
+                        k_words((const uint32_t *)wv + row * words + u * BITS, wq[j]);
+                        sc[j] = k_load(scales[row * groups + g]);
+                        bi[j] = k_load(biases[row * groups + g]);
+                    }
 #endif
                     #pragma unroll
-                    for (int i = 0; i < ROWS; ++i) {
-                        if (i < nr) {
-                            const S *xp = xr[i] + u * 32;
-                            float s = 0.0f;
+                    for (int c = 0; c < 4; ++c) {
+                        float q[FPW][8];
+                        #pragma unroll
+                        for (int j = 0; j < FPW; ++j) {
+#if QUANT
                             #pragma unroll
-                            for (int v = 0; v < 32; ++v) s += k_load(xp[v]) * q[v];
-                            acc[i] += s;
+                            for (int v = 0; v < 8; ++v)
+                                q[j][v] = sc[j] * k_value(wq[j], c * 8 + v) + bi[j];
+#else
+                            const S *wf = (const S *)wv + e * es + fj[j] * ns;
+#if WUNIT
+                            k_load8(wf + u * 32 + c * 8, q[j]);
+#else
+                            #pragma unroll
+                            for (int v = 0; v < 8; ++v) q[j][v] = k_load(wf[(u * 32 + c * 8 + v) * ks]);
+#endif
+#endif
+                        }
+                        #pragma unroll
+                        for (int i = 0; i < ROWS; ++i) {
+                            if (i < nr) {
+                                float xv[8];
+                                k_load8(xr[i] + u * 32 + c * 8, xv);
+                                #pragma unroll
+                                for (int j = 0; j < FPW; ++j)
+                                    #pragma unroll
+                                    for (int v = 0; v < 8; ++v) acc[j][i] += xv[v] * q[j][v];
+                            }
                         }
                     }
                 }
@@ -136,18 +205,24 @@ extern "C" __global__ void kiln_gathered(
                 /* The inner axis past the last whole unit (dense weights only: affine
                    layouts have k a multiple of 32). */
                 for (int64_t t = units * 32 + lane; t < k; t += 32) {
-                    const float wt = k_load(wf[t * ks]);
                     #pragma unroll
-                    for (int i = 0; i < ROWS; ++i)
-                        if (i < nr) acc[i] += k_load(xr[i][t]) * wt;
+                    for (int j = 0; j < FPW; ++j) {
+                        const float wt = k_load(((const S *)wv)[e * es + t * ks + fj[j] * ns]);
+                        #pragma unroll
+                        for (int i = 0; i < ROWS; ++i)
+                            if (i < nr) acc[j][i] += k_load(xr[i][t]) * wt;
+                    }
                 }
 #endif
+            }
+            #pragma unroll
+            for (int j = 0; j < FPW; ++j) {
                 #pragma unroll
                 for (int i = 0; i < ROWS; ++i) {
                     if (i < nr) {
-                        float a = acc[i];
+                        float a = acc[j][i];
                         for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(FULL, a, o);
-                        if (lane == 0) out[(run + i) * n + f] = k_store(a);
+                        if (lane == 0 && f0 + j < n) out[(run + i) * n + f0 + j] = k_store(a);
                     }
                 }
             }
@@ -165,8 +240,12 @@ pub(crate) fn source(key: &Key) -> String {
     };
     let _ = writeln!(
         s,
-        "#define QUANT {quant}\n#define GROUP {group}\n#define BITS {bits}\n#define INDEXED {}",
-        key.indexed as u8
+        "#define QUANT {quant}\n#define GROUP {group}\n#define BITS {bits}\n#define INDEXED {}\n\
+         #define VEC {}\n#define WUNIT {}\n#define S_IS_FLOAT {}",
+        key.indexed as u8,
+        key.vec as u8,
+        key.wunit as u8,
+        (key.dtype == DType::F32) as u8
     );
     s.push_str(BODY);
     s
@@ -207,8 +286,12 @@ fn run(key: &Key, l: &Launch, shape: &[usize]) -> Result<ArrayData> {
             .map_err(|e| driver_error(SYMBOL, e))?;
         return Ok(out);
     }
+    // A few picks (a decode step) are likely of different experts: a block each, so that the
+    // experts are read in parallel. More rows come sorted (mlx_lm sorts from 64 picks):
+    // blocks of 8 rows share their expert's weights.
+    let tile_rows = if key.indexed && l.rows <= FEW_PICKS { l.m.min(ROWS) } else { ROWS };
     let mut args = Args::new();
-    args.i64(l.rows as i64).i64(l.m as i64).i64(l.n as i64).i64(l.k as i64);
+    args.i64(l.rows as i64).i64(tile_rows as i64).i64(l.m as i64).i64(l.n as i64).i64(l.k as i64);
     args.i64(l.x_batch as i64).i64(l.experts as i64);
     args.i64(l.strides[0]).i64(l.strides[1]).i64(l.strides[2]);
     args.ptr(ptr(l.x)).ptr(ptr(l.w));
@@ -216,7 +299,7 @@ fn run(key: &Key, l: &Launch, shape: &[usize]) -> Result<ArrayData> {
     args.ptr(s).ptr(b);
     let (li, ri) = l.indices.map_or((0, 0), |(li, ri)| (ptr(li), ptr(ri)));
     args.ptr(li).ptr(ri).ptr(out.buffer.as_ptr() as u64);
-    let tiles = (l.n.div_ceil(FEATS) * l.rows.div_ceil(ROWS)) as u64;
+    let tiles = (l.n.div_ceil(FEATS) * l.rows.div_ceil(tile_rows)) as u64;
     launch(SYMBOL, kernel(key)?, blocks_for(tiles, 1), THREADS, 0, &mut args)?;
     Ok(out)
 }
@@ -228,12 +311,13 @@ pub(crate) fn quantized_matmul(
     bits: u32,
     shape: &[usize],
 ) -> Result<ArrayData> {
-    let [x, w, s, b] = [0, 1, 2, 3].map(|i| dense(&inputs[i]));
-    let (x, w, s, b) = (x?, w?, s?, b?);
+    let (x, w, s, b) = packed_inputs(inputs)?;
     let k = *x.layout.shape.last().unwrap_or(&0);
     let n = w.layout.shape[0];
     let rows = x.layout.size().checked_div(k).unwrap_or(0);
-    let key = Key { dtype: x.dtype, quant: Some((group_size, bits)), indexed: false };
+    let vec = vectorised(&x, k);
+    let key =
+        Key { dtype: x.dtype, quant: Some((group_size, bits)), indexed: false, vec, wunit: false };
     let l = Launch {
         rows,
         m: 1,
@@ -248,6 +332,21 @@ pub(crate) fn quantized_matmul(
         indices: None,
     };
     run(&key, &l, shape)
+}
+
+/// `[x, w, scales, biases]` row-major, x and w 16-byte aligned (vector loads).
+fn packed_inputs(inputs: &[ArrayData]) -> Result<(ArrayData, ArrayData, ArrayData, ArrayData)> {
+    Ok((
+        dense_aligned(&inputs[0])?,
+        dense_aligned(&inputs[1])?,
+        dense(&inputs[2])?,
+        dense(&inputs[3])?,
+    ))
+}
+
+/// Whether x's rows of `k` elements (x row-major) take 8-value vector loads.
+fn vectorised(x: &ArrayData, k: usize) -> bool {
+    k.is_multiple_of(8) && ptr(x).is_multiple_of(16)
 }
 
 /// The flat indices of a gathered product as row-major uint32.
@@ -267,14 +366,15 @@ pub(crate) fn gather_qmm(
     bits: u32,
     shape: &[usize],
 ) -> Result<ArrayData> {
-    let [x, w, s, b] = [0, 1, 2, 3].map(|i| dense(&inputs[i]));
-    let (x, w, s, b) = (x?, w?, s?, b?);
+    let (x, w, s, b) = packed_inputs(inputs)?;
     let (li, ri) = index_inputs(&inputs[4..6])?;
     let nd = shape.len();
     let (m, n) = (shape[nd - 2], shape[nd - 1]);
     let k = *x.layout.shape.last().unwrap_or(&0);
     let words = n * k * bits as usize / 32;
-    let key = Key { dtype: x.dtype, quant: Some((group_size, bits)), indexed: true };
+    let vec = vectorised(&x, k);
+    let key =
+        Key { dtype: x.dtype, quant: Some((group_size, bits)), indexed: true, vec, wunit: false };
     let l = Launch {
         rows: li.layout.size() * m,
         m,
@@ -294,7 +394,7 @@ pub(crate) fn gather_qmm(
 /// `a[lhs] @ b[rhs]` over `[a, b, lhs, rhs]`, `b`'s matrices read through their strides (a
 /// copy first only when its batch axes do not fold into one stride).
 pub(crate) fn gather_mm(inputs: &[ArrayData], shape: &[usize]) -> Result<ArrayData> {
-    let x = dense(&inputs[0])?;
+    let x = dense_aligned(&inputs[0])?;
     let (li, ri) = index_inputs(&inputs[2..4])?;
     let folded = |b: &ArrayData| -> Option<[i64; 3]> {
         let l = &b.layout;
@@ -331,7 +431,11 @@ pub(crate) fn gather_mm(inputs: &[ArrayData], shape: &[usize]) -> Result<ArrayDa
     let (m, n) = (shape[nd - 2], shape[nd - 1]);
     let k = *x.layout.shape.last().unwrap_or(&0);
     let experts = b.layout.size().checked_div(k * n).unwrap_or(0);
-    let key = Key { dtype: x.dtype, quant: None, indexed: true };
+    let wunit = strides[1] == 1;
+    let aligned = |v: i64| v % 8 == 0;
+    let vec = vectorised(&x, k)
+        && (!wunit || (aligned(strides[0]) && aligned(strides[2]) && ptr(&b).is_multiple_of(16)));
+    let key = Key { dtype: x.dtype, quant: None, indexed: true, vec, wunit };
     let l = Launch {
         rows: li.layout.size() * m,
         m,
@@ -353,11 +457,15 @@ pub(crate) fn gather_mm(inputs: &[ArrayData], shape: &[usize]) -> Result<ArrayDa
 pub(crate) fn all_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        let mut keys = vec![Key { dtype, quant: None, indexed: true }];
+        let mut keys = Vec::new();
+        for (vec, wunit) in [(false, false), (false, true), (true, false), (true, true)] {
+            keys.push(Key { dtype, quant: None, indexed: true, vec, wunit });
+        }
         for bits in [1, 2, 3, 4, 5, 6, 8] {
             for group in [32, 64, 128] {
-                for indexed in [false, true] {
-                    keys.push(Key { dtype, quant: Some((group, bits)), indexed });
+                for (indexed, vec) in [(false, false), (true, true)] {
+                    let quant = Some((group, bits));
+                    keys.push(Key { dtype, quant, indexed, vec, wunit: false });
                 }
             }
         }
