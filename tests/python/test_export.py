@@ -292,6 +292,25 @@ def test_shapeless_mean_reshape_and_matmul(tmp_path):
             close(g, want, tol=1e-4)
 
 
+def test_shapeless_broadcasting_follows_new_shapes(tmp_path):
+    fun = lambda a, b: a * b + 1  # noqa: E731
+    f = round_trip(tmp_path, fun, rand((3, 1)), rand((1, 3)), shapeless=True)
+    a, b = rand((4, 1)), rand((1, 5))
+    close(f(a, b)[0], fun(a, b))
+
+
+def test_imported_function_without_compile(tmp_path):
+    fun = lambda a: mx.exp(a) * 2 + a.mean()  # noqa: E731
+    x = rand((6,))
+    f = round_trip(tmp_path, fun, x)
+    mx.disable_compile()
+    try:
+        close(f(x)[0], fun(x))
+    finally:
+        mx.enable_compile()
+    close(f(x)[0], fun(x))
+
+
 def test_shapeless_traces_of_other_ranks(tmp_path):
     path = str(tmp_path / "sm")
     with mx.exporter(path, lambda a: a * 2, shapeless=True) as ex:
