@@ -577,10 +577,12 @@ mod tests {
         out
     }
 
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+
     #[test]
     fn inconsistent_graphs_are_errors() {
         let good = encode(&sample()).unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+        let cases: Vec<(&str, Edit)> = vec![
             (
                 "does not exist",
                 Box::new(|h| h["traces"][0]["outputs"][0] = serde_json::json!({"Node": [99, 0]})),

@@ -22,6 +22,9 @@ pub struct PyTrace(Trace);
 #[pyclass(name = "ImportedGraph", module = "kiln._core", frozen)]
 pub struct PyImported(Arc<Imported>);
 
+/// A trace's signature for Python: `(positional, keywords, [(shape, dtype), ...])`.
+type Signature = (usize, Vec<String>, Vec<(Vec<usize>, Dtype)>);
+
 fn arrays(list: &[PyRef<'_, PyArray>]) -> Vec<Array> {
     list.iter().map(|a| a.0.clone()).collect()
 }
@@ -86,7 +89,7 @@ impl PyImported {
     }
 
     /// Per trace: `(positional, keywords, [(shape, dtype), ...])`.
-    fn signatures(&self) -> Vec<(usize, Vec<String>, Vec<(Vec<usize>, Dtype)>)> {
+    fn signatures(&self) -> Vec<Signature> {
         self.0
             .traces
             .iter()
