@@ -5,7 +5,7 @@ use crate::shape::{fmt_shape, Shape};
 use crate::{ensure, DType, Result};
 
 /// The parameters of an N-d convolution, one entry per spatial axis.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ConvParams {
     /// Step between output positions (>= 1).
     pub stride: Vec<usize>,

@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// The element type of an array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[repr(u8)]
 pub enum DType {
     Bool,
@@ -165,7 +167,8 @@ const PROMOTION: [[DType; 14]; 14] = [
 
 /// A typed scalar value: primitive parameters (fill values, arange bounds) and weak Python
 /// scalars. Hashable and comparable by bit pattern so primitives can be keys.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(into = "ScalarBits", from = "ScalarBits")]
 pub enum Scalar {
     Bool(bool),
     Int(i64),
@@ -230,6 +233,41 @@ impl Scalar {
             Scalar::UInt(u) => (2, u, 0),
             Scalar::Float(f) => (3, f.to_bits(), 0),
             Scalar::Complex(re, im) => (4, re.to_bits(), im.to_bits()),
+        }
+    }
+}
+
+/// How a scalar is serialised (function export): floats by bit pattern, so NaN, infinities
+/// and -0 survive text formats such as JSON exactly.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum ScalarBits {
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(u64),
+    Complex(u64, u64),
+}
+
+impl From<Scalar> for ScalarBits {
+    fn from(s: Scalar) -> ScalarBits {
+        match s {
+            Scalar::Bool(b) => ScalarBits::Bool(b),
+            Scalar::Int(i) => ScalarBits::Int(i),
+            Scalar::UInt(u) => ScalarBits::UInt(u),
+            Scalar::Float(f) => ScalarBits::Float(f.to_bits()),
+            Scalar::Complex(re, im) => ScalarBits::Complex(re.to_bits(), im.to_bits()),
+        }
+    }
+}
+
+impl From<ScalarBits> for Scalar {
+    fn from(s: ScalarBits) -> Scalar {
+        match s {
+            ScalarBits::Bool(b) => Scalar::Bool(b),
+            ScalarBits::Int(i) => Scalar::Int(i),
+            ScalarBits::UInt(u) => Scalar::UInt(u),
+            ScalarBits::Float(f) => Scalar::Float(f64::from_bits(f)),
+            ScalarBits::Complex(re, im) => Scalar::Complex(f64::from_bits(re), f64::from_bits(im)),
         }
     }
 }

@@ -59,7 +59,7 @@ const fn cmp(name: &'static str, c_expr: &'static str) -> Facts {
 }
 
 /// One-input elementwise ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum UnaryOp {
     Negative,
     Abs,
@@ -172,7 +172,7 @@ impl UnaryOp {
 }
 
 /// Two-input elementwise ops (inputs already promoted and broadcast by the front end).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BinaryOp {
     Add,
     Subtract,

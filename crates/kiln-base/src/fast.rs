@@ -7,7 +7,7 @@ use crate::{bail, ensure, DType, Result, Scalar};
 use std::sync::Arc;
 
 /// The mask input of `FastOp::Attention`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum AttentionMask {
     None,
     /// Query `i` sees key `j` when `j <= i + Lk - Lq` (lower-right aligned, as MLX).
@@ -19,7 +19,7 @@ pub enum AttentionMask {
 }
 
 /// A user's C kernel (`mx.fast.c_kernel`): the complete generated source and what it makes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CKernelSpec {
     /// The kernel's name (error messages).
     pub name: String,
@@ -36,7 +36,7 @@ pub struct CKernelSpec {
 
 /// A user's CUDA kernel (`mx.fast.cuda_kernel`): the complete generated source (see kiln-cuda
 /// `fast/custom.rs`), its entry point and its launch configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CudaKernelSpec {
     /// The kernel's name (error messages).
     pub name: String,
@@ -60,7 +60,7 @@ pub struct CudaKernelSpec {
 
 /// A template argument of a user kernel: a C++ template parameter of a CUDA kernel, a
 /// `#define` in a C kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TemplateArg {
     Int(i64),
     Bool(bool),
@@ -68,7 +68,7 @@ pub enum TemplateArg {
 }
 
 /// One fused `mx.fast` operation. Scalars are `Scalar::Float` (hashed by bit pattern).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FastOp {
     /// Inputs: `x` (..., D), then `weight` (D,) and `bias` (D,) when present, one float dtype.
     LayerNorm { eps: Scalar, weight: bool, bias: bool },

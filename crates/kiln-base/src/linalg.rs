@@ -6,7 +6,7 @@ use crate::shape::{fmt_shape, Shape};
 use crate::{ensure, DType, Result};
 
 /// One dense linear-algebra routine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum LinalgOp {
     /// General inverse (partial-pivot LU). Singular matrices are an error at eval.
     Inv,

@@ -12,7 +12,7 @@ use crate::shape::{checked_size, fmt_shape, size_of, Shape, Strides};
 use crate::{bail, ensure, DType, Result, Scalar};
 
 /// Associative reductions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReduceOp {
     Sum,
     Prod,
@@ -25,7 +25,7 @@ pub enum ReduceOp {
 }
 
 /// Cumulative ops along one axis (one `Scan` primitive, the op a parameter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ScanOp {
     Sum,
     Prod,
@@ -37,7 +37,7 @@ pub enum ScanOp {
 
 /// One axis of a reshape's target as shapeless compile recomputes it from a new input shape
 /// (MLX's squeeze, expand_dims, flatten and `-1` infer their shapes; a literal size stays).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReshapeDim {
     /// This size whatever the input.
     Fixed(usize),
@@ -78,14 +78,14 @@ pub fn resolve_reshape(dims: &[ReshapeDim], input: &[usize]) -> Option<Shape> {
 }
 
 /// Reductions that return an index (uint32, as MLX).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ArgReduceOp {
     ArgMax,
     ArgMin,
 }
 
 /// How a scatter combines each update with the element already in place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ScatterReduce {
     /// The update replaces the element (the last of duplicate indices wins).
     None,
@@ -96,7 +96,7 @@ pub enum ScatterReduce {
 }
 
 /// complex64-only elementwise ops (`mx.real`, `mx.imag`, `abs`, `mx.conj`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ComplexOp {
     /// The real part, float32.
     Real,
@@ -109,7 +109,7 @@ pub enum ComplexOp {
 }
 
 /// Which transform `Primitive::Fft` computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FftKind {
     /// complex64 to complex64 over every axis.
     Complex,
@@ -120,7 +120,7 @@ pub enum FftKind {
 }
 
 /// One node kind of the lazy graph.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Primitive {
     /// `start + i * step` for `i < len`, in `dtype`. No inputs.
     Arange { start: Scalar, step: Scalar, len: usize, dtype: DType },
@@ -210,9 +210,13 @@ pub enum Primitive {
     /// A function with transform rules of its own (custom_function, checkpoint). Inputs: the
     /// `num_primals` primals, then the function's outputs; the outputs are those (views).
     /// The rules live in kiln-core behind the opaque handle; backends never see this.
+    // Not serialisable (export refuses them): rules live behind an opaque handle, and
+    // fused programs are rebuilt from the graph they came from.
+    #[serde(skip)]
     Custom { rules: Opaque, num_primals: usize },
     /// A fused elementwise kernel built by compile (see `fused.rs`): inputs broadcast to one
     /// shape, one output per program output, all of that shape.
+    #[serde(skip)]
     Fused(std::sync::Arc<FusedProgram>),
     /// An `mx.fast` fused op (norms, RoPE, attention, user C kernels): see `fast.rs`.
     Fast(FastOp),

@@ -12,6 +12,7 @@ pub mod array;
 pub mod compile;
 pub mod device;
 pub mod eval;
+pub mod export;
 mod graph;
 pub mod ops;
 pub mod transforms;

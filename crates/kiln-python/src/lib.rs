@@ -18,6 +18,7 @@ mod creation;
 mod device;
 mod dtype;
 mod error;
+mod export;
 mod fast;
 mod fft;
 mod format;
@@ -59,6 +60,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     indexing::register(m)?;
     reductions::register(m)?;
     compile::register(m)?;
+    export::register(m)?;
     streams::register(m)?;
     printoptions::register(m)?;
     quantize::register(m)?;

@@ -20,6 +20,12 @@ from kiln.core._transforms import (  # noqa: F401
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp, vmap,
 )
 from kiln.core._compile import compile  # noqa: F401
+from kiln.core._export import (  # noqa: F401
+    FunctionExporter,
+    export_function,
+    exporter,
+    import_function,
+)
 from kiln.core._compat import *  # noqa: F401,F403 (aliases and compositions)
 from kiln.core._extras import *  # noqa: F401,F403 (dtype queries, convolve, masked matmuls)
 from kiln.core._compat import pi, e, inf, nan, newaxis, euler_gamma  # noqa: F401

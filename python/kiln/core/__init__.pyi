@@ -62,6 +62,23 @@ class DtypeCategory:
     signedinteger: Any
     unsignedinteger: Any
 
+class ExportedTrace:
+    """One traced signature, held until the file is written."""
+
+class FunctionExporter:
+    """Adds traces of one function to one file (``mx.exporter``): each call with example arguments traces the function for their signature and rewrites the file with every trace so far, so it is complete after each call. A context manager; ``close()`` ends it."""
+    def close(self) -> Any:
+        """Ends the export (later calls are an error); the file is already complete."""
+
+class ImportedGraph:
+    """An imported function's traces."""
+    def call(self, /, index, inputs) -> Any:
+        """Records trace `index` over `inputs` and returns its (lazy) outputs."""
+    metadata: Any
+    shapeless: Any
+    def signatures(self, /) -> Any:
+        """Per trace: `(positional, keywords, [(shape, dtype), ...])`."""
+
 class PrintOptions:
     """Options for printing arrays: `precision`, the decimals of floats (-1: the default `%g`-style form)."""
     precision: Any
@@ -513,8 +530,14 @@ def expand_dims(a, /, axis, *, stream=None) -> Any:
 def expm1(a, /, *, stream=None) -> Any:
     """Elementwise `expm1`."""
 
+def export_function(file, fun, *args, shapeless=False, metadata=None, **kwargs) -> Any:
+    """Traces ``fun`` on the example arrays (``*args`` and ``**kwargs``, or one tuple and/or one dict of arrays) and saves the graph, constants included, to ``file``. ``shapeless=True`` lets the imported function take other shapes of the same number of dimensions. ``metadata`` is a string saved beside it (``import_function(..., return_metadata=True)``)."""
+
 def export_to_dot(file, *args, **kwargs) -> Any:
     """Writes the graph behind `args` to `file` in Graphviz's DOT format (MLX's `export_to_dot(file, *args, **kwargs)`)."""
+
+def exporter(file, fun, *, shapeless=False, metadata=None) -> Any:
+    """A callable that exports a trace of ``fun`` for each call's example arguments to ``file`` (MLX's ``mx.exporter``)."""
 
 def eye(n, m=None, k=0, dtype=None, *, stream=None) -> Any:
     """Ones on diagonal `k` of an `n x m` matrix."""
@@ -624,6 +647,9 @@ class iinfo:
 
 def imag(a, /, *, stream=None) -> Any:
     """The imaginary part (float32 for complex64 input; zeros for real input)."""
+
+def import_function(file, return_metadata=False) -> Any:
+    """Loads a function saved by ``export_function`` / ``exporter``. The file's magic bytes, version, lengths, checksum and graph are checked: a bad file raises an error naming ``import_function``. With ``return_metadata``, returns ``(function, metadata)`` (``""`` when none was saved)."""
 
 inexact: Any
 

@@ -99,6 +99,16 @@ pub fn trace<F>(fun: F, inputs: &[Array], shapeless: bool) -> Result<Compiled>
 where
     F: FnOnce(&[Array]) -> Result<Vec<Array>>,
 {
+    let traced = capture(fun, inputs, shapeless)?;
+    Ok(optimise(traced, shapeless, Passes::from_env()))
+}
+
+/// Runs `fun` on placeholders shaped like `inputs` and returns the graph as traced, before
+/// any pass (what `trace` optimises; function export saves it).
+pub fn capture<F>(fun: F, inputs: &[Array], shapeless: bool) -> Result<Graph>
+where
+    F: FnOnce(&[Array]) -> Result<Vec<Array>>,
+{
     let placeholders: Vec<Array> = inputs
         .iter()
         .map(|a| Array::tracer_placeholder(a.shape(), a.dtype(), a.stream()))
@@ -118,7 +128,11 @@ where
              another compiled or transformed function)."
         );
     }
-    let passes = Passes::from_env();
+    Ok(traced)
+}
+
+/// Runs `passes` over a captured graph (a trace's, or an imported function's).
+pub fn optimise(traced: Graph, shapeless: bool, passes: Passes) -> Compiled {
     // Counts taken from traced shapes are constants unless shapes change at replay.
     let folded;
     let source = if shapeless {
@@ -146,7 +160,7 @@ where
     };
     let broadcast_like = if shapeless { broadcast_partners(&graph) } else { Vec::new() };
     let cuda_graph = if shapeless { None } else { cuda_graph::GraphReplay::new(&graph) };
-    Ok(Compiled {
+    Compiled {
         cuda_graph,
         prebuilt: OnceLock::new(),
         broadcast_like,
@@ -155,7 +169,7 @@ where
         regions,
         graph,
         shapeless,
-    })
+    }
 }
 
 /// For each broadcast node, the values whose new shapes its shape follows at replay (empty:
