@@ -14,6 +14,7 @@ pub mod device;
 pub mod eval;
 mod graph;
 pub mod ops;
+pub mod profile;
 pub mod transforms;
 
 pub use array::{Array, HostElement};
