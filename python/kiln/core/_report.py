@@ -19,6 +19,7 @@ import keyword
 import os
 import platform
 import re
+import textwrap
 from typing import Any, Optional
 
 import kiln.core as mx
@@ -177,13 +178,13 @@ def layout(graph: dict) -> dict:
                 preds.setdefault(s, [])
         layer[key] = 1 + max((layer.get(s, 0) for s in srcs), default=0)
         order.append(key)
-    # Constants sit one column before their first user, not all at the far left.
+    # Inputs and constants sit one column before their first user, not all at the far left.
     users: dict = {}
     for k, srcs in preds.items():
         for s in srcs:
             users.setdefault(s, []).append(k)
     for k in order:
-        if k.startswith("c") and users.get(k):
+        if not k.startswith("n") and users.get(k):
             layer[k] = max(0, min(layer[u] for u in users[k]) - 1)
     columns: dict = {}
     for k in order:
@@ -204,7 +205,7 @@ def layout(graph: dict) -> dict:
     return {"layer": layer, "columns": columns, "preds": preds}
 
 
-_NODE_W, _NODE_H, _GAP_X, _GAP_Y = 150, 34, 56, 14
+_NODE_W, _NODE_H, _GAP_X, _GAP_Y = 140, 34, 44, 12
 
 
 def _short(text: str, n: int) -> str:
@@ -221,14 +222,22 @@ def draw_graph(graph: dict, colours: Optional[dict] = None, borders: Optional[di
     region_of = region_of or {}
     lay = layout(graph)
     columns = lay["columns"]
-    tallest = max((len(c) for c in columns.values()), default=1)
-    height = tallest * (_NODE_H + _GAP_Y) + _GAP_Y + 24
     width = (max(columns, default=0) + 1) * (_NODE_W + _GAP_X) + _GAP_X
+    # Rows: each vertex as near the mean height of its predecessors as the ones above it
+    # in its column allow (columns in their barycentre order), so chains run straight.
+    pitch = _NODE_H + _GAP_Y
     xy: dict = {}
-    for c, col in columns.items():
-        top = (tallest - len(col)) * (_NODE_H + _GAP_Y) / 2 + _GAP_Y + 18
-        for i, k in enumerate(col):
-            xy[k] = (_GAP_X / 2 + c * (_NODE_W + _GAP_X), top + i * (_NODE_H + _GAP_Y))
+    for c in sorted(columns):
+        y_prev = -pitch
+        for i, k in enumerate(columns[c]):
+            near = [xy[p][1] for p in lay["preds"].get(k, []) if p in xy]
+            want = sum(near) / len(near) if near else i * pitch
+            y = max(want, y_prev + pitch)
+            xy[k] = (_GAP_X / 2 + c * (_NODE_W + _GAP_X), y)
+            y_prev = y
+    top = 18 + _GAP_Y
+    xy = {k: (x, y + top) for k, (x, y) in xy.items()}
+    height = max((y for _, y in xy.values()), default=0) + _NODE_H + _GAP_Y + 10
     by_key = {f"n{n['id']}": n for n in graph["nodes"]}
     outputs = {_source_of(o) for o in graph["outputs"]}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width:.0f}" '
@@ -268,7 +277,7 @@ def draw_graph(graph: dict, colours: Optional[dict] = None, borders: Optional[di
             op = n["op"]
             cls = "node"
             if op in _VIEWS:
-                cls += " view"
+                cls += " isview"
             if op.startswith("Compiled"):
                 cls += " fused"
             fill = colours.get(k)
@@ -410,7 +419,7 @@ def _device_label(dev: str) -> str:
 
 def _pipeline_svg(stages: list) -> str:
     """The stages as boxes joined by arrows; each box links to its section."""
-    w, h, gap = 168, 78, 26
+    w, h, gap = 150, 78, 22
     width = len(stages) * (w + gap) - gap + 8
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pipeline" width="{width}" '
              f'height="{h + 8}" viewBox="0 0 {width} {h + 8}">']
@@ -420,7 +429,7 @@ def _pipeline_svg(stages: list) -> str:
         parts.append(f'<a href="#{anchor}"><g class="{cls}"><rect x="{x}" y="4" width="{w}" '
                      f'height="{h}" rx="10"/><text x="{x + 12}" y="24" class="st">{_esc(title)}'
                      f'</text><text x="{x + 12}" y="50" class="sv">{_esc(value)}</text>'
-                     f'<text x="{x + 12}" y="70" class="sd">{_esc(_short(detail, 26))}</text>'
+                     f'<text x="{x + 12}" y="70" class="sd">{_esc(_short(detail, 22))}</text>'
                      f'</g></a>')
         if i + 1 < len(stages):
             ax = x + w + 3
@@ -478,14 +487,18 @@ def _timeline_svg(prof: Any, width: int = 1180) -> str:
     return "".join(parts)
 
 
-def _signature(key: dict) -> str:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _signature(key: dict, limit: int = 6) -> str:
     """A cache key's array inputs: ``float32 (8, 16), float32 (8, 4)``."""
     def one(x: dict) -> str:
         shape = x["shape"]
-        return f"{x['dtype']} " + (f"ndim {shape}" if isinstance(shape, int) else str(tuple(shape)))
+        return f"{str(x['dtype']).split('.')[-1]} " + (f"ndim {shape}" if isinstance(shape, int) else str(tuple(shape)))
     inputs = key.get("inputs", [])
-    text = ", ".join(one(x) for x in inputs[:6])
-    return text + (f", ... ({len(inputs)} arrays)" if len(inputs) > 6 else "")
+    text = ", ".join(one(x) for x in inputs[:limit])
+    return text + (f", ... ({len(inputs)} arrays)" if len(inputs) > limit else "")
 
 
 def _table(header: list, rows: list, cls: str = "") -> str:
@@ -517,6 +530,7 @@ def _code_panel(cf: Any) -> str:
         where = f"{inspect.getsourcefile(fun)}:{inspect.getsourcelines(fun)[1]}"
     except (OSError, TypeError):
         src, where = f"# source of {name} is not available", ""
+    src = textwrap.dedent(src)
     return (f'<p class="muted small">{_esc(name)} \u00b7 {_esc(where)}</p>'
             f'<pre class="code">{highlight(src.rstrip(), "python")}</pre>')
 
@@ -541,7 +555,7 @@ def _entry_section(page: _Page, vid: str, k: int, entry: dict, run: Optional[dic
         if i < len(regions):
             final_colours[f"n{n['id']}"] = _region_colour(i)
             final_region[f"n{n['id']}"] = regions[i]["name"]
-    sig = _signature(entry.get("key", {}))
+    sig = _signature(entry.get("key", {}), 3)
     out = [f'<section class="panel" id="{vid}-graphs-{k}"><h2>Entry {k + 1}: ({_esc(sig)})</h2>']
     if lazy:
         out.append('<p class="muted">The lazy graph: what the function records, each node one '
@@ -675,8 +689,8 @@ def _view(page: _Page, cf: Any, info: dict, mode: str, dev: str, run: Optional[d
             ("your code", getattr(cf._fun, "__name__", "fn"), "traced once per signature", f"{vid}-code", True),
             ("lazy graph", f"{n_traced} nodes", "as traced", f"{vid}-lazy-{k0}", True),
             ("simplify", f"{n_simpl} nodes", "CSE, no-ops, dead code", f"{vid}-simplify-{k0}", True),
-            ("fuse", f"{len(first.get('regions', [])) if first else 0} regions", "elementwise chains", f"{vid}-fuse-{k0}", True),
-            ("fused kernels", f"{n_fused} kernels", f"generated {langs}", f"{vid}-kernels-{k0}", n_fused > 0),
+            ("fuse", _plural(len(first.get("regions", [])) if first else 0, "region"), "elementwise chains", f"{vid}-fuse-{k0}", True),
+            ("fused kernels", _plural(n_fused, "kernel"), f"generated {langs}", f"{vid}-kernels-{k0}", n_fused > 0),
             ("eager kernels", f"{n_eager} left", "matmul, reductions, ...", f"{vid}-eager-{k0}", True),
             ("device", dev.upper(), _device_label(dev), f"{vid}-device", True),
         ]
@@ -698,6 +712,7 @@ def _view(page: _Page, cf: Any, info: dict, mode: str, dev: str, run: Optional[d
     out.append('<section class="cards">' + "".join(
         f'<div class="card"><div class="cv">{_esc(str(v))}</div><div class="cl">{_esc(t)}</div>'
         f'</div>' for t, v in cards) + "</section>")
+    out.append('<div class="row2">')
     out.append(f'<section class="panel" id="{vid}-code"><h2>Your code</h2>{_code_panel(cf)}</section>')
     if not lazy:
         erows = []
@@ -718,6 +733,7 @@ def _view(page: _Page, cf: Any, info: dict, mode: str, dev: str, run: Optional[d
                    + "<h3>Traces and why each happened</h3>"
                    + _table(["call", "reason", "inputs", "trace time", "cached"], rrows)
                    + "</section>")
+    out.append("</div>")
     for k, entry in shown:
         out.append(_entry_section(page, vid, k, entry, run, lazy))
     if run:
@@ -782,7 +798,7 @@ vertical-align:-2px;margin-right:6px}
 svg.graph text{font:11px ui-monospace,Menlo,Consolas,monospace;fill:#e8eef6}
 svg.graph .shape{fill:#a9b4c4;font-size:9.5px}
 svg.graph .node rect{fill:var(--fill,#2b3340);stroke:var(--stroke,#536075);stroke-width:1.4}
-svg.graph .node.view rect{fill:var(--fill,#1f2631);stroke-dasharray:4 3}
+svg.graph .node.isview rect{fill:var(--fill,#1f2631);stroke-dasharray:4 3}
 svg.graph .node.fused rect{stroke-width:2.4}
 svg.graph .node.output rect{stroke:#ffd479;stroke-width:2.6}
 svg.graph .gin rect{fill:#0f4c63;stroke:#5cc8ff}svg.graph .gconst rect{fill:#30343c;stroke:#6b7380}
@@ -803,6 +819,8 @@ svg.timeline .bar.kernel{fill:#2f9e8f}svg.timeline .bar.fusedbar{fill:#e0a33a}
 svg.timeline .bar.view{fill:#4a5466}svg.timeline .bar.gpu{fill:#76b900}
 svg.timeline .bar.graph{fill:#c2569b}
 svg.timeline .barlabel{fill:#0c0f14;font-size:10.5px}
+.row2{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:14px}
+.row2 pre.code{max-height:300px}
 .view{display:none}.view.shown{display:block}
 .none{display:none}.none.shown{display:block}
 """
@@ -810,6 +828,9 @@ svg.timeline .barlabel{fill:#0c0f14;font-size:10.5px}
 _JS = """
 (function(){
   var mode = document.body.dataset.mode, dev = document.body.dataset.dev;
+  // A link may pick the run: report.html#lazy-gpu.
+  var h = location.hash.slice(1).split('-');
+  if (h[0] === 'compiled' || h[0] === 'lazy') { mode = h[0]; if (h[1]) dev = h[1]; }
   function show(){
     var any = false;
     document.querySelectorAll('.view').forEach(function(v){
