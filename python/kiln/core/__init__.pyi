@@ -255,8 +255,8 @@ def array_equal(a, b, *, equal_nan=False, stream=None) -> Any:
 def as_strided(a, /, shape=None, strides=None, offset=0, *, stream=None) -> Any:
     """A strided view of the row-major elements of `a`."""
 
-def asarray(a, dtype=None, *, copy=None) -> Any:
-    """``a`` as a new array object (values shared when nothing converts them: arrays are immutable). As MLX, ``copy=False`` raises ValueError: creating an array always copies."""
+def asarray(a, dtype=None) -> Any:
+    """``a`` as an array (an array with the same dtype is returned as is)."""
 
 def asin(a, /, *, stream=None) -> Any:
     """Elementwise `arcsin`."""
@@ -959,7 +959,7 @@ def std(a, /, axis=None, keepdims=False, ddof=0, *, correction=None, stream=None
     """Standard deviation over `axis` with `ddof` delta degrees of freedom."""
 
 def stop_gradient(a, /, *, stream=None) -> Any:
-    """``a`` unchanged, with no gradient flowing through it. As MLX, ``a`` must be an array (a list, scalar or numpy array raises TypeError rather than being converted)."""
+    """Elementwise `stop_gradient`."""
 
 def stream(s) -> Any:
     """A context manager making `s` (a Stream, Device or DeviceType) the default stream."""
