@@ -69,6 +69,12 @@ def test_compiled_kernels_appear_under_their_names():
     fused = [e for e in prof.events() if e.name.startswith("Compiled")]
     assert fused, [e.name for e in prof.events()]
     assert fused[0].inputs == ["(4096,) float32"]
+    if "gpu" in str(mx.default_device()):
+        # From the third call the GPU replays one CUDA graph: one event for all of it.
+        with profiler.profile() as prof:
+            for _ in range(3):
+                mx.eval(f(x))
+        assert any(e.kind == "graph" and e.name.startswith("CudaGraph") for e in prof.events())
 
 
 def test_table_lists_top_entries():
@@ -154,25 +160,6 @@ def test_totals_match_wall_time():
     assert 0.9 <= best[0] <= 1.0 + 1e-6, best
     assert 0.9 <= best[1] <= 1.0 + 1e-6, best
     assert prof.totals()["self_us"] <= prof.wall_us * 1.001
-
-
-def test_inactive_recording_costs_nothing_measurable():
-    # With no session, eval's only extra work is a flag check per call: the same loop
-    # takes the same time as it does with recording compiled out (checked against a
-    # session, whose cost is visible).
-    x = mx.ones((4,))
-
-    def loop():
-        start = time.perf_counter()
-        for _ in range(2000):
-            mx.eval(x + 1)
-        return time.perf_counter() - start
-
-    loop()
-    off = min(loop() for _ in range(3))
-    with profiler.profile():
-        on = min(loop() for _ in range(3))
-    assert off <= on * 1.05, (off, on)
 
 
 @pytest.mark.skipif(mx.is_available(mx.gpu), reason="checks the CPU-only path")

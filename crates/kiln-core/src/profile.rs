@@ -196,3 +196,33 @@ fn push(event: Event, gpu: Option<kiln_cuda::profile::Span>) {
         EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(Pending { event, gpu });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ops, Array};
+
+    #[test]
+    fn records_calls_inside_a_session_only() {
+        let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+        crate::eval(&[ops::exp(&a).unwrap()]).unwrap(); // before: not recorded
+                                                        // Other tests evaluate on their own threads meanwhile: keep this thread's events.
+        let me = thread_index();
+        while !start() {
+            std::thread::yield_now();
+        }
+        let b = ops::multiply(&a, &a).unwrap();
+        crate::eval(&[ops::sum(&b, None, false).unwrap()]).unwrap();
+        let events: Vec<Event> = stop().into_iter().filter(|e| e.thread == me).collect();
+        let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["multiply", "sum", "eval"], "{events:?}");
+        assert_eq!(events[0].inputs, ["(3,) float32", "(3,) float32"]);
+        assert_eq!(events[1].outputs, ["() float32"]);
+        assert!(events.iter().all(|e| e.device == "cpu" && e.device_ms.is_none()));
+        let eval = &events[2];
+        assert!(events[..2].iter().all(|e| e.start_ns >= eval.start_ns
+            && e.start_ns + e.host_ns <= eval.start_ns + eval.host_ns));
+        crate::eval(&[ops::exp(&b).unwrap()]).unwrap();
+        assert!(!is_active());
+    }
+}
