@@ -20,9 +20,13 @@ pub fn calls_run() -> u64 {
 
 /// Computes every array in `outputs` (and what they depend on) that has no data yet.
 pub fn eval(outputs: &[Array]) -> Result<()> {
+    let timer = crate::profile::Timer::start(kiln_base::Device::CPU);
     if eval_async(outputs)? {
         // As in MLX, eval returns once the values exist (GPU faults surface here too).
         kiln_cuda::synchronize()?;
+    }
+    if let Some(t) = timer {
+        t.span("eval".into(), "eval", kiln_base::Device::CPU);
     }
     Ok(())
 }
@@ -99,6 +103,7 @@ fn eval_node(array: &Array) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let outputs = call.outputs.get().expect("set at construction");
+    let timer = crate::profile::Timer::start(device);
     let ran =
         run_guarded(&call.prim, &inputs, &donated, &call.output_meta, device).and_then(|results| {
             if device == array.stream().device {
@@ -128,6 +133,9 @@ fn eval_node(array: &Array) -> Result<()> {
         }
     };
     CALLS_RUN.fetch_add(1, Ordering::Relaxed);
+    if let Some(t) = timer {
+        t.call(&call.prim, &inputs, &call.output_meta, device, array.stream().device);
+    }
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);

@@ -15,6 +15,7 @@ pub mod eval;
 pub mod export;
 mod graph;
 pub mod ops;
+pub mod profile;
 pub mod transforms;
 
 pub use array::{Array, HostElement};

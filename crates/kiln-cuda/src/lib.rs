@@ -21,6 +21,7 @@
 //!   (gather, scatter), `masked` (masked scatter), `creation` (arange, random bits): data
 //!   movement and creation;
 //! - `graph`: CUDA graphs (capture, launch) for compiled replays;
+//! - `profile`: CUDA events around calls for the profiler's device times;
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
@@ -39,6 +40,7 @@ pub mod masked;
 pub mod matmul;
 pub mod nvrtc;
 pub mod prebuild;
+pub mod profile;
 pub mod reduce;
 pub mod rows;
 pub mod runtime;

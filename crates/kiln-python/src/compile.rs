@@ -65,6 +65,7 @@ impl PyCompiled {
             None => None,
         };
         d.set_item("gpu_prebuild", prebuild)?;
+        crate::report::add_report_data(&d, &self.0)?;
         Ok(d)
     }
 }

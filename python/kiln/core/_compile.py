@@ -12,6 +12,7 @@ import functools
 import os
 import struct
 import sys
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
@@ -152,6 +153,8 @@ class _CompiledFunction:
         self._hits = 0
         self._last_key: Optional[tuple] = None
         self._last_retrace: Optional[str] = None
+        # Every trace: the call that made it, why, the key and the time tracing took.
+        self._retraces: list = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Fast path: positional array arguments only, no captured state, a cached entry.
@@ -196,7 +199,12 @@ class _CompiledFunction:
             )
             key = (spec, metas, len(state))
             self._last_retrace = _why(self._last_key, key)
+            started = time.perf_counter()
             graph, out_spec, n_out, written, reshaped = self._trace(spec, flat, slots, every)
+            self._retraces.append({
+                "call": self._calls, "reason": self._last_retrace, "key": _describe_key(key),
+                "trace_ms": (time.perf_counter() - started) * 1e3, "cached": not reshaped,
+            })
             entry = (graph, out_spec, n_out, key)
             # A trace that created or replaced captured state (a lazily initialised
             # optimizer, a new dict key, a longer list) ran Python that a replay would not:
@@ -282,6 +290,19 @@ class _CompiledFunction:
             _drop_tracers([s for s in after if (id(s[0]), s[1]) not in targets])
         return graph, box["spec"], box["n"], written, reshaped
 
+    def report(self, path: Any, *args: Any, **kwargs: Any) -> str:
+        """Writes one self-contained HTML file showing what compile did for this function:
+        its code, the traced and simplified graphs (drawn, coloured by fused region, with
+        the reason fusion stopped at each border), the fused kernels' generated source,
+        build and run times, the eager kernels left, the cache's hits and retraces, and the
+        device that ran each kernel. With arguments the function is first run on them,
+        compiled and lazily (and on the CPU and the GPU where there is one), under the
+        profiler, and the page switches between those runs; without, it shows the calls
+        made so far. Captured state (``inputs=``) is put back afterwards. Returns the path."""
+        from kiln.core import _report
+
+        return _report.write_report(self, path, args, kwargs, run=bool(args or kwargs))
+
     def explain(self) -> dict:
         """What compile did, as data: one dict per cache entry (its key, the graph as
         traced, after simplify and after fusion, the fused regions with the reason fusion
@@ -304,6 +325,7 @@ class _CompiledFunction:
             "traces": self._traces,
             "cache_hits": self._hits,
             "last_retrace": self._last_retrace,
+            "retraces": [dict(r) for r in self._retraces],
             "entries": entries,
             "kernels": dict(_core._jit_stats()),
         }

@@ -247,16 +247,18 @@ impl GraphReplay {
         consts: &[ArrayData],
     ) -> Result<Vec<ArrayData>> {
         let _issuing = kiln_cuda::graph::issuing();
-        self.execute(graph, inputs, consts)
+        self.execute(graph, inputs, consts, true)
     }
 
     /// Runs the nodes in order straight on the backend, releasing each value after its last
-    /// reader; returns the graph outputs' data (inputs and constants included).
+    /// reader; returns the graph outputs' data (inputs and constants included). `profiled`:
+    /// the profiler may record each call (not while capturing: nothing runs then).
     fn execute(
         &self,
         graph: &Graph,
         inputs: &[ArrayData],
         consts: &[ArrayData],
+        profiled: bool,
     ) -> Result<Vec<ArrayData>> {
         let mut values: Vec<Option<Vec<ArrayData>>> = vec![None; graph.nodes.len()];
         let get = |v: &Value, values: &[Option<Vec<ArrayData>>]| match *v {
@@ -272,7 +274,11 @@ impl GraphReplay {
                 bail!(Unsupported, "compile", "{} has no GPU kernel.", node.prim.name());
             }
             let donated = vec![false; args.len()];
+            let timer = profiled.then(|| crate::profile::Timer::start(self.device)).flatten();
             values[i] = Some(run(&node.prim, &args, &donated, &node.outputs, self.device)?);
+            if let Some(t) = timer {
+                t.call(&node.prim, &args, &node.outputs, self.device, self.device);
+            }
             drop(args);
             for v in &node.inputs {
                 if let Value::Node(n, _) = *v {
@@ -296,7 +302,7 @@ impl GraphReplay {
             .iter()
             .map(|x| row_major_buffer(&x.layout.shape, x.dtype))
             .collect::<Result<Vec<_>>>()?;
-        let (cuda_graph, outputs) = capture(|| self.execute(graph, &staging, &consts))?;
+        let (cuda_graph, outputs) = capture(|| self.execute(graph, &staging, &consts, false))?;
         log(&format!("captured a CUDA graph of {} nodes", cuda_graph.nodes()));
         let copied = Mutex::new(vec![None; staging.len()]);
         Ok(Plan { graph: cuda_graph, staging, copied, _consts: consts, outputs, launches: 0 })

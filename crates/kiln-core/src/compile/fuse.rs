@@ -25,6 +25,10 @@ pub struct Region {
     pub size: usize,
     /// Each border input and the reason fusion stopped there.
     pub borders: Vec<String>,
+    /// The member nodes (indices into the graph fuse ran on: the simplified one) and each
+    /// border as (outside node, member it feeds, reason): the report draws them.
+    pub members: Vec<usize>,
+    pub border_edges: Vec<(usize, usize, &'static str)>,
 }
 
 /// The most inputs one fused kernel takes: past it a region stops growing (the border says
@@ -112,6 +116,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
         let mut members = vec![root];
         region_of[root] = id;
         let mut borders = Vec::new();
+        let mut edges = Vec::new();
         // The region's kernel inputs so far (bounded by MAX_KERNEL_INPUTS).
         let mut ins: rustc_hash::FxHashSet<Value> = graph.nodes[root]
             .inputs
@@ -157,6 +162,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                     Some(r) => {
                         if !matches!(node.prim, Primitive::BroadcastTo { .. }) {
                             borders.push(format!("{name}: {r}"));
+                            edges.push((p, m, r));
                         }
                     }
                     None => {
@@ -179,7 +185,7 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
         }
         members.sort_unstable();
         regions.push(members);
-        reports.push(borders);
+        reports.push((borders, edges));
     }
 
     // Rebuild: regions become one node at their root's position.
@@ -216,10 +222,13 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
         let inputs: Vec<Value> = inputs.into_iter().map(|v| map(v, &node_map)).collect();
         let shape = graph.nodes[i].outputs[0].0.clone();
         let outputs = program.output_dtypes().into_iter().map(|d| (shape.clone(), d)).collect();
+        let (borders, border_edges) = std::mem::take(&mut reports[r]);
         let report = Region {
             name: program.name(),
             size: members.len(),
-            borders: std::mem::take(&mut reports[r]),
+            borders,
+            members: members.clone(),
+            border_edges,
         };
         out.nodes.push(Node {
             prim: Primitive::Fused(Arc::new(program)),

@@ -88,6 +88,8 @@ pub struct Compiled {
     /// The parallel build of the kernels the first call needed (set at the first replay
     /// over real inputs of the traced shapes; `None` inside: nothing to build on the GPU).
     prebuilt: OnceLock<Option<kiln_cuda::prebuild::BatchReport>>,
+    /// Replays over real inputs (explain, the report: the first call and each cache hit).
+    replays: AtomicU64,
 }
 
 /// Traces `fun` on placeholders shaped like `inputs` and optimises the graph.
@@ -163,6 +165,7 @@ pub fn optimise(traced: Graph, shapeless: bool, passes: Passes) -> Compiled {
     Compiled {
         cuda_graph,
         prebuilt: OnceLock::new(),
+        replays: AtomicU64::new(0),
         broadcast_like,
         traced: traced.describe(),
         simplified: simplified.describe(),
@@ -260,6 +263,11 @@ impl Compiled {
         self.graph.nodes.len()
     }
 
+    /// How many times this entry was replayed over real inputs.
+    pub fn replays(&self) -> u64 {
+        self.replays.load(Ordering::Relaxed)
+    }
+
     /// Builds the optimised graph over `inputs` (lazy, like every op) and returns its
     /// outputs.
     pub fn replay(&self, inputs: &[Array]) -> Result<Vec<Array>> {
@@ -293,8 +301,19 @@ impl Compiled {
             }
         }
         self.prebuild_kernels(inputs);
+        if !inputs.iter().any(|a| a.is_tracer() || a.is_placeholder()) {
+            self.replays.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(replay) = &self.cuda_graph {
+            let timer = crate::profile::Timer::start(kiln_base::Device::GPU);
             if let Some(outputs) = replay.call(g, inputs)? {
+                if let Some(t) = timer {
+                    t.span(
+                        format!("CudaGraph({} nodes)", g.nodes.len()),
+                        "graph",
+                        kiln_base::Device::GPU,
+                    );
+                }
                 return Ok(outputs);
             }
         }

@@ -137,7 +137,9 @@ pub(crate) fn prebuild(
         return None;
     }
     let layouts: Vec<Option<Layout>> = inputs.iter().map(|a| array_layout(a, 0)).collect();
-    kiln_cuda::prebuild::build_batch(&kernel_requests(graph, &layouts))
+    let requests = kernel_requests(graph, &layouts);
+    let _progress = kiln_cpu::fused::progress::building(requests.len());
+    kiln_cuda::prebuild::build_batch(&requests)
 }
 
 /// Before a CUDA graph is captured over row-major staging copies of the inputs: the kernels

@@ -60,14 +60,27 @@ pub struct KernelInfo {
     pub from_disk: bool,
     pub runs: u64,
     pub run_ms: f64,
+    /// The generated C (filled by [`kernels_for`]; empty in [`kernels`]).
+    pub source: String,
 }
 
 /// Every kernel this process built, loaded or tried (explain).
 pub fn kernels() -> Vec<KernelInfo> {
+    kernels_where(|_| true, false)
+}
+
+/// The kernels built, loaded or tried for `program` (one per variant), with their C source
+/// (the compile report).
+pub fn kernels_for(program: &FusedProgram) -> Vec<KernelInfo> {
+    kernels_where(|p| p == program, true)
+}
+
+fn kernels_where(wanted: impl Fn(&FusedProgram) -> bool, sources: bool) -> Vec<KernelInfo> {
     let slots = registry().slots.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Vec::new();
-    for (program, variants) in slots.iter() {
+    for (program, variants) in slots.iter().filter(|(p, _)| wanted(p)) {
         for (variant, slot) in variants {
+            let source = if sources { c_kernel(program, variant) } else { String::new() };
             let variant = match variant {
                 Variant::Contiguous(_) => "contiguous",
                 Variant::Strided => "strided",
@@ -80,6 +93,7 @@ pub fn kernels() -> Vec<KernelInfo> {
                 from_disk: false,
                 runs: 0,
                 run_ms: 0.0,
+                source,
             };
             match slot {
                 Slot::Building => {}
@@ -281,7 +295,9 @@ pub(crate) fn kernel(program: &Arc<FusedProgram>, variant: &Variant) -> Option<A
     }
     let key = (program.as_ref().clone(), variant.clone());
     let user = Arc::downgrade(program);
+    let progress = super::progress::building(1);
     let build = move || {
+        let _progress = progress;
         let slot = match build_and_load(&key.0, &key.1) {
             Ok(k) => {
                 if log_enabled() {
