@@ -85,8 +85,10 @@ def test_table_lists_top_entries():
     text = prof.key_averages().table(sort_by="host_time_total", row_limit=3)
     lines = text.splitlines()
     assert "Name" in lines[1] and "# of Calls" in lines[1] and "Self host" in lines[1]
-    assert "Self host time total" in lines[-1]
-    body = lines[3:-2]
+    # The totals close the table (on a GPU, device time's after host time's).
+    totals = [i for i, line in enumerate(lines) if line.startswith("Self ")]
+    assert totals and "Self host time total" in lines[totals[0]]
+    body = lines[3:totals[0] - 1]
     assert len(body) == 3
     assert any(line.startswith("eval") for line in body)
     assert any(line.startswith("matmul") for line in body)
@@ -141,6 +143,7 @@ def test_chrome_trace_round_trips(tmp_path):
     assert any(m["args"]["name"] == "kiln host" for m in meta)
 
 
+@pytest.mark.cpu  # on a GPU the host returns before the kernels finish: host time < wall
 def test_totals_match_wall_time():
     # Big enough that each eval is milliseconds of kernels: Python's share is small.
     x = mx.array(np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32))

@@ -77,9 +77,12 @@ def check_page(markup, cf):
     text = text_of(markup)
     for e in info["entries"]:
         for k in e["kernels"]:
-            sources = [v["source"] for v in k["cpu"]] or [k["c_source"]]
-            body = sources[0].split(f"/* {k['name']} */", 1)[1]
-            line = next(ln for ln in body.splitlines() if "kiln_kernel" in ln)
+            # The source the page shows: CUDA's for a kernel the GPU ran, else the C one.
+            sources = ([v["source"] for v in k.get("cuda", [])]
+                       or [v["source"] for v in k["cpu"]] or [k["c_source"]])
+            body = sources[0].split(f"/* {k['name']} */", 1)[-1]
+            line = next(ln for ln in body.splitlines()
+                        if "kiln_kernel" in ln or "__global__" in ln)
             assert line.strip() in text
     return info
 

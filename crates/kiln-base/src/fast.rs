@@ -415,7 +415,7 @@ fn packed_matrix(
     ensure!(
         group_size > 0
             && (1..=8).contains(&bits)
-            && k % group_size == 0
+            && k.is_multiple_of(group_size)
             && words * 32 == k * bits as usize
             && s == params.as_slice()
             && b == params.as_slice(),

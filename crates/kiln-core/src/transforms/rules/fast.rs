@@ -540,7 +540,8 @@ fn gathered_vjp(
         let flat = [-1, s[s.len() - 2] as i64, s[s.len() - 1] as i64];
         let pick =
             |ins: &[Array]| Ok(vec![ops::take(&ops::reshape(&ins[0], &flat)?, lhs, Some(0))?]);
-        let (_, cots) = crate::transforms::vjp(pick, std::slice::from_ref(x), &[contrib.clone()])?;
+        let (_, cots) =
+            crate::transforms::vjp(pick, std::slice::from_ref(x), std::slice::from_ref(contrib))?;
         Ok(cots[0].clone())
     };
     let every = ops::reshape(
