@@ -132,12 +132,15 @@ fn widen_matrix<H: Half>(b: &ArrayData, offset: usize, out: &mut Vec<f32>) -> bo
     by_columns
 }
 
+/// Widens one matrix of `b` into a scratch; true when it comes out column-major.
+type Widen<T> = fn(&ArrayData, usize, &mut Vec<T>) -> bool;
+
 /// `gather_mm` computed in `T`: `b` read in place when `widen` is None (`b` is `T`), else
 /// each used matrix widened by `widen` into a scratch.
 fn gather_mm_as<T: Gemm>(
     inputs: &[ArrayData],
     shape: &[usize],
-    widen: Option<fn(&ArrayData, usize, &mut Vec<T>) -> bool>,
+    widen: Option<Widen<T>>,
 ) -> Result<ArrayData> {
     let (a, b) = (dense_as(&inputs[0], T::DTYPE)?, &inputs[1]);
     let (lhs, rhs) = indices(&inputs[2..4])?;
