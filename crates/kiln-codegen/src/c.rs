@@ -227,7 +227,7 @@ pub(crate) fn step_expr_with(
 /// Step `i` as `k_div_lit(a, c, RN(1/c))` when it divides float math by a literal `c` whose
 /// reciprocal is a normal float (|c| in [2^-64, 2^64]): each preamble computes the exactly
 /// rounded quotient its fastest way (C: the division; CUDA: a multiply and Markstein's
-/// correction, a third of a division's instructions).
+/// correction, a third of a division's instructions); `(a * r)` when c is a power of two.
 pub(crate) fn divide_by_literal(
     program: &FusedProgram,
     i: usize,
@@ -247,7 +247,15 @@ pub(crate) fn divide_by_literal(
     };
     let r = (1.0 / c as f64) as f32;
     let in_range = c.is_normal() && (2f32.powi(-64)..=2f32.powi(64)).contains(&c.abs());
-    (in_range && r.is_normal()).then(|| format!("k_div_lit({a}, {b}, {:e}f)", r as f64))
+    if !(in_range && r.is_normal()) {
+        return None;
+    }
+    // By a power of two, a r is the same real number as a / c, so it rounds alike.
+    Some(if r.to_bits() & 0x7f_ffff == 0 {
+        format!("({a} * {:e}f)", r as f64)
+    } else {
+        format!("k_div_lit({a}, {b}, {:e}f)", r as f64)
+    })
 }
 
 /// The loop body: every step as a typed local, then each output stored to `output(k)`
@@ -610,6 +618,7 @@ void kiln_kernel(int64_t begin, int64_t end, void *const *in, void *const *out) 
             Some("k_div_lit(t0, t1, 3.333333432674408e-1f)")
         );
         assert!(expr(std::f64::consts::SQRT_2, DType::BF16).is_some());
+        assert_eq!(expr(-2.0, DType::F32).as_deref(), Some("(t0 * -5e-1f)"));
         assert_eq!(expr(0.0, DType::F32), None);
         assert_eq!(expr(1e-30, DType::F32), None);
         assert_eq!(expr(f64::INFINITY, DType::F16), None);

@@ -23,8 +23,20 @@ pub fn kernel_symbol(program: &FusedProgram) -> String {
     name
 }
 
-/// The scalar math every kernel includes (see `preamble.cu`).
-pub const PREAMBLE: &str = concat!(include_str!("erf_rational.h"), include_str!("preamble.cu"));
+/// The scalar math every kernel includes: `preamble.cu`, with the float math that kiln's CPU
+/// kernels share (`math.rs`) ahead of it.
+pub fn preamble() -> &'static str {
+    static PREAMBLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREAMBLE.get_or_init(|| {
+        let (head, tail) = PREAMBLE_CU
+            .split_once(MATH_MARK)
+            .expect("preamble.cu marks where math.rs's functions go");
+        format!("{head}{}{MATH_MARK}{tail}", crate::math::cuda_math())
+    })
+}
+
+const PREAMBLE_CU: &str = include_str!("preamble.cu");
+const MATH_MARK: &str = "/* k_tanh, k_erf, k_erf_unclamped: math.rs";
 
 /// Which CUDA kernel to generate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -64,7 +76,7 @@ fn storage_type(dtype: DType) -> &'static str {
 
 /// The CUDA source of `program` as `variant` (preamble included).
 pub fn cuda_kernel(program: &FusedProgram, variant: &CudaVariant) -> String {
-    let mut s = String::from(PREAMBLE);
+    let mut s = String::from(preamble());
     let _ = writeln!(s, "\n/* {} */", program.name());
     let n_in = program.inputs.len();
     if let CudaVariant::Strided { ndim, .. } | CudaVariant::Rows { ndim, .. } = variant {
@@ -343,7 +355,7 @@ mod tests {
             unroll: 1,
         };
         let src = cuda_kernel(&p, &v);
-        let kernel = &src[PREAMBLE.len()..];
+        let kernel = &src[preamble().len()..];
         let expected = r#"
 /* Compiled_sigmoid_multiply_multiply */
 extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t n, const float *__restrict__ in0, const float *__restrict__ in1, float *__restrict__ out0) {
@@ -409,7 +421,7 @@ extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t
         let v =
             CudaVariant::Contiguous { kinds, vector: vector_width(&p), packed: true, unroll: 1 };
         let src = cuda_kernel(&p, &v);
-        let kernel = &src[PREAMBLE.len()..];
+        let kernel = &src[preamble().len()..];
         let expected = r#"
 /* Compiled_sigmoid_multiply_multiply */
 extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t n, const uint16_t *__restrict__ in0, const uint16_t *__restrict__ in1, uint16_t *__restrict__ out0) {
@@ -536,7 +548,7 @@ extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t
             "*(KVec<uint32_t, 2> *)(out0 + base) = r0;",
             "*(KVec<bool, 4> *)(out2 + base) = r2;",
         ] {
-            assert!(src.contains(line), "missing {line}\n{}", &src[PREAMBLE.len()..]);
+            assert!(src.contains(line), "missing {line}\n{}", &src[preamble().len()..]);
         }
         // Forms nobody reads are not made: the literal 3 packed, input 0's floats are.
         assert!(!src.contains("const uint32_t p14"));
@@ -548,6 +560,6 @@ extern "C" __global__ void kiln_Compiled_sigmoid_multiply_multiply(const int64_t
             packed: true,
             unroll: 1,
         };
-        assert!(!cuda_kernel(&p, &one)[PREAMBLE.len()..].contains("x2"));
+        assert!(!cuda_kernel(&p, &one)[preamble().len()..].contains("x2"));
     }
 }

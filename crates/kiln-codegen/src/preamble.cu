@@ -54,24 +54,7 @@ K_INLINE float k_sqrt(float x) { return sqrtf(x); }
 K_INLINE float k_sin(float x) { return sinf(x); }
 K_INLINE float k_cos(float x) { return cosf(x); }
 K_INLINE float k_tan(float x) { return tanf(x); }
-K_INLINE float k_tanh(float x) { return tanhf(x); }
-/* erf: erf_rational.h's rational (the C preamble's) with the fast division (2 ulp more). On
- * the H200 bf16 gelu_erf ran at 0.89 of the copy floor with it and 0.80 with erff, whose two
- * branches both run in most warps. Selects (not fminf) keep NaN.
- * k_erf_unclamped is for results rounded to a half float next (packed kernels): past the
- * input clamp the rational exceeds 1 by at most 2.4e-7 (2e6 points of [0, K_ERF_CLAMP] in
- * float32), far below half an ulp of 1 in float16 (2^-11), so rounding clamps it; dropping
- * the output clamp took bf16 gelu_erf from 0.83 to 0.88 of the copy floor. */
-K_INLINE float k_erf_unclamped(float x) {
-    const float lo = x < -K_ERF_CLAMP ? -K_ERF_CLAMP : x;
-    const float c = lo > K_ERF_CLAMP ? K_ERF_CLAMP : lo, z = c * c;
-    return c * __fdividef(K_ERF_P(z, fmaf), K_ERF_Q(z, fmaf));
-}
-K_INLINE float k_erf(float x) {
-    const float r = k_erf_unclamped(x);
-    const float hi = r > 1.0f ? 1.0f : r;
-    return hi < -1.0f ? -1.0f : hi;
-}
+/* k_tanh, k_erf, k_erf_unclamped: math.rs (cuda_math), ahead of this file. */
 K_INLINE float k_expm1(float x) { return expm1f(x); }
 K_INLINE float k_log1p(float x) { return log1pf(x); }
 K_INLINE float k_log2(float x) { return log2f(x); }

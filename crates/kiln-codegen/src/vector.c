@@ -156,6 +156,36 @@ K_INLINE kv_f64 k_vsqrt_f64(kv_f64 a) {
 K_VFLOAT_FNS(f32, kv_f32, kv_i32, kv_u32, 0x80000000u, 8388608.0f)
 K_VFLOAT_FNS(f64, kv_f64, kv_i64, kv_u64, 0x8000000000000000ull, 4503599627370496.0)
 
+/* Whether any lane of a comparison mask is set: one test instruction where the mask fills a
+ * register (float32-wide kernels), an OR over its words otherwise. */
+K_INLINE int k_vany_i32(kv_i32 m) {
+#if defined(__AVX512F__) && K_LANE_BYTES == 4
+    return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
+#elif defined(__AVX__) && !defined(__AVX512F__) && K_LANE_BYTES == 4
+    return !_mm256_testz_si256((__m256i)m, (__m256i)m);
+#elif defined(__SSE2__) && K_VBYTES == 16 && K_LANE_BYTES == 4
+    return _mm_movemask_epi8((__m128i)m) != 0;
+#elif defined(__aarch64__) && K_LANE_BYTES == 4
+    return vmaxvq_u32((uint32x4_t)m) != 0;
+#else
+    uint64_t w[sizeof m / 8], acc = 0;
+    memcpy(w, &m, sizeof m);
+    for (size_t k = 0; k < sizeof m / 8; ++k) acc |= w[k];
+    return acc != 0;
+#endif
+}
+/* a / c for a literal c with r = RN(1/c), rounded exactly: Markstein's correction of a r,
+ * as the CUDA preamble's k_div_lit (c.rs `divide_by_literal` offers it; kiln-codegen's test
+ * `markstein_division_by_literals_is_exact` checks it), three multiply-adds for a division.
+ * A vector with a lane outside [2^-60, 2^60] in magnitude (zeros, infinities, NaN) divides. */
+K_INLINE kv_f32 k_vdiv_lit(kv_f32 a, kv_f32 c, float r) {
+    const kv_u32 from_lo = (kv_u32)k_vabs_f32(a) - 0x21800000u; /* bits of 2^-60 */
+    if (k_vany_i32((kv_i32)(from_lo > 0x3c000000u))) /* 2^60's bits minus 2^-60's */
+        return a / c;
+    const kv_f32 q = a * r;
+    return k_vfma(k_vfma(-c, q, a), (kv_f32){} + r, q);
+}
+
 /* ---- conversions ---- */
 /* float -> int32 as x86's cvtt: NaN and out of range give INT32_MIN (scalar k_f2i32). */
 K_INLINE kv_i32 k_vf2i32_f32(kv_f32 x) {

@@ -132,7 +132,7 @@ const SYMBOL: &str = "kiln_complex_part";
 /// element strides (the output is row-major).
 fn source(op: ComplexOp, ndim: usize) -> String {
     let (expr, tout) = part(op);
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

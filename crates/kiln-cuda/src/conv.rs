@@ -25,7 +25,7 @@ const PER_AXIS: usize = 8;
 /// stride, padding before, kernel dilation, input dilation, dilated input extent, x stride.
 fn im2col_source(dims: usize, width: usize, flip: bool) -> String {
     let t = bits_type(width);
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

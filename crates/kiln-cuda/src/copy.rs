@@ -25,7 +25,7 @@ pub(crate) fn bits_type(width: usize) -> &'static str {
 /// and the destination's element strides.
 fn source(ndim: usize, width: usize) -> String {
     let t = bits_type(width);
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

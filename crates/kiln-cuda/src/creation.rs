@@ -33,7 +33,7 @@ fn arange_source(dtype: DType) -> String {
             ),
         )
     };
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"
@@ -151,7 +151,7 @@ pub(crate) fn random_bits(
     }
     let key = contiguous(key)?;
     let f = RANDOM.get(&(), "kiln_random_bits", || {
-        format!("{}{RANDOM_SOURCE}", kiln_codegen::cuda::PREAMBLE)
+        format!("{}{RANDOM_SOURCE}", kiln_codegen::cuda::preamble())
     })?;
     let pairs = (chunk.div_ceil(4)).div_ceil(2) as u64 * keys as u64;
     let mut args = Args::new();

@@ -176,7 +176,7 @@ const HERMITIAN: &str = "kiln_fft_hermitian";
 /// `data[i] *= s` over `n` floats (a complex value's two parts alike, as the CPU's
 /// `z * scale`); `s` arrives as a double holding a float32 exactly.
 fn scale_source() -> String {
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"
@@ -195,7 +195,7 @@ extern "C" __global__ void {SCALE}(const int64_t n, float *__restrict__ data, co
 /// Zeroes the imaginary parts of each row's DC term and, for even `n`, its Nyquist term
 /// (rows of `m = n / 2 + 1` values).
 fn hermitian_source() -> String {
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

@@ -60,7 +60,7 @@ fn gather_source(ndim: usize, width: usize, indices: &[DType]) -> String {
             load = load_index(k, d, "dim"),
         );
     }
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"
@@ -198,7 +198,7 @@ fn scatter_source(
             load = load_index(k, d, "dim"),
         );
     }
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

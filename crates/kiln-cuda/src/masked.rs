@@ -19,7 +19,7 @@ const SYMBOL: &str = "kiln_masked_scatter";
 /// `out[e] = mask[r] ? values[(count[r] - 1) * inner + j] : x[e]` for `e = r * inner + j`.
 fn source(width: usize) -> String {
     let t = bits_type(width);
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

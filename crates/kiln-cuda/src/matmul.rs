@@ -114,7 +114,7 @@ fn operand(x: &ArrayData) -> Result<Operand> {
 /// Fills a device array with each batch element's matrix pointers: A's, then B's, then C's
 /// (`batch` each), from the batch dims and each operand's element strides along them.
 fn pointers_source(dims: usize) -> String {
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

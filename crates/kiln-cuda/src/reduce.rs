@@ -114,7 +114,7 @@ fn source(op: ReduceOp, dtype: DType, partial_in: bool, partial_out: bool, kind:
         };
         (storage, s)
     };
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

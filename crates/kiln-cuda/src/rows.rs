@@ -35,7 +35,7 @@ fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
         _ => "int64_t",
     };
     let is_nan = if dtype == DType::C64 { "k_isnan" } else { "k_isnan_real" };
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"
@@ -138,7 +138,7 @@ fn softmax_source(dtype: DType, warp: Option<(usize, bool)>) -> String {
         DType::BF16 => "k_f32_to_bf16(v)",
         _ => "v",
     };
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

@@ -113,7 +113,7 @@ extern "C" __global__ void kiln_scan(const int64_t outer, const int64_t len, con
 "#
         )
     };
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     let _ = write!(
         s,
         r#"

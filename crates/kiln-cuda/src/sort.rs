@@ -83,7 +83,7 @@ fn header(dtype: DType) -> String {
 /// A block sorts each row in shared memory: `p` (a power of two) keys, then `p` indices from
 /// the next multiple of 8 keys (aligned for any key width).
 fn shared_source(dtype: DType) -> String {
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     s.push_str(&header(dtype));
     s.push_str(
         r#"
@@ -132,7 +132,7 @@ extern "C" __global__ void kiln_sort(const int64_t rows, const int64_t len, cons
 /// The same network in global memory for long rows: `phase` 0 fills the pairs, 1 runs the
 /// step (k, j) over every element, 2 writes the results.
 fn global_source(dtype: DType) -> String {
-    let mut s = String::from(kiln_codegen::cuda::PREAMBLE);
+    let mut s = String::from(kiln_codegen::cuda::preamble());
     s.push_str(&header(dtype));
     s.push_str(
         r#"
@@ -192,7 +192,7 @@ extern "C" __global__ void kiln_searchsorted(const int64_t n, const int64_t len,
     }}
 }}
 "#,
-        preamble = kiln_codegen::cuda::PREAMBLE,
+        preamble = kiln_codegen::cuda::preamble(),
         keys = keys(dtype),
         before = if right { "o <= 0" } else { "o < 0" },
     )

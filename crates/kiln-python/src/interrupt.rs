@@ -22,18 +22,21 @@ pub fn detached<T: Send>(py: Python<'_>, work: impl Send + FnOnce() -> T) -> T {
     py.detach(work)
 }
 
-/// Whether `signal.getsignal(SIGINT) is signal.default_int_handler`.
+/// Whether the script's SIGINT handler is `signal.default_int_handler`. Asked of `_signal`,
+/// the C module under `signal`: `signal.getsignal` wraps the answer in an enum, which cost
+/// about 2 us of every evaluation.
 fn default_handler(py: Python<'_>) -> bool {
-    /// `signal.getsignal`, `signal.SIGINT` and `signal.default_int_handler`.
-    type SignalNames = Option<(Py<PyAny>, Py<PyAny>, Py<PyAny>)>;
+    /// `_signal.getsignal` and `_signal.default_int_handler`.
+    type SignalNames = Option<(Py<PyAny>, Py<PyAny>)>;
     static SIGNAL: PyOnceLock<SignalNames> = PyOnceLock::new();
     let names = SIGNAL.get_or_init(py, || {
-        let signal = py.import("signal").ok()?;
+        let signal = py.import("_signal").ok()?;
         let get = |name| signal.getattr(name).ok().map(Bound::unbind);
-        Some((get("getsignal")?, get("SIGINT")?, get("default_int_handler")?))
+        Some((get("getsignal")?, get("default_int_handler")?))
     });
-    let Some((getsignal, sigint, default)) = names else { return false };
-    getsignal.call1(py, (sigint,)).is_ok_and(|h| h.is(default))
+    let Some((getsignal, default)) = names else { return false };
+    // SIGINT is 2 on every platform Python runs on (POSIX, Windows).
+    getsignal.call1(py, (2,)).is_ok_and(|h| h.is(default))
 }
 
 /// The KeyboardInterrupt (or whatever the script's SIGINT handler raises) for an

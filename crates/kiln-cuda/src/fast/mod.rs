@@ -35,7 +35,7 @@ pub(crate) fn header(dtype: DType) -> String {
     format!(
         "{}\ntypedef {storage} S;\nK_INLINE float k_load(S x) {{ return {load}; }}\n\
          K_INLINE S k_store(float v) {{ return {store}; }}\n",
-        kiln_codegen::cuda::PREAMBLE
+        kiln_codegen::cuda::preamble()
     )
 }
 
