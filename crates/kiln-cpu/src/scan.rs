@@ -81,7 +81,7 @@ pub(crate) fn scan(
     shape: &[usize],
 ) -> Result<ArrayData> {
     let name = kiln_base::Primitive::Scan { op, axis, reverse, inclusive }.name();
-    if op == ScanOp::LogAddExp && !x.dtype.is_float() {
+    if op == ScanOp::LogAddExp && !x.dtype.is_inexact() {
         bail!(Type, name, "Expected a float input, got {}.", x.dtype);
     }
     dispatch!(x.dtype, T => {
