@@ -254,12 +254,21 @@ def _export_to_callback(
     callback({"outputs": [meta(tuple(o)) for o in trace.outputs()], "type": "outputs"})
     callback({"constants": [(name(("const", i, 0)), c) for i, c in enumerate(consts)],
               "type": "constants"})
+    def mlx_class(prim: str, srcs: list, outs: list) -> str:
+        # kiln records squeeze and expand_dims as reshapes; MLX has classes for them.
+        if prim == "reshape" and len(srcs) == 1:
+            before, after = tuple(meta(tuple(srcs[0]))[1]), tuple(outs[0][0])
+            drop = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
+            if drop(before) == drop(after) and len(after) != len(before):
+                return "Squeeze" if len(after) < len(before) else "ExpandDims"
+        return class_name(prim, exported=True)
+
     for i, (prim, params, srcs, outs) in enumerate(nodes):
         callback({
             "arguments": _arguments(params),
             "outputs": [meta(("node", i, k)) for k in range(len(outs))],
             "inputs": [meta(tuple(s)) for s in srcs],
-            "name": class_name(prim),
+            "name": mlx_class(prim, srcs, outs),
             "type": "primitive",
         })
 

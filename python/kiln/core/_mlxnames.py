@@ -65,8 +65,20 @@ _CLASS = {
 }
 
 
-def class_name(kiln_name: str) -> str:
-    """MLX's class name for a kiln primitive name (fused kernels keep theirs)."""
+# Where MLX's exported graphs (the callback form of export_function) name the primitive
+# class itself, not the variant export_to_dot shows.
+_EXPORT_CLASS = {
+    "sum": "Reduce", "prod": "Reduce", "max": "Reduce", "min": "Reduce", "all": "Reduce",
+    "any": "Reduce", "scatter_add": "Scatter", "scatter_prod": "Scatter",
+    "scatter_max": "Scatter", "scatter_min": "Scatter",
+}
+
+
+def class_name(kiln_name: str, exported: bool = False) -> str:
+    """MLX's class name for a kiln primitive name (fused kernels keep theirs); as in
+    exported graphs when ``exported``."""
+    if exported and kiln_name in _EXPORT_CLASS:
+        return _EXPORT_CLASS[kiln_name]
     if kiln_name in _CLASS:
         return _CLASS[kiln_name]
     if kiln_name.startswith("Compiled"):
@@ -94,7 +106,8 @@ def mlx_dot(text: str, named: set, n_named: int) -> str:
             counter[0] += 1
         return f'"{names[node]}"'
 
-    return _QUOTED.sub(sub, text)
+    # MLX's text ends at the closing brace.
+    return _QUOTED.sub(sub, text).rstrip("\n")
 
 
 def export_to_dot(file: Any, *args: Any, **kwargs: Any) -> None:
