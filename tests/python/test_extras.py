@@ -102,8 +102,8 @@ def test_hadamard_transform(n, scale):
     got = mx.hadamard_transform(mx.array(x), scale=scale)
     s = 1 / np.sqrt(n) if scale is None else scale
     np.testing.assert_allclose(np.array(got), (x @ sylvester(n).T) * s, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError):
-        mx.hadamard_transform(mx.ones((2, 12)))
+    with pytest.raises(ValueError):  # 12, 20, 28 x 2^k are supported (test_issue22_rest)
+        mx.hadamard_transform(mx.ones((2, 6)))
 
 
 def test_gather_mm():

@@ -84,7 +84,7 @@ impl LinalgOp {
         let op = self.name();
         let (a, dtype) = inputs[0];
         for &(_, d) in inputs {
-            if matches!(self, LinalgOp::Eig { .. }) {
+            if matches!(self, LinalgOp::Eig { .. } | LinalgOp::Eigh { .. } | LinalgOp::Svd { .. }) {
                 ensure!(
                     matches!(d, DType::F32 | DType::F64 | DType::C64),
                     Value,
@@ -126,17 +126,20 @@ impl LinalgOp {
             (s, dtype)
         };
         let k = m.min(n);
+        // Eigenvalues of a Hermitian matrix and singular values are real.
+        let real =
+            |tail: &[usize]| (with(tail).0, if dtype == DType::C64 { DType::F32 } else { dtype });
         Ok(match self {
             LinalgOp::Inv | LinalgOp::TriInv { .. } | LinalgOp::Cholesky { .. } => {
                 square()?;
                 vec![with(&[n, n])]
             }
             LinalgOp::Qr => vec![with(&[m, k]), with(&[k, n])],
-            LinalgOp::Svd { compute_uv: true } => vec![with(&[m, m]), with(&[k]), with(&[n, n])],
-            LinalgOp::Svd { compute_uv: false } => vec![with(&[k])],
+            LinalgOp::Svd { compute_uv: true } => vec![with(&[m, m]), real(&[k]), with(&[n, n])],
+            LinalgOp::Svd { compute_uv: false } => vec![real(&[k])],
             LinalgOp::Eigh { vectors, .. } => {
                 square()?;
-                let mut out = vec![with(&[n])];
+                let mut out = vec![real(&[n])];
                 if vectors {
                     out.push(with(&[n, n]));
                 }

@@ -381,7 +381,7 @@ impl Primitive {
                 let (s, d) = inputs[0];
                 check_axes(op, &[*axis], s.len())?;
                 if *sop == ScanOp::LogAddExp {
-                    ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
+                    ensure!(d.is_inexact(), Type, op, "Expected a float input, got {d}.");
                 }
                 same(s, d)
             }

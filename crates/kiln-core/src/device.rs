@@ -5,7 +5,8 @@ use kiln_base::{bail, ArrayData, Backend, Device, DeviceKind, Result, Stream};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
+use std::thread::ThreadId;
 
 /// The default device once chosen: the GPU when one is available, else the CPU.
 static DEFAULT_DEVICE: RwLock<Option<Device>> = RwLock::new(None);
@@ -62,10 +63,33 @@ pub fn default_stream() -> Stream {
         .unwrap_or_else(|| thread_default_stream(default_device()))
 }
 
+/// The thread kiln was loaded in (or that first asked for a stream): its default streams
+/// are each device's stream 0. Every other thread gets a new stream of its own per device
+/// the first time it needs one, as MLX does.
+static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
+
+/// Records the calling thread as the main thread (the Python module does at import); a
+/// later call changes nothing.
+pub fn mark_main_thread() {
+    MAIN_THREAD.get_or_init(|| std::thread::current().id());
+}
+
+fn is_main_thread() -> bool {
+    *MAIN_THREAD.get_or_init(|| std::thread::current().id()) == std::thread::current().id()
+}
+
 fn thread_default_stream(device: Device) -> Stream {
-    THREAD_DEFAULTS
-        .with(|d| d.borrow().iter().find(|s| s.device == device).copied())
-        .unwrap_or_else(|| device.default_stream())
+    if let Some(s) =
+        THREAD_DEFAULTS.with(|d| d.borrow().iter().find(|s| s.device == device).copied())
+    {
+        return s;
+    }
+    if is_main_thread() || !is_available(device) {
+        return device.default_stream();
+    }
+    let s = Stream { device, index: NEXT_STREAM.fetch_add(1, Ordering::Relaxed) };
+    THREAD_DEFAULTS.with(|d| d.borrow_mut().push(s));
+    s
 }
 
 /// This thread's default stream of `device` (MLX's `default_stream(device)`): the innermost
@@ -125,7 +149,7 @@ pub fn resolve_thread_local(device: Device, id: u32) -> Result<Stream> {
 }
 
 /// Forgets the streams this thread made its defaults and its thread-local streams: each
-/// device's default goes back to its stream 0.
+/// device's default goes back to its stream 0 in the main thread, to a new stream in others.
 pub fn clear_streams() {
     THREAD_DEFAULTS.with(|d| d.borrow_mut().clear());
     THREAD_LOCAL_STREAMS.with(|m| m.borrow_mut().clear());

@@ -143,6 +143,12 @@ fn meta(shape: &[usize], dtype: DType) -> Meta {
     Meta { shape: Shape::from(shape), dtype }
 }
 
+/// A primitive and its parameters as the file's JSON spells them (the callback form of
+/// `export_function` shows them).
+pub fn primitive_json(prim: &Primitive) -> String {
+    serde_json::to_string(prim).unwrap_or_default()
+}
+
 /// The file's bytes. Evaluates the constants (their data is saved).
 pub fn encode(exported: &Exported) -> Result<Vec<u8>> {
     let mut data: Vec<u8> = Vec::new();

@@ -224,6 +224,7 @@ impl Num for C64 {
 impl ScanAcc for C64 {
     const LOWEST: Self = C64::new(f32::NEG_INFINITY, f32::NEG_INFINITY);
     const HIGHEST: Self = C64::new(f32::INFINITY, f32::INFINITY);
+    const LOG_ZERO: Self = C64::new(f32::NEG_INFINITY, 0.0);
     fn log_add_exp(a: Self, b: Self) -> Self {
         logaddexp(a, b)
     }

@@ -124,6 +124,11 @@ impl CpuBackend {
             Primitive::Linalg(kiln_base::LinalgOp::Eig { vectors }) => {
                 return complex_linalg::eig(*vectors, &inputs[0], outputs)
             }
+            Primitive::Linalg(
+                l @ (kiln_base::LinalgOp::Eigh { .. } | kiln_base::LinalgOp::Svd { .. }),
+            ) if inputs[0].dtype == DType::C64 => {
+                return complex_linalg::hermitian(*l, &inputs[0], outputs)
+            }
             Primitive::Linalg(l) => return linalg::linalg(*l, inputs, outputs),
             // Its outputs are views of its trailing inputs: the core evaluates it.
             Primitive::Custom { num_primals, .. } => return Ok(inputs[*num_primals..].to_vec()),

@@ -22,6 +22,9 @@ pub(crate) trait ScanAcc: Num {
     const LOWEST: Self;
     /// The dtype's highest value (+inf for floats): exclusive cummin starts here.
     const HIGHEST: Self;
+    /// An exclusive log-add-exp scan's first output (log 0: -inf; -inf + 0i for complex, as
+    /// MLX).
+    const LOG_ZERO: Self = Self::LOWEST;
     /// `log(exp(a) + exp(b))` without overflow; NaN propagates.
     fn log_add_exp(a: Self, b: Self) -> Self;
 }
@@ -81,7 +84,7 @@ pub(crate) fn scan(
     shape: &[usize],
 ) -> Result<ArrayData> {
     let name = kiln_base::Primitive::Scan { op, axis, reverse, inclusive }.name();
-    if op == ScanOp::LogAddExp && !x.dtype.is_float() {
+    if op == ScanOp::LogAddExp && !x.dtype.is_inexact() {
         bail!(Type, name, "Expected a float input, got {}.", x.dtype);
     }
     dispatch!(x.dtype, T => {
@@ -116,7 +119,8 @@ where
         let first = match self.op {
             ScanOp::Sum => T::Acc::ZERO,
             ScanOp::Prod => T::Acc::ONE,
-            ScanOp::Max | ScanOp::LogAddExp => T::Acc::LOWEST,
+            ScanOp::Max => T::Acc::LOWEST,
+            ScanOp::LogAddExp => T::Acc::LOG_ZERO,
             ScanOp::Min => T::Acc::HIGHEST,
         };
         let src = self.x.buffer.host_slice::<T>();

@@ -40,7 +40,7 @@ pub fn supports(prim: &Primitive) -> bool {
         Primitive::Reduce { op, .. } => {
             matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
         }
-        // kiln-cpu refuses a complex log-add-exp scan; that error comes from there.
+        // A complex log-add-exp scan runs on the CPU (kiln-cpu scan.rs).
         Primitive::Scan { op, .. } => *op != ScanOp::LogAddExp,
         // cuBLAS's CUDA_C_32F (matmul.rs); lexicographic orders (sort.rs, rows.rs).
         Primitive::Matmul

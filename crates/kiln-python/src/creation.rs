@@ -6,6 +6,7 @@ use crate::array::PyArray;
 use crate::convert::{py_scalar, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
+use crate::ops::materialised;
 use kiln_base::DType;
 use kiln_core::{ops as kops, Array};
 use pyo3::prelude::*;
@@ -30,7 +31,7 @@ fn zeros_like(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     let a = arr(a)?;
-    with_stream(stream, || kops::zeros_like(&a, dtype.map(|d| d.0))).map(PyArray)
+    with_stream(stream, || materialised(kops::zeros_like(&a, dtype.map(|d| d.0))?)).map(PyArray)
 }
 
 /// Ones shaped like `a` (its dtype unless `dtype` is given).
@@ -42,7 +43,7 @@ fn ones_like(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     let a = arr(a)?;
-    with_stream(stream, || kops::ones_like(&a, dtype.map(|d| d.0))).map(PyArray)
+    with_stream(stream, || materialised(kops::ones_like(&a, dtype.map(|d| d.0))?)).map(PyArray)
 }
 
 /// `vals` (a scalar or an array broadcastable to `a`) in `a`'s shape and dtype.
@@ -67,7 +68,7 @@ fn full_like(
             Ok(v) => v,
             Err(s) => kops::scalar_checked("full_like", s, dtype)?,
         };
-        kops::full_like(&a, &vals, Some(dtype))
+        materialised(kops::full_like(&a, &vals, Some(dtype))?)
     })
     .map(PyArray)
 }

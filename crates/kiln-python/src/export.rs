@@ -47,6 +47,55 @@ fn _export_trace(
     Ok(PyTrace(Trace { positional, keywords, graph }))
 }
 
+/// Where a node reads from, for Python: `("input", i)`, `("const", i)`, `("node", n, k)`.
+type Source = (&'static str, usize, usize);
+
+fn source(v: &compile::Value) -> Source {
+    match *v {
+        compile::Value::Input(i) => ("input", i, 0),
+        compile::Value::Const(i) => ("const", i, 0),
+        compile::Value::Node(n, k) => ("node", n, k),
+    }
+}
+
+/// One node for Python: primitive name, its parameters as JSON, inputs, output metas.
+type NodeInfo = (String, String, Vec<Source>, Vec<(Vec<usize>, Dtype)>);
+
+#[pymethods]
+impl PyTrace {
+    /// The traced graph's nodes in order (the callback form of `export_function`).
+    fn nodes(&self) -> Vec<NodeInfo> {
+        self.0
+            .graph
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.prim.name().to_string(),
+                    export::primitive_json(&n.prim),
+                    n.inputs.iter().map(source).collect(),
+                    n.outputs.iter().map(|(s, d)| (s.to_vec(), Dtype(*d))).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// The input metas `[(shape, dtype)]`.
+    fn inputs(&self) -> Vec<(Vec<usize>, Dtype)> {
+        self.0.graph.inputs.iter().map(|(s, d)| (s.to_vec(), Dtype(*d))).collect()
+    }
+
+    /// The frozen constants.
+    fn constants(&self) -> Vec<PyArray> {
+        self.0.graph.consts.iter().cloned().map(PyArray).collect()
+    }
+
+    /// Where each output comes from.
+    fn outputs(&self) -> Vec<Source> {
+        self.0.graph.outputs.iter().map(source).collect()
+    }
+}
+
 /// Writes `traces` to `file` (evaluating their constants, without the GIL).
 #[pyfunction]
 #[pyo3(signature = (file, traces, shapeless, metadata = None))]

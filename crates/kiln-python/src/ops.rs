@@ -276,6 +276,15 @@ fn matmul(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, stream: Stream<'_, '_>) ->
     with_stream(stream, || kops::matmul(&a, &b)).map(PyArray)
 }
 
+/// A creation op's result as MLX makes it: its own buffer of the full size once evaluated
+/// (so `get_active_memory` and `get_peak_memory` count it as MLX does), not the stride-0
+/// broadcast of one element that `kops::full` records. Inside `compile` the copy is
+/// dropped again (simplify treats `Copy` as a no-op), so fused kernels still read the
+/// broadcast value.
+pub(crate) fn materialised(x: Array) -> kiln_base::Result<Array> {
+    kops::contiguous(&x, false)
+}
+
 /// An array of `shape` filled with zeros (float32 by default).
 #[pyfunction]
 #[pyo3(signature = (shape, dtype = None, *, stream = None))]
@@ -286,7 +295,7 @@ fn zeros(
 ) -> PyResult<PyArray> {
     let shape = shape_arg("zeros", shape)?;
     let dtype = dtype.map_or(DType::F32, |d| d.0);
-    with_stream(stream, || kops::zeros(&shape, dtype)).map(PyArray)
+    with_stream(stream, || materialised(kops::zeros(&shape, dtype)?)).map(PyArray)
 }
 
 /// An array of `shape` filled with ones (float32 by default).
@@ -299,7 +308,7 @@ fn ones(
 ) -> PyResult<PyArray> {
     let shape = shape_arg("ones", shape)?;
     let dtype = dtype.map_or(DType::F32, |d| d.0);
-    with_stream(stream, || kops::ones(&shape, dtype)).map(PyArray)
+    with_stream(stream, || materialised(kops::ones(&shape, dtype)?)).map(PyArray)
 }
 
 /// An array of `shape` filled with `vals` (a scalar, or an array broadcast to `shape`).
@@ -315,10 +324,10 @@ fn full(
     let dtype = dtype.map(|d| d.0);
     if let Some(s) = py_scalar(vals)? {
         let dtype = dtype.unwrap_or_else(|| scalar_dtype(s));
-        return with_stream(stream, || kops::full(&shape, s, dtype)).map(PyArray);
+        return with_stream(stream, || materialised(kops::full(&shape, s, dtype)?)).map(PyArray);
     }
     let vals = to_array(vals, dtype)?;
-    with_stream(stream, || kops::broadcast_to(&vals, &shape)).map(PyArray)
+    with_stream(stream, || materialised(kops::broadcast_to(&vals, &shape)?)).map(PyArray)
 }
 
 /// A number argument of `arange`.

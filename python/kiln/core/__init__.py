@@ -30,3 +30,4 @@ from kiln.core._compat import *  # noqa: F401,F403 (aliases and compositions)
 from kiln.core._extras import *  # noqa: F401,F403 (dtype queries, convolve, masked matmuls)
 from kiln.core._compat import pi, e, inf, nan, newaxis, euler_gamma  # noqa: F401
 from kiln.core._quant_modes import *  # noqa: F401,F403 (quantization modes: wraps the affine ops)
+from kiln.core._mlxnames import export_to_dot  # noqa: F401,E402 (MLX's node names)

@@ -12,6 +12,7 @@ dict of arrays. Results are always a tuple of arrays.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable, Optional
 
@@ -167,12 +168,109 @@ def export_function(
     dimensions. ``metadata`` is a string saved beside it (``import_function(...,
     return_metadata=True)``)."""
     if callable(file) and not isinstance(file, (str, bytes, os.PathLike)):
-        raise TypeError(
-            "[export_function] Exporting to a callback is not supported by kiln; give a file "
-            "path."
-        )
+        if metadata is not None:
+            raise ValueError(
+                "[export_function] The metadata argument is only supported when exporting to "
+                "a file, not when using a callback."
+            )
+        _export_to_callback(file, fun, args, kwargs, shapeless)
+        return
     with exporter(file, fun, shapeless=shapeless, metadata=metadata) as ex:
         ex(*args, **kwargs)
+
+
+def _traced(fun: Callable, n: int, names: list) -> Callable:
+    """``fun`` as a function of the flat list of placeholders (positional, then keyword)."""
+
+    def traced(placeholders: list) -> list:
+        out = fun(*placeholders[:n], **dict(zip(names, placeholders[n:])))
+        if isinstance(out, array):
+            return [out]
+        if isinstance(out, (tuple, list)) and all(isinstance(o, array) for o in out):
+            return list(out)
+        raise ValueError(
+            "[export_function] Outputs can be either a single array, a tuple, or a list "
+            "of arrays."
+        )
+
+    return traced
+
+
+def _arguments(params: str) -> list:
+    """A primitive's parameters (kiln's, from its JSON spelling) as a list of values."""
+    value = json.loads(params) if params else None
+    if isinstance(value, dict) and len(value) == 1:
+        value = next(iter(value.values()))
+    if isinstance(value, dict):
+        return [_tuples(v) for v in value.values()]
+    return []
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _export_to_callback(
+    callback: Callable, fun: Callable, args: tuple, kwargs: dict, shapeless: bool
+) -> None:
+    """MLX's callback form of ``export_function``: the traced graph handed to ``callback``
+    as dicts, in MLX's order: the inputs, the keyword inputs, the outputs, the constants,
+    then one dict per primitive call (MLX's class names; ``arguments`` holds kiln's
+    parameters of the primitive). Arrays are named ``A``, ``B``, .. as MLX names them:
+    inputs first, then outputs, constants, and the other values in order."""
+    from kiln.core._mlxnames import class_name, letters
+
+    if not callable(fun):
+        raise TypeError(f"[export_function] Expected a callable, got {type(fun).__name__}.")
+    pos, kw = _inputs("export_function", args, kwargs)
+    names = sorted(kw)
+    flat = pos + [kw[k] for k in names]
+    n = len(pos)
+    trace = _core._export_trace(_traced(fun, n, names), flat, n, names, bool(shapeless))
+    nodes = trace.nodes()
+    consts = trace.constants()
+    ins = trace.inputs()
+    label: dict = {}
+
+    def name(src: tuple) -> str:
+        if src not in label:
+            label[src] = letters(len(label))
+        return label[src]
+
+    def meta(src: tuple) -> tuple:
+        kind, i, k = src
+        if kind == "input":
+            shape, dtype = ins[i]
+        elif kind == "const":
+            shape, dtype = tuple(consts[i].shape), consts[i].dtype
+        else:
+            shape, dtype = nodes[i][3][k]
+        return (name(src), tuple(shape), dtype)
+
+    inputs = [meta(("input", i, 0)) for i in range(len(ins))]
+    callback({"inputs": inputs, "type": "inputs"})
+    callback({"keywords": [(k, inputs[n + j][0]) for j, k in enumerate(names)],
+              "type": "keyword_inputs"})
+    callback({"outputs": [meta(tuple(o)) for o in trace.outputs()], "type": "outputs"})
+    callback({"constants": [(name(("const", i, 0)), c) for i, c in enumerate(consts)],
+              "type": "constants"})
+    def mlx_class(prim: str, srcs: list, outs: list) -> str:
+        # kiln records squeeze and expand_dims as reshapes; MLX has classes for them.
+        if prim == "reshape" and len(srcs) == 1:
+            before, after = tuple(meta(tuple(srcs[0]))[1]), tuple(outs[0][0])
+            drop = lambda s: tuple(d for d in s if d != 1)  # noqa: E731
+            if drop(before) == drop(after) and len(after) != len(before):
+                return "Squeeze" if len(after) < len(before) else "ExpandDims"
+        return class_name(prim, exported=True)
+
+    for i, (prim, params, srcs, outs) in enumerate(nodes):
+        callback({
+            "arguments": _arguments(params),
+            "outputs": [meta(("node", i, k)) for k in range(len(outs))],
+            "inputs": [meta(tuple(s)) for s in srcs],
+            "name": mlx_class(prim, srcs, outs),
+            "type": "primitive",
+        })
 
 
 class ImportedFunction:

@@ -109,27 +109,80 @@ def convolve(a, v, /, mode="full", *, stream=None):
     return out.reshape(-1)
 
 
+def _circulant(row):
+    n = len(row)
+    return [[row[(j - i) % n] for j in range(n)] for i in range(n)]
+
+
+def _paley2(q):
+    """Paley's second construction of a Hadamard matrix of order 2 (q + 1), q a prime
+    = 1 mod 4: the symmetric conference matrix C = [[0, 1^T], [1, Q]] (Q the Jacobsthal
+    matrix, Q_ij = chi(j - i), chi the quadratic character mod q), and
+    H = C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]]."""
+    squares = {(i * i) % q for i in range(1, q)}
+    chi = [0] + [1 if a in squares else -1 for a in range(1, q)]
+    c = [[0] + [1] * q] + [[1] + [chi[(j - i) % q] for j in range(q)] for i in range(q)]
+    a, b = [[1, 1], [1, -1]], [[1, -1], [-1, -1]]
+    n = q + 1
+    return [[c[i][j] * a[r][s] + (b[r][s] if i == j else 0) for j in range(n) for s in range(2)]
+            for i in range(n) for r in range(2)]
+
+
+def _williamson(a, b, c, d):
+    """Williamson's construction of a Hadamard matrix of order 4n from symmetric circulant
+    +-1 matrices A, B, C, D of order n with A^2 + B^2 + C^2 + D^2 = 4n I (given by their
+    first rows): [[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]]."""
+    A, B, C, D = (_circulant(r) for r in (a, b, c, d))
+    neg = lambda m: [[-v for v in row] for row in m]  # noqa: E731
+    blocks = [[A, B, C, D], [neg(B), A, neg(D), C], [neg(C), D, A, neg(B)],
+              [neg(D), neg(C), B, A]]
+    n = len(a)
+    return [[blocks[bi][bj][i][j] for bj in range(4) for j in range(n)]
+            for bi in range(4) for i in range(n)]
+
+
+def _hadamard_base(m):
+    """The order-12, 20 and 28 Hadamard matrices MLX composes with Sylvester's: 12 is
+    Paley's second construction for q = 5; 20 and 28 are Williamson's with n = 5 and 7
+    (A = 2I - J, the other three from the first rows below), transposed; checked against MLX's results
+    in tests/python/test_issue22_rest.py."""
+    if m == 12:
+        return _paley2(5)  # symmetric
+    if m == 20:
+        w = _williamson([1, -1, -1, -1, -1], [-1, 1, 1, 1, 1], [-1, -1, 1, 1, -1],
+                        [-1, 1, -1, -1, 1])
+    else:
+        w = _williamson([1, -1, -1, -1, -1, -1, -1], [-1, -1, 1, 1, 1, 1, -1],
+                        [-1, 1, -1, 1, 1, -1, 1], [-1, 1, 1, -1, -1, 1, 1])
+    return [list(col) for col in zip(*w)]  # the transform multiplies by the transpose
+
+
 def hadamard_transform(a, scale=None, stream=None):
-    """The Walsh-Hadamard transform along the last axis, times ``scale`` (default
-    ``1/sqrt(n)``, which makes it orthonormal): ``(hadamard(n) @ x) * scale`` with Sylvester's
-    ``hadamard(n)``. ``n`` must be a power of two (MLX's ``12, 20, 28 * 2^k`` sizes are not
-    supported)."""
+    """The Hadamard transform along the last axis, times ``scale`` (default ``1/sqrt(n)``,
+    which makes it orthonormal), for ``n = m 2^k`` with ``m`` in 1, 12, 20, 28, as MLX:
+    ``x @ H_n^T`` with ``H_n = H_m (x) S_k`` (``S_k`` Sylvester's matrix of order ``2^k``,
+    ``H_m`` the fixed order-m matrix of ``_hadamard_base``). Integer inputs give float32."""
     a = a if isinstance(a, _k.array) else _k.array(a)
+    if a.size == 0:
+        raise ValueError("[hadamard_transform] Does not support empty arrays.")
     n = a.shape[-1] if a.ndim else 1
-    if n & (n - 1) or n == 0:
-        raise ValueError(
-            f"[hadamard_transform] The last dimension must be a power of 2 here, got {n}."
-        )
+    m = next((m for m in (1, 12, 20, 28) if n % m == 0 and not (n // m) & (n // m - 1)), None)
+    if m is None:
+        raise ValueError("[hadamard] Only supports n = m*2^k where m in (1, 12, 20, 28).")
     dtype = a.dtype if _k.issubdtype(a.dtype, _k.floating) else _k.float32
     scale = 1.0 / (n**0.5) if scale is None else scale
     shape = a.shape
-    x = a.astype(_k.float32).reshape(-1, n)
+    p = n // m
+    x = a.astype(_k.float32).reshape(-1, p)
     h = 1
-    while h < n:  # one butterfly per bit of the index: H_2n = [[H, H], [H, -H]]
-        y = x.reshape(-1, n // (2 * h), 2, h)
+    while h < p:  # one butterfly per bit of the index: H_2n = [[H, H], [H, -H]]
+        y = x.reshape(-1, p // (2 * h), 2, h)
         lo, hi = y[:, :, 0, :], y[:, :, 1, :]
-        x = _k.stack([lo + hi, lo - hi], axis=2).reshape(-1, n)
+        x = _k.stack([lo + hi, lo - hi], axis=2).reshape(-1, p)
         h *= 2
+    if m > 1:  # H_m on the axis of m: out[i, j] = sum_l H_m[i, l] x[l, j]
+        hm = _k.array(_hadamard_base(m), dtype=_k.float32)
+        x = _k.matmul(hm, x.reshape(-1, m, p))
     return _k.multiply(x, scale, stream=stream).reshape(shape).astype(dtype)
 
 

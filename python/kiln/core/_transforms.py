@@ -36,6 +36,93 @@ def _flatten(tree: Any) -> tuple[list, Callable[[list], Any]]:
     return leaves, lambda new: build(iter(new))
 
 
+def _place(tree: Any) -> tuple[list, Callable[[list], Any]]:
+    """As ``_flatten``, but putting the new arrays into the caller's own lists and dicts
+    (tuples, immutable, are rebuilt around them), as MLX's grad does: changes the function
+    makes to those containers stay visible to the caller. Returns the leaves and a function
+    placing the new arrays and returning the tree to pass."""
+    leaves: list = []
+
+    def walk(node):
+        if isinstance(node, array):
+            leaves.append(node)
+            return lambda it: next(it)
+        if isinstance(node, tuple):
+            parts = [walk(c) for c in node]
+            if hasattr(type(node), "_fields"):
+                return lambda it: type(node)(*(p(it) for p in parts))
+            return lambda it: type(node)(p(it) for p in parts)
+        if isinstance(node, list):
+            parts = [walk(c) for c in node]
+
+            def put_list(it):
+                for i, p in enumerate(parts):
+                    node[i] = p(it)
+                return node
+
+            return put_list
+        if isinstance(node, dict):
+            parts = {k: walk(v) for k, v in node.items()}
+
+            def put_dict(it):
+                for k, p in parts.items():
+                    node[k] = p(it)
+                return node
+
+            return put_dict
+        return lambda it: node
+
+    build = walk(tree)
+    return leaves, lambda new: build(iter(new))
+
+
+def _restore(tree: Any, originals: dict, seen: set) -> None:
+    """Puts the caller's arrays back wherever a list or dict of ``tree`` still holds the
+    tracer that stood in for one (``originals``: tracer id -> array)."""
+    if id(tree) in seen:
+        return
+    if isinstance(tree, (list, dict, tuple)):
+        seen.add(id(tree))
+    if isinstance(tree, list):
+        items = enumerate(tree)
+    elif isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, tuple):
+        for c in tree:
+            _restore(c, originals, seen)
+        return
+    else:
+        return
+    for k, v in list(items):
+        if isinstance(v, array):
+            if id(v) in originals:
+                tree[k] = originals[id(v)]
+        else:
+            _restore(v, originals, seen)
+
+
+def _unflatten_into(tree: Any, grads: list) -> Any:
+    """The gradient tree shaped like ``tree`` as it is after the call (MLX pairs the
+    gradients, in the order of the inputs, with the array leaves there); other leaves are
+    passed through, array leaves past the gradients get zeros."""
+    it = iter(grads)
+
+    def walk(node):
+        if isinstance(node, array):
+            g = next(it, None)
+            return _core.zeros_like(node) if g is None else g
+        if isinstance(node, tuple):
+            parts = [walk(c) for c in node]
+            return type(node)(*parts) if hasattr(type(node), "_fields") else type(node)(parts)
+        if isinstance(node, list):
+            return [walk(c) for c in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return node
+
+    return walk(tree)
+
+
 def _as_list(out: Any, op: str) -> list:
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     for o in outs:
@@ -92,17 +179,22 @@ def value_and_grad(
                     f"[{op}] Can't compute the gradient of keyword argument '{n}' because the "
                     f"function is called with the keyword arguments {sorted(kwargs)}."
                 )
-        leaves, rebuild = _flatten([args[i] for i in nums] + [kwargs[n] for n in names])
+        leaves, place = _place([args[i] for i in nums] + [kwargs[n] for n in names])
         result = {}
 
         def flat_fun(tracers):
-            targets = rebuild(tracers)
+            originals = {id(t): a for t, a in zip(tracers, leaves)}
+            targets = place(tracers)
+            result["targets"] = targets
             new_args, new_kwargs = list(args), dict(kwargs)
             for k, i in enumerate(nums):
                 new_args[i] = targets[k]
             for k, n in enumerate(names):
                 new_kwargs[n] = targets[len(nums) + k]
-            out = fun(*new_args, **new_kwargs)
+            try:
+                out = fun(*new_args, **new_kwargs)
+            finally:
+                _restore(targets, originals, set())
             loss = out[0] if isinstance(out, (tuple, list)) and out else out
             if not isinstance(loss, array) or loss.ndim != 0:
                 shape = getattr(loss, "shape", type(loss).__name__)
@@ -114,7 +206,7 @@ def value_and_grad(
             return [loss]
 
         _, grads = _core._vjp(flat_fun, leaves)
-        trees = rebuild(grads)
+        trees = _unflatten_into(result["targets"], grads)
         by_num = trees[: len(nums)]
         by_name = {n: trees[len(nums) + k] for k, n in enumerate(names)}
         if nums:

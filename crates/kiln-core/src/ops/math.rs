@@ -226,7 +226,7 @@ pub fn array_equal(a: &Array, b: &Array, equal_nan: bool) -> Result<Array> {
     let dtype = a.dtype().promote(b.dtype());
     let (a, b) = (astype(a, dtype)?, astype(b, dtype)?);
     let mut eq = equal(&a, &b)?;
-    if equal_nan && dtype.is_float() {
+    if equal_nan && dtype.is_inexact() {
         eq = logical_or(&eq, &logical_and(&isnan(&a)?, &isnan(&b)?)?)?;
     }
     all_true(&eq)

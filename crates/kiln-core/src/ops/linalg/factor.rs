@@ -34,6 +34,11 @@ fn check_matrix(op: &'static str, a: &Array, square: bool) -> Result<()> {
         op,
         "Arrays must have type float32 or float64. Received array with type {d}."
     );
+    check_shape(op, a, square)
+}
+
+/// The dimension checks of `check_matrix`.
+fn check_shape(op: &'static str, a: &Array, square: bool) -> Result<()> {
     ensure!(
         a.ndim() >= 2,
         Value,
@@ -52,6 +57,18 @@ fn check_matrix(op: &'static str, a: &Array, square: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `check_matrix` for the ops that also take complex64 (Hermitian eigh, SVD), as MLX.
+fn check_matrix_or_complex(op: &'static str, a: &Array, square: bool) -> Result<()> {
+    let d = a.dtype();
+    ensure!(
+        matches!(d, DType::F32 | DType::F64 | DType::C64),
+        Value,
+        op,
+        "Arrays must have type float32, float64 or complex64. Received array with type {d}."
+    );
+    check_shape(op, a, square)
 }
 
 /// Inverse of square matrices. Singular matrices raise at evaluation, as in MLX.
@@ -96,14 +113,14 @@ pub fn qr(a: &Array) -> Result<(Array, Array)> {
 /// Full SVD `[U, S, Vt]` with `A = U diag(S) Vt` (descending `S`), or `[S]` when not
 /// `compute_uv`.
 pub fn svd(a: &Array, compute_uv: bool) -> Result<Vec<Array>> {
-    check_matrix("linalg::svd", a, false)?;
+    check_matrix_or_complex("linalg::svd", a, false)?;
     run(LinalgOp::Svd { compute_uv }, vec![a.clone()])
 }
 
 /// Eigenvalues (ascending) and eigenvectors (columns) of symmetric matrices, read from the
 /// `upper` (or lower) triangle.
 pub fn eigh(a: &Array, upper: bool) -> Result<(Array, Array)> {
-    check_matrix("linalg::eigh", a, true)?;
+    check_matrix_or_complex("linalg::eigh", a, true)?;
     let mut out = run(LinalgOp::Eigh { upper, vectors: true }, vec![a.clone()])?;
     let v = out.pop().expect("two outputs");
     Ok((out.pop().expect("two outputs"), v))
@@ -111,7 +128,7 @@ pub fn eigh(a: &Array, upper: bool) -> Result<(Array, Array)> {
 
 /// Eigenvalues (ascending) of symmetric matrices.
 pub fn eigvalsh(a: &Array, upper: bool) -> Result<Array> {
-    check_matrix("linalg::eigvalsh", a, true)?;
+    check_matrix_or_complex("linalg::eigvalsh", a, true)?;
     one(LinalgOp::Eigh { upper, vectors: false }, a)
 }
 
