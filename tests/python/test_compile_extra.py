@@ -197,6 +197,31 @@ def test_lru_eviction_frees_the_entry_and_its_constants(monkeypatch):
     assert c.explain()["traces"] == 4
 
 
+def test_repeated_hits_keep_the_lru_order(monkeypatch):
+    # A call with the last hit's shapes skips the lookup in Rust; the order must still be
+    # the calls' order, so the entry evicted is the least recently used one.
+    monkeypatch.setattr(_compile, "MAX_ENTRIES", 2)
+    traced = []
+
+    def f(x):
+        traced.append(x.shape)
+        return x + 1
+
+    c = mx.compile(f)
+    a, b, d = mx.ones((1,)), mx.ones((2,)), mx.ones((3,))
+    for x in (a, b, a, a, a):
+        c(x)
+    c(d)  # evicts b, not a
+    c(a)
+    assert traced == [(1,), (2,), (3,)]
+    c(b)
+    assert traced[-1] == (2,)
+    info = c.explain()
+    assert info["calls"] == 8 and info["cache_hits"] == 4 and info["traces"] == 4
+    assert info["last_retrace"] == "input 0: shape (1,) -> (2,)"
+    np.testing.assert_array_equal(np.array(c(a)), [2])
+
+
 def test_compiled_function_in_a_reference_cycle_is_collected():
     class Model:
         def __init__(self):

@@ -224,16 +224,9 @@ pub(crate) fn step_expr_with(
     }
 }
 
-/// Step `i` as `k_div_lit(a, c, RN(1/c))` when it divides float math by a literal `c` whose
-/// reciprocal is a normal float (|c| in [2^-64, 2^64]): each preamble computes the exactly
-/// rounded quotient its fastest way (C: the division; CUDA: a multiply and Markstein's
-/// correction, a third of a division's instructions); `(a * r)` when c is a power of two.
-pub(crate) fn divide_by_literal(
-    program: &FusedProgram,
-    i: usize,
-    a: &str,
-    b: &str,
-) -> Option<String> {
+/// RN(1/c) when step `i` divides float math by a literal `c` whose reciprocal is a normal
+/// float (|c| in [2^-64, 2^64]).
+pub(crate) fn literal_reciprocal(program: &FusedProgram, i: usize) -> Option<f32> {
     let step = &program.steps[i];
     let FusedOp::Binary(BinaryOp::Divide, _, k) = step.op else { return None };
     let FusedOp::Literal(v) = program.steps[k].op else { return None };
@@ -247,15 +240,31 @@ pub(crate) fn divide_by_literal(
     };
     let r = (1.0 / c as f64) as f32;
     let in_range = c.is_normal() && (2f32.powi(-64)..=2f32.powi(64)).contains(&c.abs());
-    if !(in_range && r.is_normal()) {
-        return None;
-    }
-    // By a power of two, a r is the same real number as a / c, so it rounds alike.
-    Some(if r.to_bits() & 0x7f_ffff == 0 {
-        format!("({a} * {:e}f)", r as f64)
-    } else {
-        format!("k_div_lit({a}, {b}, {:e}f)", r as f64)
-    })
+    (in_range && r.is_normal()).then_some(r)
+}
+
+/// `(a * r)` when step `i` divides by a power of two `c` (a r is the same real number as
+/// a / c, so it rounds alike).
+pub(crate) fn divide_by_power_of_two(program: &FusedProgram, i: usize, a: &str) -> Option<String> {
+    let r = literal_reciprocal(program, i)?;
+    (r.to_bits() & 0x7f_ffff == 0).then(|| format!("({a} * {:e}f)", r as f64))
+}
+
+/// Step `i` as `k_div_lit(a, c, RN(1/c))` when it divides float math by a literal `c`
+/// (`literal_reciprocal`): each preamble computes the exactly rounded quotient its fastest
+/// way (C: the division; CUDA: a multiply and Markstein's correction, a third of a
+/// division's instructions); `(a * r)` when c is a power of two.
+pub(crate) fn divide_by_literal(
+    program: &FusedProgram,
+    i: usize,
+    a: &str,
+    b: &str,
+) -> Option<String> {
+    let r = literal_reciprocal(program, i)?;
+    Some(
+        divide_by_power_of_two(program, i, a)
+            .unwrap_or_else(|| format!("k_div_lit({a}, {b}, {:e}f)", r as f64)),
+    )
 }
 
 /// The loop body: every step as a typed local, then each output stored to `output(k)`

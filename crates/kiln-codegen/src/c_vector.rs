@@ -279,13 +279,10 @@ pub(crate) fn vector_form(program: &FusedProgram, i: usize) -> Option<String> {
                 (BinaryOp::Add, _) => arith("+"),
                 (BinaryOp::Subtract, _) => arith("-"),
                 (BinaryOp::Multiply, _) => arith("*"),
-                // By a float literal: Markstein's exact correction (`k_vdiv_lit`).
-                (BinaryOp::Divide, Some("f32")) => {
-                    match crate::c::divide_by_literal(program, i, &x, &y) {
-                        Some(e) => e.replacen("k_div_lit", "k_vdiv_lit", 1),
-                        None => format!("({x} / {y})"),
-                    }
-                }
+                // By other literals the division instruction (Markstein's multiply and
+                // correction was slower on AVX2 and AVX-512: docs/compile.md).
+                (BinaryOp::Divide, Some("f32")) => crate::c::divide_by_power_of_two(program, i, &x)
+                    .unwrap_or_else(|| format!("({x} / {y})")),
                 (BinaryOp::Divide, Some(_)) => format!("({x} / {y})"),
                 (BinaryOp::Maximum, Some(f)) => format!("k_vmax_{f}({x}, {y})"),
                 (BinaryOp::Minimum, Some(f)) => format!("k_vmin_{f}({x}, {y})"),

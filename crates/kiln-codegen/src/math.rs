@@ -92,8 +92,7 @@ pub fn c_vector_math() -> String {
     let _ = write!(
         s,
         r#"K_INLINE kv_f32 k_vexp(kv_f32 x) {{
-    x = {sel}x > {hi}, (kv_f32){{}} + {hi}, x);
-    x = {sel}x < {lo}, (kv_f32){{}} + {lo}, x);
+    x = k_vlitmax({lo}, k_vlitmin({hi}, x));
     const kv_f32 t = k_vfma(x, (kv_f32){{}} + {log2e}, (kv_f32){{}} + {shift});
     const kv_f32 n = t - {shift};
     const kv_i32 ni = (kv_i32)((kv_u32)t - {shift_bits}u);
@@ -145,11 +144,9 @@ K_INLINE kv_f32 k_vsigmoid(kv_f32 x) {{
     return num / (1.0f + t);
 }}
 K_INLINE kv_f32 k_verf(kv_f32 x) {{
-    const kv_f32 lo = {sel}x < -{clamp}, (kv_f32){{}} - {clamp}, x);
-    const kv_f32 c = {sel}lo > {clamp}, (kv_f32){{}} + {clamp}, lo), z = c * c;
+    const kv_f32 c = k_vlitmin({clamp}, k_vlitmax(-{clamp}, x)), z = c * c;
     const kv_f32 r = c * ({erf_p} / {erf_q});
-    const kv_f32 hi = {sel}r > 1.0f, (kv_f32){{}} + 1.0f, r);
-    return {sel}hi < -1.0f, (kv_f32){{}} - 1.0f, hi);
+    return k_vlitmax(-1.0f, k_vlitmin(1.0f, r));
 }}
 "#,
         hi = lit(EXP_HI),

@@ -105,6 +105,29 @@ K_INLINE k_rf64 k_rsqrt64(k_rf64 a) {
     return r;
 #endif
 }
+/* k_rlitmin(c, x) = c < x ? c : x and k_rlitmax(c, x) = c > x ? c : x, for c neither NaN nor
+ * zero: one instruction (x86's min/max return their second operand, x, when x is NaN; NEON's
+ * return the NaN; the generic form is the definition), where a compare and a blend took two. */
+#define K_RLIT(NAME, X86, NEON, OP)                                                           \
+    K_INLINE k_rf32 NAME(k_rf32 c, k_rf32 x) {                                               \
+        K_RLIT_BODY(X86, NEON, OP)                                                            \
+    }
+#if defined(__AVX512F__)
+#define K_RLIT_BODY(X86, NEON, OP) return (k_rf32)_mm512_##X86##_ps((__m512)c, (__m512)x);
+#elif defined(__AVX__)
+#define K_RLIT_BODY(X86, NEON, OP) return (k_rf32)_mm256_##X86##_ps((__m256)c, (__m256)x);
+#elif defined(__SSE2__)
+#define K_RLIT_BODY(X86, NEON, OP) return (k_rf32)_mm_##X86##_ps((__m128)c, (__m128)x);
+#elif defined(__aarch64__)
+#define K_RLIT_BODY(X86, NEON, OP) return (k_rf32)NEON((float32x4_t)c, (float32x4_t)x);
+#else
+#define K_RLIT_BODY(X86, NEON, OP)                                                            \
+    k_rf32 r;                                                                                 \
+    for (int l = 0; l < (int)(K_VBYTES / 4); ++l) r[l] = c[l] OP x[l] ? c[l] : x[l];          \
+    return r;
+#endif
+K_RLIT(k_rlitmin, min, vminq_f32, <)
+K_RLIT(k_rlitmax, max, vmaxq_f32, >)
 /* VT's value in NP registers (at least one; a short vector is zero-padded). */
 #define K_PIECES(VT, RT) (sizeof(VT) > sizeof(RT) ? sizeof(VT) / sizeof(RT) : 1)
 K_INLINE kv_f32 k_vfma(kv_f32 a, kv_f32 b, kv_f32 c) {
@@ -129,6 +152,18 @@ K_INLINE kv_f64 k_vsqrt_f64(kv_f64 a) {
     for (int k = 0; k < NP; ++k) x[k] = k_rsqrt64(x[k]);
     kv_f64 r; memcpy(&r, x, sizeof r); return r;
 }
+
+/* x clamped by a literal c (neither NaN nor zero) from above (k_vlitmin) or below
+ * (k_vlitmax), NaN passing through; the math below clamps with these. */
+#define K_VLIT(NAME, RNAME)                                                                   \
+    K_INLINE kv_f32 NAME(float c, kv_f32 v) {                                                 \
+        enum { NP = K_PIECES(kv_f32, k_rf32) };                                               \
+        k_rf32 x[NP];                                                                         \
+        memset(x, 0, sizeof x); memcpy(x, &v, sizeof v);                                      \
+        for (int k = 0; k < NP; ++k) x[k] = RNAME((k_rf32){} + c, x[k]);                      \
+        kv_f32 r; memcpy(&r, x, sizeof r); return r; }
+K_VLIT(k_vlitmin, k_rlitmin)
+K_VLIT(k_vlitmax, k_rlitmax)
 
 /* ---- float vector helpers for float (f32) and double (f64): NaN-aware max/min, abs,
  * copysign, sign and rounding to integers, as the scalar helpers ---- */
@@ -155,36 +190,6 @@ K_INLINE kv_f64 k_vsqrt_f64(kv_f64 a) {
         return k_vcopysign_##S(K_SEL(IT, r < x, r + 1, r), x); }
 K_VFLOAT_FNS(f32, kv_f32, kv_i32, kv_u32, 0x80000000u, 8388608.0f)
 K_VFLOAT_FNS(f64, kv_f64, kv_i64, kv_u64, 0x8000000000000000ull, 4503599627370496.0)
-
-/* Whether any lane of a comparison mask is set: one test instruction where the mask fills a
- * register (float32-wide kernels), an OR over its words otherwise. */
-K_INLINE int k_vany_i32(kv_i32 m) {
-#if defined(__AVX512F__) && K_LANE_BYTES == 4
-    return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
-#elif defined(__AVX__) && !defined(__AVX512F__) && K_LANE_BYTES == 4
-    return !_mm256_testz_si256((__m256i)m, (__m256i)m);
-#elif defined(__SSE2__) && K_VBYTES == 16 && K_LANE_BYTES == 4
-    return _mm_movemask_epi8((__m128i)m) != 0;
-#elif defined(__aarch64__) && K_LANE_BYTES == 4
-    return vmaxvq_u32((uint32x4_t)m) != 0;
-#else
-    uint64_t w[sizeof m / 8], acc = 0;
-    memcpy(w, &m, sizeof m);
-    for (size_t k = 0; k < sizeof m / 8; ++k) acc |= w[k];
-    return acc != 0;
-#endif
-}
-/* a / c for a literal c with r = RN(1/c), rounded exactly: Markstein's correction of a r,
- * as the CUDA preamble's k_div_lit (c.rs `divide_by_literal` offers it; kiln-codegen's test
- * `markstein_division_by_literals_is_exact` checks it), three multiply-adds for a division.
- * A vector with a lane outside [2^-60, 2^60] in magnitude (zeros, infinities, NaN) divides. */
-K_INLINE kv_f32 k_vdiv_lit(kv_f32 a, kv_f32 c, float r) {
-    const kv_u32 from_lo = (kv_u32)k_vabs_f32(a) - 0x21800000u; /* bits of 2^-60 */
-    if (k_vany_i32((kv_i32)(from_lo > 0x3c000000u))) /* 2^60's bits minus 2^-60's */
-        return a / c;
-    const kv_f32 q = a * r;
-    return k_vfma(k_vfma(-c, q, a), (kv_f32){} + r, q);
-}
 
 /* ---- conversions ---- */
 /* float -> int32 as x86's cvtt: NaN and out of range give INT32_MIN (scalar k_f2i32). */

@@ -7,7 +7,9 @@ use crate::error::to_pyerr;
 use crate::transforms::rust_fun;
 use kiln_core::compile::{self, Compiled};
 use kiln_core::Array;
+use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -114,26 +116,21 @@ fn _compile_trace(
     }
 }
 
-/// The fast cache key of a call whose arguments are all arrays (the common case), in one
-/// call from Python: `(-1, dtype, ndim, *shape, dtype, ndim, *shape, ...)` (no shapes when
-/// `shapeless`). `None` when compile is off, an argument is not an array, or one is a
-/// tracer: the general path handles those. The leading -1 keeps these keys apart from the
-/// general keys (tuples whose first item is a tuple).
-#[pyfunction]
-fn _compile_signature<'py>(
-    args: &Bound<'py, PyTuple>,
-    shapeless: bool,
-) -> PyResult<Option<Bound<'py, PyTuple>>> {
+/// The fast cache key of a call whose arguments are all arrays (the common case):
+/// `(-1, dtype, ndim, *shape, dtype, ndim, *shape, ...)` (no shapes when `shapeless`).
+/// `None` when compile is off, an argument is not an array, or one is a tracer: the general
+/// path handles those. The leading -1 keeps these keys apart from the general keys (tuples
+/// whose first item is a tuple).
+fn signature(args: &Bound<'_, PyTuple>, shapeless: bool) -> Option<Vec<i64>> {
     if !compile::is_enabled() {
-        return Ok(None);
+        return None;
     }
     let mut key: Vec<i64> = Vec::with_capacity(1 + args.len() * 4);
     key.push(-1);
     for item in args.iter() {
-        let Ok(a) = item.cast::<PyArray>() else { return Ok(None) };
-        let a = a.borrow();
+        let a = item.cast::<PyArray>().ok()?.borrow();
         if a.0.is_tracer() {
-            return Ok(None);
+            return None;
         }
         key.push(a.0.dtype() as u8 as i64);
         key.push(a.0.ndim() as i64);
@@ -141,7 +138,158 @@ fn _compile_signature<'py>(
             key.extend(a.0.shape().iter().map(|&d| d as i64));
         }
     }
-    Ok(Some(PyTuple::new(args.py(), key)?))
+    Some(key)
+}
+
+/// `signature` as a tuple, for the general path's cache keys.
+#[pyfunction]
+fn _compile_signature<'py>(
+    args: &Bound<'py, PyTuple>,
+    shapeless: bool,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    signature(args, shapeless).map(|key| PyTuple::new(args.py(), key)).transpose()
+}
+
+/// The calls of a compiled function; `_compile.py`'s `_CompiledFunction` derives from it
+/// and holds the rest. A call of arrays only (no keywords, no captured state) whose
+/// signature has a cache entry replays it here without running Python (that Python cost
+/// about 1.5 us a call); every other call goes to the subclass's
+/// `_call(args, kwargs, signature)`.
+#[pyclass(name = "CompiledCall", module = "kiln._core", subclass)]
+pub struct CompiledCall {
+    /// Calls and cache hits, counted here and by `_call` (`explain`'s counters).
+    #[pyo3(get, set, name = "_calls")]
+    calls: u64,
+    #[pyo3(get, set, name = "_hits")]
+    hits: u64,
+    /// The key of the entry the last call used (the next retrace says what changed).
+    #[pyo3(get, set, name = "_last_key")]
+    last_key: Option<Py<PyAny>>,
+    /// The entries: an OrderedDict of key -> (graph, output spec, outputs, key), least
+    /// recently used first.
+    #[pyo3(get, set, name = "_cache")]
+    cache: Option<Py<PyAny>>,
+    /// No captured state (`inputs=` / `outputs=`): calls may take the fast path.
+    #[pyo3(get, set, name = "_plain")]
+    plain: bool,
+    #[pyo3(get, set, name = "_shapeless")]
+    shapeless: bool,
+    /// The last fast hit (signature, graph, output spec): a loop calling with the same
+    /// shapes skips the lookup and the LRU update. Forgotten whenever `_call` runs, the only
+    /// code that adds or evicts entries.
+    last: Option<(Vec<i64>, Py<PyCompiled>, Py<PyAny>)>,
+}
+
+#[pymethods]
+impl CompiledCall {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        CompiledCall {
+            calls: 0,
+            hits: 0,
+            last_key: None,
+            cache: None,
+            plain: false,
+            shapeless: false,
+            last: None,
+        }
+    }
+
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        slf: &Bound<'_, Self>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let (plain, shapeless) = {
+            let s = slf.borrow();
+            (s.plain, s.shapeless)
+        };
+        let sig = match kwargs.is_none_or(|k| k.is_empty()) && plain {
+            true => signature(args, shapeless),
+            false => None,
+        };
+        let Some(sig) = sig else { return general(slf, args, kwargs, None) };
+        let last = match &slf.borrow().last {
+            Some((k, graph, spec)) if *k == sig => Some((graph.clone_ref(py), spec.clone_ref(py))),
+            _ => None,
+        };
+        let (graph, spec) = match last {
+            Some(hit) => hit,
+            None => {
+                let key = PyTuple::new(py, &sig)?;
+                let cache = match &slf.borrow().cache {
+                    Some(c) => c.clone_ref(py).into_bound(py),
+                    None => return general(slf, args, kwargs, Some(key)),
+                };
+                let Some(entry) = cache.cast::<PyDict>()?.get_item(&key)? else {
+                    return general(slf, args, kwargs, Some(key));
+                };
+                cache.call_method1("move_to_end", (&key,))?;
+                let graph = entry.get_item(0)?.cast_into::<PyCompiled>()?.unbind();
+                let spec = entry.get_item(1)?.unbind();
+                let mut s = slf.borrow_mut();
+                s.last_key = Some(entry.get_item(3)?.unbind());
+                s.last = Some((sig, graph.clone_ref(py), spec.clone_ref(py)));
+                (graph, spec)
+            }
+        };
+        {
+            let mut s = slf.borrow_mut();
+            s.calls += 1;
+            s.hits += 1;
+        }
+        let inputs = args
+            .iter()
+            .map(|a| Ok(a.cast::<PyArray>()?.borrow().0.clone()))
+            .collect::<PyResult<Vec<Array>>>()?;
+        let outputs = graph.get().0.replay(&inputs).map_err(to_pyerr)?;
+        let spec = spec.into_bound(py);
+        if spec.cast::<pyo3::types::PyString>().is_ok_and(|s| s.to_str().is_ok_and(|s| s == "A")) {
+            let out = outputs.into_iter().next().expect("a graph of one output");
+            return Ok(Py::new(py, PyArray(out))?.into_any());
+        }
+        static DECODE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let decode = DECODE.get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("kiln.core._compile")?.getattr("_decode")?.unbind())
+        })?;
+        let outputs = PyList::new(py, outputs.into_iter().map(PyArray))?;
+        Ok(decode.call1(py, (spec, outputs.try_iter()?))?)
+    }
+
+    // The Python objects held here, for the garbage collector (a cycle through the cache
+    // is then collected like one through the subclass's __dict__).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.cache)?;
+        visit.call(&self.last_key)?;
+        if let Some((_, graph, spec)) = &self.last {
+            visit.call(graph)?;
+            visit.call(spec)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        (self.cache, self.last_key, self.last) = (None, None, None);
+    }
+}
+
+/// A call the fast path does not take: the subclass's `_call` (which may add or evict
+/// entries, so the remembered hit is dropped first).
+fn general(
+    slf: &Bound<'_, CompiledCall>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    key: Option<Bound<'_, PyTuple>>,
+) -> PyResult<Py<PyAny>> {
+    slf.borrow_mut().last = None;
+    let kwargs = match kwargs {
+        Some(k) => k.clone(),
+        None => PyDict::new(slf.py()),
+    };
+    Ok(slf.call_method1("_call", (args, kwargs, key))?.unbind())
 }
 
 /// Nesting depth past which captured state is taken to be cyclic.
@@ -392,6 +540,7 @@ fn _wait_for_builds(py: Python<'_>) {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompiled>()?;
+    m.add_class::<CompiledCall>()?;
     m.add_function(wrap_pyfunction!(_compile_trace, m)?)?;
     m.add_function(wrap_pyfunction!(_is_tracer, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_signature, m)?)?;

@@ -135,9 +135,11 @@ def _log_trace(name: str, why: Optional[str], graph: Any) -> None:
     print("\n".join(lines), file=sys.stderr)
 
 
-class _CompiledFunction:
+class _CompiledFunction(_core.CompiledCall):
     """The callable ``mx.compile`` returns (keeps the wrapped function's name, doc and
-    signature through ``functools.update_wrapper``)."""
+    signature through ``functools.update_wrapper``). Calls start in Rust
+    (``_core.CompiledCall``): a call of array arguments only, no captured state, with a
+    cache entry for its shapes and dtypes replays there; the others come to ``_call``."""
 
     def __init__(self, fun: Callable, inputs: Any, outputs: Any, shapeless: bool):
         functools.update_wrapper(self, fun)
@@ -147,31 +149,14 @@ class _CompiledFunction:
         self._shapeless = bool(shapeless)
         # No captured state: calls of plain array arguments may take the fast path.
         self._plain = inputs is None and outputs is None
-        self._cache: OrderedDict = OrderedDict()
+        self._cache = OrderedDict()
         self._traces = 0
         self._calls = 0
         self._hits = 0
-        self._last_key: Optional[tuple] = None
+        self._last_key = None
         self._last_retrace: Optional[str] = None
         # Every trace: the call that made it, why, the key and the time tracing took.
         self._retraces: list = []
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Fast path: positional array arguments only, no captured state, a cached entry.
-        # One Rust call builds the key (and checks compile is on and nothing is a tracer).
-        if not kwargs and self._plain:
-            sig = _core._compile_signature(args, self._shapeless)
-            if sig is not None:
-                entry = self._cache.get(sig)
-                if entry is not None:
-                    self._calls += 1
-                    self._hits += 1
-                    self._cache.move_to_end(sig)
-                    self._last_key = entry[3]
-                    results = entry[0].replay(args)
-                    return results[0] if entry[1] == "A" else _decode(entry[1], iter(results))
-                return self._call(args, kwargs, sig)
-        return self._call(args, kwargs, None)
 
     def _call(self, args: tuple, kwargs: dict, fast_key: Optional[tuple]) -> Any:
         if not _core._compile_enabled():
