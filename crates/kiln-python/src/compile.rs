@@ -256,7 +256,7 @@ impl CompiledCall {
             Ok::<_, PyErr>(py.import("kiln.core._compile")?.getattr("_decode")?.unbind())
         })?;
         let outputs = PyList::new(py, outputs.into_iter().map(PyArray))?;
-        Ok(decode.call1(py, (spec, outputs.try_iter()?))?)
+        decode.call1(py, (spec, outputs.try_iter()?))
     }
 
     // The Python objects held here, for the garbage collector (a cycle through the cache
