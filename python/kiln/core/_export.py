@@ -112,19 +112,7 @@ class FunctionExporter:
                 "signature is not allowed."
             )
         n = len(pos)
-        fun = self._fun
-
-        def traced(placeholders: list) -> list:
-            out = fun(*placeholders[:n], **dict(zip(names, placeholders[n:])))
-            if isinstance(out, array):
-                return [out]
-            if isinstance(out, (tuple, list)) and all(isinstance(o, array) for o in out):
-                return list(out)
-            raise ValueError(
-                "[export_function] Outputs can be either a single array, a tuple, or a list "
-                "of arrays."
-            )
-
+        traced = _traced(self._fun, n, names)
         trace = _core._export_trace(traced, flat, n, names, self._shapeless)
         self._traces.append(trace)
         self._keys.add(key)
