@@ -75,8 +75,8 @@ fn fast_math_error_bounds() {
         let out = Command::new(&exe).output().unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let v: Vec<f64> = text.split_whitespace().map(|s| s.parse().unwrap()).collect();
-        // (exp, tanh, sigmoid in ulp; erf absolute): vecmath's bounds.
-        let bounds = [0.93, 5.3, 2.4, 3.0e-7];
+        // (exp, tanh, sigmoid in ulp; erf absolute, 5.35 ulp of 1 near erf = 1): vecmath's bounds.
+        let bounds = [0.93, 5.3, 2.4, 3.2e-7];
         for (k, name) in ["exp", "tanh", "sigmoid", "erf"].iter().enumerate() {
             assert!(v[k] <= bounds[k], "{define} {name}: error {} over {}", v[k], bounds[k]);
         }
