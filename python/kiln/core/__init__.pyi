@@ -28,6 +28,9 @@ class ArrayIterator:
 class ArrayLike:
     """Any Python object which has an ``__mlx_array__`` method that returns an :obj:`array` (for annotations; ``mx.array(obj)`` calls the method)."""
 
+class CompiledCall:
+    """The calls of a compiled function; `_compile.py`'s `_CompiledFunction` derives from it and holds the rest. A call of arrays only (no keywords, no captured state) whose signature has a cache entry replays it here without running Python (that Python cost about 1.5 us a call); every other call goes to the subclass's `_call(args, kwargs, signature)`."""
+
 class CompiledGraph:
     """One traced and optimised graph (a cache entry's compiled function)."""
     def explain(self, /) -> Any:
@@ -64,6 +67,14 @@ class DtypeCategory:
 
 class ExportedTrace:
     """One traced signature, held until the file is written."""
+    def constants(self, /) -> Any:
+        """The frozen constants."""
+    def inputs(self, /) -> Any:
+        """The input metas `[(shape, dtype)]`."""
+    def nodes(self, /) -> Any:
+        """The traced graph's nodes in order (the callback form of `export_function`)."""
+    def outputs(self, /) -> Any:
+        """Where each output comes from."""
 
 class FunctionExporter:
     """Adds traces of one function to one file (``mx.exporter``): each call with example arguments traces the function for their signature and rewrites the file with every trace so far, so it is complete after each call. A context manager; ``close()`` ends it."""
@@ -272,8 +283,8 @@ def array_equal(a, b, *, equal_nan=False, stream=None) -> Any:
 def as_strided(a, /, shape=None, strides=None, offset=0, *, stream=None) -> Any:
     """A strided view of the row-major elements of `a`."""
 
-def asarray(a, dtype=None) -> Any:
-    """``a`` as an array (an array with the same dtype is returned as is)."""
+def asarray(a, dtype=None, *, copy=None) -> Any:
+    """``a`` as a new array object (values shared when nothing converts them: arrays are immutable). As MLX, ``copy=False`` raises ValueError: creating an array always copies."""
 
 def asin(a, /, *, stream=None) -> Any:
     """Elementwise `arcsin`."""
@@ -534,7 +545,7 @@ def export_function(file, fun, *args, shapeless=False, metadata=None, **kwargs) 
     """Traces ``fun`` on the example arrays (``*args`` and ``**kwargs``, or one tuple and/or one dict of arrays) and saves the graph, constants included, to ``file``. ``shapeless=True`` lets the imported function take other shapes of the same number of dimensions. ``metadata`` is a string saved beside it (``import_function(..., return_metadata=True)``)."""
 
 def export_to_dot(file, *args, **kwargs) -> Any:
-    """Writes the graph behind `args` to `file` in Graphviz's DOT format (MLX's `export_to_dot(file, *args, **kwargs)`)."""
+    """Writes the graph behind ``args`` to ``file`` (a path or an object with ``write``) in Graphviz's DOT format, as MLX's ``export_to_dot``: keyword arguments name arrays, other arrays are named ``A``, ``B``, .. (each named array takes one letter first), primitives are labelled with MLX's class names."""
 
 def exporter(file, fun, *, shapeless=False, metadata=None) -> Any:
     """A callable that exports a trace of ``fun`` for each call's example arguments to ``file`` (MLX's ``mx.exporter``)."""
@@ -588,7 +599,7 @@ def full_like(a, vals, dtype=None, *, stream=None) -> Any:
     """`vals` (a scalar or an array broadcastable to `a`) in `a`'s shape and dtype."""
 
 def gather_mm(a, b, /, lhs_indices=None, rhs_indices=None, *, sorted_indices=False, stream=None) -> Any:
-    """Matrix multiplication after gathering matrices from the batch axes of ``a`` and ``b``: the indices are flat indices over all but the last two axes (every batch element when None); the output's batch shape is the indices' broadcast shape."""
+    """Matrix multiplication after gathering matrices from the batch axes of ``a`` and ``b``: the indices are flat indices over all but the last two axes (every batch element when None); the output's batch shape is the indices' broadcast shape. Each picked matrix is read in place (on the CPU, one product per group of equal indices, sorted or not)."""
 
 def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None, transpose=True, group_size=None, bits=None, mode='affine', global_scale=None, *, sorted_indices=False, stream=None) -> Any:
     """Quantized ``gather_mm``: ``w`` (with its ``scales``, and ``biases`` for ``"affine"``, sharing ``w``'s batch axes) is dequantized, then matrices are gathered by the flat batch indices and multiplied (``x @ w.T`` when ``transpose``). An nvfp4 ``global_scale`` has one float32 entry per matrix of ``w``."""
@@ -628,7 +639,7 @@ def greater_equal(a, b, /, *, stream=None) -> Any:
     """Elementwise `greater_equal` with broadcasting."""
 
 def hadamard_transform(a, scale=None, stream=None) -> Any:
-    """The Walsh-Hadamard transform along the last axis, times ``scale`` (default ``1/sqrt(n)``, which makes it orthonormal): ``(hadamard(n) @ x) * scale`` with Sylvester's ``hadamard(n)``. ``n`` must be a power of two (MLX's ``12, 20, 28 * 2^k`` sizes are not supported)."""
+    """The Hadamard transform along the last axis, times ``scale`` (default ``1/sqrt(n)``, which makes it orthonormal), for ``n = m 2^k`` with ``m`` in 1, 12, 20, 28, as MLX: ``x @ H_n^T`` with ``H_n = H_m (x) S_k`` (``S_k`` Sylvester's matrix of order ``2^k``, ``H_m`` the fixed order-m matrix of ``_hadamard_base``). Integer inputs give float32."""
 
 def hamming(m, stream=None) -> Any:
     """The Hamming window of ``m`` points."""
@@ -985,7 +996,7 @@ def std(a, /, axis=None, keepdims=False, ddof=0, *, correction=None, stream=None
     """Standard deviation over `axis` with `ddof` delta degrees of freedom."""
 
 def stop_gradient(a, /, *, stream=None) -> Any:
-    """Elementwise `stop_gradient`."""
+    """``a`` unchanged, with no gradient flowing through it. As MLX, ``a`` must be an array (a list, scalar or numpy array raises TypeError rather than being converted)."""
 
 def stream(s) -> Any:
     """A context manager making `s` (a Stream, Device or DeviceType) the default stream."""
