@@ -33,6 +33,7 @@ pub mod creation;
 pub mod elementwise;
 pub mod fast;
 pub mod fft;
+mod gemv;
 pub mod graph;
 pub mod indexing;
 pub mod launch;

@@ -190,6 +190,12 @@ pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData
     let nd = shape.len();
     let (m, n, k) = (shape[nd - 2], shape[nd - 1], a.layout.shape[nd - 1]);
     let batch: usize = shape[..nd - 2].iter().product();
+    // A few rows against a linear layer's weight: one pass over the weight.
+    if m * batch <= crate::gemv::MAX_ROWS && m * n * batch * k > 0 {
+        if let Some(out) = crate::gemv::dense_transposed(a, b, shape)? {
+            return Ok(out);
+        }
+    }
     let out = ArrayData {
         buffer: DEVICE.alloc(shape.iter().product::<usize>() * dtype.size())?,
         layout: Layout::contiguous(shape),

@@ -185,7 +185,8 @@ pub(crate) fn remember_failure(source: &str, error: kiln_base::Error) {
     failed().lock().unwrap_or_else(|e| e.into_inner()).insert(source.to_string(), error);
 }
 
-/// The entry point `symbol` of `source`, built (or found in a cache) and loaded.
+/// The entry point `symbol` of `source`, built (or found in a cache) and loaded. One entry
+/// point per source: the memory cache is keyed by the source alone.
 pub fn function(source: &str, symbol: &str) -> Result<Function> {
     if let Some(f) = modules().lock().unwrap_or_else(|e| e.into_inner()).get(source) {
         STATS.lock().unwrap_or_else(|e| e.into_inner()).memory_hits += 1;

@@ -91,6 +91,7 @@ pub fn fused(dtype: DType, q: &[usize], k: &[usize], v: &[usize]) -> bool {
     let half = matches!(dtype, DType::F16 | DType::BF16);
     simple
         || half
+        || super::attention_decode::takes(dtype, q, k, v)
         || matches!(variant(dtype, dk, dv, false), Variant::Flash(_))
         || scores >= SCORES_LIMIT
 }
@@ -489,7 +490,7 @@ pub(crate) fn variant(dtype: DType, dk: usize, dv: usize, simple: bool) -> Varia
 }
 
 /// Element strides of a 4-d mask with broadcast (size-1) axes at 0.
-fn mask_strides(m: &ArrayData) -> [i64; 4] {
+pub(crate) fn mask_strides(m: &ArrayData) -> [i64; 4] {
     let mut s = [0i64; 4];
     for (ax, st) in s.iter_mut().enumerate() {
         if m.layout.shape[ax] > 1 {
@@ -534,6 +535,14 @@ fn run(
     lse: Option<&ArrayData>,
 ) -> Result<ArrayData> {
     let op = "scaled_dot_product_attention";
+    let (q_shape, k_shape, v_shape) =
+        (&inputs[0].layout.shape, &inputs[1].layout.shape, &inputs[2].layout.shape);
+    if lse.is_none()
+        && !simple_requested()
+        && super::attention_decode::takes(inputs[0].dtype, q_shape, k_shape, v_shape)
+    {
+        return super::attention_decode::attention(inputs, mask, scale, shape);
+    }
     let out = empty(shape, inputs[0].dtype)?;
     let [b_n, hq, lq, dk] = [0, 1, 2, 3].map(|a| inputs[0].layout.shape[a]);
     let (hk, lk, dv) =

@@ -312,6 +312,9 @@ pub(crate) fn quantized_matmul(
     shape: &[usize],
 ) -> Result<ArrayData> {
     let (x, w, s, b) = packed_inputs(inputs)?;
+    if let Some(out) = crate::gemv::quantized(&x, &w, &s, &b, group_size, bits, shape)? {
+        return Ok(out);
+    }
     let k = *x.layout.shape.last().unwrap_or(&0);
     let n = w.layout.shape[0];
     let rows = x.layout.size().checked_div(k).unwrap_or(0);

@@ -7,6 +7,7 @@
 
 mod attention;
 mod attention_bwd;
+mod attention_decode;
 pub mod custom;
 mod gathered;
 mod norm;
@@ -200,7 +201,9 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         }
     }
     out.extend(attention_bwd::all_sources());
+    out.extend(attention_decode::all_sources());
     out.extend(gathered::all_sources());
+    out.extend(crate::gemv::all_sources());
     out
 }
 

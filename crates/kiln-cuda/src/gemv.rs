@@ -1,0 +1,389 @@
+//! Products of a few rows against a weight matrix, at the memory bandwidth: `x @ W.T` for x
+//! (M <= 8, K) and W (N, K) row-major, either dense (x's dtype) or in MLX's affine quantized
+//! layout (packed words, a scale and a bias per group). A decode step's projections are such
+//! products: every weight is read once and used M times, so the time is W's bytes over the
+//! bandwidth, and cuBLAS's general kernels (tiles for large M) reach about half of it.
+//!
+//! A block of 4 warps computes 4 output features; its warps split K between them, each lane
+//! taking units of 16 bytes of dense weights or 32 quantized values (`BITS` words), `U`
+//! units per feature loaded before any is used, so enough bytes are in flight to cover the
+//! memory latency. Quantized values become floats by an exact bit trick (`2^23 + q` as a
+//! float, minus `2^23`: no integer conversion, which runs at a sixteenth of the FMA rate),
+//! and a unit, inside one group, adds `scale * (x . q) + bias * sum(x)`. Accumulation is
+//! float32; the warps' partial sums meet in shared memory.
+
+use crate::copy::empty;
+use crate::launch::{launch, Args};
+use crate::nvrtc::{check_grid, Function, KernelCache};
+use kiln_base::{ArrayData, DType, Result};
+use std::fmt::Write;
+
+const SYMBOL: &str = "kiln_gemv";
+const THREADS: u32 = 128;
+/// Features per block.
+const FEATURES: usize = 4;
+/// Rows of x up to which these kernels take a product.
+pub(crate) const MAX_ROWS: usize = 8;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct Key {
+    dtype: DType,
+    /// `Some((group_size, bits))`: the affine layout; `None`: dense weights of x's dtype.
+    quant: Option<(usize, u32)>,
+    /// x's rows, rounded up to a power of two.
+    rows: usize,
+}
+
+const BODY: &str = r#"
+#define NT 128
+#define WARPS 4
+#define FPB 4
+
+/* `count` consecutive values of x at p (16-byte aligned) as floats. */
+template <int COUNT>
+K_INLINE void k_xload(const S *__restrict__ p, float *o) {
+#if S_IS_FLOAT
+    #pragma unroll
+    for (int i = 0; i < COUNT; i += 4) {
+        const float4 a = __ldg((const float4 *)(p + i));
+        o[i] = a.x; o[i + 1] = a.y; o[i + 2] = a.z; o[i + 3] = a.w;
+    }
+#else
+    #pragma unroll
+    for (int i = 0; i < COUNT; i += 8) {
+        const uint4 a = __ldg((const uint4 *)(p + i));
+        const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            o[i + 2 * j] = k_load((S)(w[j] & 0xffffu));
+            o[i + 2 * j + 1] = k_load((S)(w[j] >> 16));
+        }
+    }
+#endif
+}
+
+#if QUANT
+#define VPU 32     /* values per unit */
+#define WORDS BITS /* words per unit */
+/* Value t (< 32, known after unrolling) of a unit's words, as an exact float. */
+K_INLINE float k_wval(const uint32_t *wv, const int t) {
+    const int bit = t * BITS, word = bit / 32, shift = bit % 32;
+    uint32_t v = wv[word] >> shift;
+    if (shift + BITS > 32) v |= wv[word + 1] << (32 - shift);
+    return __uint_as_float((v & ((1u << BITS) - 1u)) | 0x4B000000u) - 8388608.0f;
+}
+#else
+#define VPU (16 / (int)sizeof(S))
+#define WORDS 4
+K_INLINE float k_wval(const uint32_t *wv, const int t) {
+#if S_IS_FLOAT
+    return __uint_as_float(wv[t]);
+#else
+    return k_load((S)((wv[t / 2] >> (16 * (t & 1))) & 0xffffu));
+#endif
+}
+#endif
+
+/* A unit's words, 16 bytes at a time where WORDS allows. */
+K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
+#if WORDS % 4 == 0
+    #pragma unroll
+    for (int i = 0; i < WORDS; i += 4) {
+        const uint4 a = __ldg((const uint4 *)(p + i));
+        wv[i] = a.x; wv[i + 1] = a.y; wv[i + 2] = a.z; wv[i + 3] = a.w;
+    }
+#elif WORDS % 2 == 0
+    #pragma unroll
+    for (int i = 0; i < WORDS; i += 2) {
+        const uint2 a = __ldg((const uint2 *)(p + i));
+        wv[i] = a.x; wv[i + 1] = a.y;
+    }
+#else
+    #pragma unroll
+    for (int i = 0; i < WORDS; ++i) wv[i] = __ldg(p + i);
+#endif
+}
+
+/* out (rows, n) = x (rows, k) @ W.T; W's rows `ldw` words apart. */
+extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
+        const int64_t rows, const int64_t n, const int64_t k, const int64_t ldw,
+        const S *__restrict__ x, const uint32_t *__restrict__ w, const S *__restrict__ scales,
+        const S *__restrict__ biases, S *__restrict__ out) {
+    __shared__ float red[WARPS][FPB][ROWS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t f0 = (int64_t)blockIdx.x * FPB;
+    int64_t fr[FPB];
+    #pragma unroll
+    for (int j = 0; j < FPB; ++j) fr[j] = f0 + j < n ? f0 + j : n - 1;
+    float acc[FPB][ROWS];
+    #pragma unroll
+    for (int j = 0; j < FPB; ++j)
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[j][r] = 0.0f;
+    const int64_t units = k / VPU;
+#if QUANT
+    const int64_t groups = k / GROUP;
+#endif
+    for (int64_t base = warp * 32 + lane; base < units; base += (int64_t)U * WARPS * 32) {
+        uint32_t wq[U][FPB][WORDS];
+#if QUANT
+        float sc[U][FPB], bi[U][FPB];
+#endif
+        #pragma unroll
+        for (int s = 0; s < U; ++s) {
+            const int64_t u = base + (int64_t)s * WARPS * 32;
+            if (u < units) {
+                #pragma unroll
+                for (int j = 0; j < FPB; ++j) {
+                    k_words(w + fr[j] * ldw + u * WORDS, wq[s][j]);
+#if QUANT
+                    const int64_t g = fr[j] * groups + u * 32 / GROUP;
+                    sc[s][j] = k_load(scales[g]);
+                    bi[s][j] = k_load(biases[g]);
+#endif
+                }
+            }
+        }
+        #pragma unroll
+        for (int s = 0; s < U; ++s) {
+            const int64_t u = base + (int64_t)s * WARPS * 32;
+            if (u < units) {
+                #pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    if (r < rows) {
+                        float xv[VPU];
+                        k_xload<VPU>(x + r * k + u * VPU, xv);
+#if QUANT
+                        float xs = 0.0f;
+                        #pragma unroll
+                        for (int t = 0; t < VPU; ++t) xs += xv[t];
+                        #pragma unroll
+                        for (int j = 0; j < FPB; ++j) {
+                            float d = 0.0f;
+                            #pragma unroll
+                            for (int t = 0; t < VPU; ++t) d = fmaf(xv[t], k_wval(wq[s][j], t), d);
+                            acc[j][r] = fmaf(sc[s][j], d, fmaf(bi[s][j], xs, acc[j][r]));
+                        }
+#else
+                        #pragma unroll
+                        for (int j = 0; j < FPB; ++j)
+                            #pragma unroll
+                            for (int t = 0; t < VPU; ++t) acc[j][r] = fmaf(xv[t], k_wval(wq[s][j], t), acc[j][r]);
+#endif
+                    }
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int j = 0; j < FPB; ++j)
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float a = acc[j][r];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0) red[warp][j][r] = a;
+        }
+    __syncthreads();
+    if (threadIdx.x < FPB * ROWS) {
+        const int j = threadIdx.x / ROWS, r = threadIdx.x % ROWS;
+        if (r < rows && f0 + j < n) {
+            float a = 0.0f;
+            #pragma unroll
+            for (int v = 0; v < WARPS; ++v) a += red[v][j][r];
+            out[r * n + f0 + j] = k_store(a);
+        }
+    }
+}
+"#;
+
+fn source(key: &Key) -> String {
+    let mut s = crate::fast::header(key.dtype);
+    let (quant, group, bits) = match key.quant {
+        Some((g, b)) => (1, g, b),
+        None => (0, 32, 16),
+    };
+    // Units loaded ahead per feature: about 32 words of registers per feature.
+    let words = if quant == 1 { bits as usize } else { 4 };
+    let unroll = (8 / words).clamp(1, 2);
+    let _ = write!(
+        s,
+        "#define QUANT {quant}\n#define GROUP {group}\n#define BITS {bits}\n#define ROWS {}\n\
+         #define U {unroll}\n#define S_IS_FLOAT {}\n",
+        key.rows,
+        (key.dtype == DType::F32) as u8,
+    );
+    s.push_str(BODY);
+    s
+}
+
+static KERNELS: KernelCache<Key> = KernelCache::new();
+
+fn kernel(key: &Key) -> Result<Function> {
+    KERNELS.get(key, SYMBOL, || source(key))
+}
+
+fn half_or_single(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// `rows` rows of x (row-major, 16-byte aligned at `x_ptr`) times W.T; W's rows `ldw` words
+/// apart starting at `w_ptr`; scales and biases row-major `(n, k / group)` when quantized.
+struct Product {
+    dtype: DType,
+    quant: Option<(usize, u32)>,
+    rows: usize,
+    n: usize,
+    k: usize,
+    ldw: usize,
+    x: u64,
+    w: u64,
+    scales: u64,
+    biases: u64,
+}
+
+fn run(p: &Product, shape: &[usize]) -> Result<ArrayData> {
+    let out = empty(shape, p.dtype)?;
+    if p.rows == 0 || p.n == 0 {
+        return Ok(out);
+    }
+    let key = Key { dtype: p.dtype, quant: p.quant, rows: p.rows.next_power_of_two() };
+    let mut args = Args::new();
+    args.i64(p.rows as i64).i64(p.n as i64).i64(p.k as i64).i64(p.ldw as i64);
+    args.ptr(p.x).ptr(p.w).ptr(p.scales).ptr(p.biases).ptr(out.buffer.as_ptr() as u64);
+    let blocks = check_grid(SYMBOL, p.n.div_ceil(FEATURES) as u64)?;
+    launch(SYMBOL, kernel(&key)?, blocks, THREADS, 0, &mut args)?;
+    Ok(out)
+}
+
+/// `x @ dequantize(w).T` for x with at most `MAX_ROWS` rows of k values and a 2-d packed w,
+/// or `None` when the layouts do not allow it (the caller's general kernel runs instead).
+pub(crate) fn quantized(
+    x: &ArrayData,
+    w: &ArrayData,
+    scales: &ArrayData,
+    biases: &ArrayData,
+    group_size: usize,
+    bits: u32,
+    shape: &[usize],
+) -> Result<Option<ArrayData>> {
+    let k = *x.layout.shape.last().unwrap_or(&0);
+    let rows = x.layout.size().checked_div(k).unwrap_or(0);
+    let (n, words) = (w.layout.shape[0], w.layout.shape[1]);
+    let ptr = crate::fast::ptr;
+    let word_align: usize = if bits.is_multiple_of(4) {
+        16
+    } else if bits.is_multiple_of(2) {
+        8
+    } else {
+        4
+    };
+    let fits = rows <= MAX_ROWS
+        && k > 0
+        && half_or_single(x.dtype)
+        && scales.dtype == x.dtype
+        && biases.dtype == x.dtype
+        && [x, w, scales, biases].iter().all(|a| a.layout.row_contiguous)
+        && ptr(x).is_multiple_of(16)
+        && (k * x.dtype.size()).is_multiple_of(16)
+        && ptr(w).is_multiple_of(word_align as u64)
+        && (words * 4).is_multiple_of(word_align);
+    if !fits {
+        return Ok(None);
+    }
+    let p = Product {
+        dtype: x.dtype,
+        quant: Some((group_size, bits)),
+        rows,
+        n,
+        k,
+        ldw: words,
+        x: ptr(x),
+        w: ptr(w),
+        scales: ptr(scales),
+        biases: ptr(biases),
+    };
+    run(&p, shape).map(Some)
+}
+
+/// `a @ b` where a has at most `MAX_ROWS` rows in all (row-major) and b is one matrix (its
+/// batch broadcast) stored column-major: the transposed view `W.T` of a row-major W, as
+/// `nn.Linear` multiplies. `None` for other layouts (cuBLAS takes them).
+pub(crate) fn dense_transposed(
+    a: &ArrayData,
+    b: &ArrayData,
+    shape: &[usize],
+) -> Result<Option<ArrayData>> {
+    let nd = b.layout.ndim();
+    if nd < 2 || a.dtype != b.dtype || !half_or_single(a.dtype) || !a.layout.row_contiguous {
+        return Ok(None);
+    }
+    let (k, n) = (b.layout.shape[nd - 2], b.layout.shape[nd - 1]);
+    let (sk, sn) = (b.layout.strides[nd - 2], b.layout.strides[nd - 1]);
+    let rows = a.layout.size().checked_div(k).unwrap_or(0);
+    let esize = a.dtype.size();
+    let ptr = crate::fast::ptr;
+    let broadcast = b.layout.shape[..nd - 2]
+        .iter()
+        .zip(&b.layout.strides[..nd - 2])
+        .all(|(&d, &s)| d == 1 || s == 0);
+    let fits = rows <= MAX_ROWS
+        && k > 0
+        && n > 0
+        && broadcast
+        && (sk == 1 || k == 1)
+        && sn > 0
+        && (sn as usize) >= k
+        && (sn as usize * esize).is_multiple_of(16)
+        && (k * esize).is_multiple_of(16)
+        && ptr(a).is_multiple_of(16)
+        && ptr(b).is_multiple_of(16);
+    if !fits {
+        return Ok(None);
+    }
+    let p = Product {
+        dtype: a.dtype,
+        quant: None,
+        rows,
+        n,
+        k,
+        ldw: sn as usize * esize / 4,
+        x: ptr(a),
+        w: ptr(b),
+        scales: 0,
+        biases: 0,
+    };
+    run(&p, shape).map(Some)
+}
+
+/// Every variant's source (the offline NVRTC check).
+#[cfg(test)]
+pub(crate) fn all_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for rows in [1, 2, 4, 8] {
+            let mut quants = vec![None];
+            for bits in [1, 2, 3, 4, 5, 6, 8] {
+                quants.extend([32, 64, 128].map(|g| Some((g, bits))));
+            }
+            for quant in quants {
+                let key = Key { dtype, quant, rows };
+                out.push((format!("gemv_{key:?}"), source(&key)));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sources_define_the_variant() {
+        let srcs = super::all_sources();
+        assert_eq!(srcs.len(), 3 * 4 * 22);
+        let (_, s) = &srcs[0];
+        assert!(s.contains("#define QUANT 0\n") && s.contains("#define ROWS 1\n#define U 2\n"));
+        let q8 = srcs.iter().find(|(n, _)| n.contains("Some((64, 8))")).unwrap();
+        assert!(q8.1.contains("#define BITS 8\n") && q8.1.contains("#define U 1\n"));
+    }
+}
