@@ -216,10 +216,11 @@ def profile_decode(mx, model, prompt, gen, what):
     """kiln's profiler over one generation: the primitives by host and device time (stderr)."""
     import kiln.profiler
 
-    with kiln.profiler.profile() as prof:
-        mlx_generate(mx, model, prompt, gen)
-    table = prof.key_averages().table(sort_by="host_time_total", row_limit=25)
-    print(f"[kiln profile] {what}, one generation of {gen} tokens\n{table}", file=sys.stderr)
+    for tokens, part in [(1, "the prefill (first token only)"), (gen, f"one generation of {gen} tokens")]:
+        with kiln.profiler.profile() as prof:
+            mlx_generate(mx, model, prompt, tokens)
+        table = prof.key_averages().table(sort_by="host_time_total", row_limit=25)
+        print(f"[kiln profile] {what}, {part}\n{table}", file=sys.stderr)
 
 
 def run_mlx_lm(args, emit, mx, name):

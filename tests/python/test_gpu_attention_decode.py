@@ -171,3 +171,32 @@ def test_no_keys_and_inside_compile():
         g2 = npy(f(q, k, v))
     np.testing.assert_array_equal(g, g2)
     close(g, on(mx.cpu, lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.1) * 2), 8e-2)
+
+
+def test_cache_updates_write_in_place_and_keep_held_values():
+    # mlx-lm's KVCache: `self.keys[..., prev:offset, :] = keys` on a preallocated buffer.
+    # The update writes into the buffer when nothing else holds it; an array the user still
+    # holds keeps its values.
+    with mx.stream(mx.gpu):
+        buf = mx.zeros((1, 2, 64, 8), mx.bfloat16)
+        mx.eval(buf)
+        want = np.zeros((1, 2, 64, 8), np.float32)
+        held = buf[:, :1]  # a view of the first buffer: that one must not be written
+        mx.eval(held)
+        for t in range(40):
+            new = rand((1, 2, 1, 8), mx.bfloat16)
+            want[..., t : t + 1, :] = npy(new)
+            buf[..., t : t + 1, :] = new
+            view = buf[..., : t + 1, :]
+            mx.eval(view)
+            np.testing.assert_array_equal(npy(view), want[..., : t + 1, :])
+            del view
+        np.testing.assert_array_equal(npy(buf), want)
+        np.testing.assert_array_equal(npy(held), np.zeros((1, 1, 64, 8)))
+        # A strided update and one that broadcasts.
+        base = rand((4, 6), mx.float32)
+        mx.eval(base)
+        b = npy(base)
+        base[1::2, ::3] = mx.array([[7.0, 8.0]])
+        b[1::2, ::3] = [[7.0, 8.0]]
+        np.testing.assert_array_equal(npy(base), b)

@@ -677,3 +677,48 @@ def test_same_as_mlx(code):
     mlx = pytest.importorskip("mlx.core")
     assign = code in MLX_ASSIGNMENTS
     assert _result(mx, code, assign) == _result(mlx, code, assign)
+
+
+def test_cache_style_updates_write_in_place_and_keep_held_values():
+    # mlx-lm's KVCache: `keys[..., prev:offset, :] = k` on a preallocated buffer. When nothing
+    # else holds the buffer the update writes into it (peak memory stays near one buffer); a
+    # view the user still holds keeps its values.
+    rng = np.random.default_rng(5)
+    buf = mx.zeros((1, 4, 2048, 128), mx.float32)  # 4 MiB
+    mx.eval(buf)
+    want = np.zeros(buf.shape, np.float32)
+    held = buf[:, :1]
+    mx.eval(held)
+    for t in range(3):  # the first update copies (held shares the buffer); later ones do not
+        new = rng.standard_normal((1, 4, 1, 128)).astype(np.float32)
+        want[..., t : t + 1, :] = new
+        buf[..., t : t + 1, :] = mx.array(new)
+        mx.eval(buf)
+    mx.reset_peak_memory()
+    before = mx.get_active_memory()
+    for t in range(3, 40):
+        new = rng.standard_normal((1, 4, 1, 128)).astype(np.float32)
+        want[..., t : t + 1, :] = new
+        buf[..., t : t + 1, :] = mx.array(new)
+        view = buf[..., : t + 1, :]
+        mx.eval(view)
+        np.testing.assert_array_equal(np.array(view), want[..., : t + 1, :])
+        del view
+    assert mx.get_peak_memory() - before < buf.nbytes // 2
+    np.testing.assert_array_equal(np.array(buf), want)
+    np.testing.assert_array_equal(np.array(held), np.zeros((1, 1, 2048, 128), np.float32))
+    # Strided and broadcast updates, in place and not (a held base keeps its values).
+    base = mx.array(rng.standard_normal((4, 6)).astype(np.float32))
+    mx.eval(base)
+    b = np.array(base)
+    base[1::2, ::3] = mx.array([[7.0, 8.0]])
+    b[1::2, ::3] = [[7.0, 8.0]]
+    np.testing.assert_array_equal(np.array(base), b)
+    keep = mx.array(b)
+    alias = keep
+    other = keep[:]  # a second array on the same buffer: no donation
+    keep[0] = 1.0
+    b2 = b.copy()
+    b2[0] = 1.0
+    np.testing.assert_array_equal(np.array(alias), b2)  # the same Python object, as in MLX
+    np.testing.assert_array_equal(np.array(other), b)

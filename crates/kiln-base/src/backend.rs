@@ -21,4 +21,18 @@ pub trait Backend: Send + Sync {
         inputs: &[ArrayData],
         outputs: &[(crate::Shape, DType)],
     ) -> Result<Vec<ArrayData>>;
+
+    /// `eval` where `donated[i]` says input `i`'s buffer is referenced by nothing but this
+    /// call (the caller checked), so the kernel may write an output into it. Backends that
+    /// write in place nowhere keep this default.
+    fn eval_donating(
+        &self,
+        prim: &Primitive,
+        inputs: &[ArrayData],
+        donated: &[bool],
+        outputs: &[(crate::Shape, DType)],
+    ) -> Result<Vec<ArrayData>> {
+        let _ = donated;
+        self.eval(prim, inputs, outputs)
+    }
 }

@@ -224,10 +224,13 @@ fn run_guarded(
     })
 }
 
-/// Whether the kernel for `prim` may write an output into a donated input's buffer: only
-/// fused kernels on the CPU do so far.
+/// Whether the kernel for `prim` may write an output into a donated input's buffer: fused
+/// kernels on the CPU, and a slice update into its base (a KV cache's new entries).
 fn writes_in_place(prim: &Primitive, donated: &[bool], device: kiln_base::Device) -> bool {
-    device.kind == DeviceKind::Cpu && matches!(prim, Primitive::Fused(_)) && donated.contains(&true)
+    let slice_update =
+        matches!(prim, Primitive::SliceUpdate { .. }) && donated.first() == Some(&true);
+    let fused = matches!(prim, Primitive::Fused(_)) && donated.contains(&true);
+    slice_update || (fused && device.kind == DeviceKind::Cpu)
 }
 
 /// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:
@@ -251,10 +254,11 @@ pub(crate) fn run(
     if let Primitive::Custom { num_primals, .. } = prim {
         return Ok(inputs[*num_primals..].to_vec()); // the function's outputs, as they are
     }
-    if writes_in_place(prim, donated, device) {
-        return kiln_cpu::CpuBackend.eval_donating(prim, inputs, donated, outputs);
-    }
+    let in_place = writes_in_place(prim, donated, device);
     let device = backend(device)?;
+    if in_place {
+        return device.eval_donating(prim, inputs, donated, outputs);
+    }
     if let (Primitive::Reshape { shape, .. }, [input]) = (prim, inputs) {
         // Not viewable: copy to row-major first, which always is.
         let meta = [(input.layout.shape.clone(), input.dtype)];

@@ -48,14 +48,24 @@ impl Backend for CpuBackend {
         inputs: &[ArrayData],
         outputs: &[(Shape, DType)],
     ) -> Result<Vec<ArrayData>> {
-        self.eval_donating(prim, inputs, &[], outputs)
+        self.run(prim, inputs, &[], outputs)
+    }
+
+    /// Fused kernels and slice updates write into donated inputs.
+    fn eval_donating(
+        &self,
+        prim: &Primitive,
+        inputs: &[ArrayData],
+        donated: &[bool],
+        outputs: &[(Shape, DType)],
+    ) -> Result<Vec<ArrayData>> {
+        self.run(prim, inputs, donated, outputs)
     }
 }
 
 impl CpuBackend {
-    /// `eval` where `donated[i]` says input `i`'s buffer is referenced by nothing but this
-    /// call (the caller checked), so a kernel may write an output into it (fused kernels do).
-    pub fn eval_donating(
+    /// `eval` with `donated` as [`Backend::eval_donating`] describes.
+    fn run(
         &self,
         prim: &Primitive,
         inputs: &[ArrayData],
@@ -139,7 +149,17 @@ impl CpuBackend {
             }
             Primitive::Scatter { axes, reduce } => scatter::scatter(axes, *reduce, inputs, shape),
             Primitive::SliceUpdate { start, step, len } => {
-                scatter::slice_update(start, step, len, &inputs[0], &inputs[1], shape)
+                let region = (start.as_slice(), step.as_slice(), len.as_slice());
+                let in_place = match donated.first() {
+                    Some(true) => {
+                        scatter::slice_update_in_place(region, &inputs[0], &inputs[1], shape)?
+                    }
+                    _ => None,
+                };
+                match in_place {
+                    Some(out) => Ok(out),
+                    None => scatter::slice_update(start, step, len, &inputs[0], &inputs[1], shape),
+                }
             }
             Primitive::MaskedScatter => {
                 scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)

@@ -1,6 +1,7 @@
 //! Writing into a copy of an input: Scatter (blocks at indexed positions, combined by a
 //! reduction), SliceUpdate (a strided region) and MaskedScatter (rows where a mask is true).
-//! The output is always a fresh row-major copy; the input is never modified.
+//! The output is a fresh row-major copy, except a slice update into a donated base, which
+//! writes into it (`slice_update_in_place`).
 
 use crate::element::{dispatch, dispatch_bits, Bool8, Element};
 use crate::gather::{block_offsets, checked_start, index_values};
@@ -124,6 +125,38 @@ pub(crate) fn slice_update(
         out.dtype = dst.dtype;
         Ok(out)
     })
+}
+
+/// `slice_update` written into `dst`'s own buffer, when `dst` is donated (nothing but this
+/// call references its buffer: the caller checked) and row-major over `shape`: a KV cache's
+/// new entries cost their own bytes, not a copy of the cache. `None` for other layouts.
+pub(crate) fn slice_update_in_place(
+    (start, step, len): (&[usize], &[isize], &[usize]),
+    dst: &ArrayData,
+    update: &ArrayData,
+    shape: &[usize],
+) -> Result<Option<ArrayData>> {
+    let whole = Layout::contiguous(shape);
+    if dst.layout != whole || dst.dtype != update.dtype {
+        return Ok(None);
+    }
+    let region = whole.slice(start, step, len);
+    let n = size_of(shape);
+    dispatch_bits!(dst.dtype, T => {
+        if dst.buffer.host_slice::<T>().len() < n {
+            return Ok(None);
+        }
+        let src = update.buffer.host_slice::<T>();
+        let base = dst.buffer.as_ptr() as *mut T;
+        for (o, u) in region.indices().zip(update.layout.indices()) {
+            assert!(o < n, "slice_update: region index {o} past {n} elements");
+            // SAFETY: `o < n` elements of dst's host buffer (checked above); the buffer is
+            // donated, so no other handle reads or writes it meanwhile, and `update` does not
+            // share it (a shared buffer would not count as donated).
+            unsafe { *base.add(o) = src[u] };
+        }
+    });
+    Ok(Some(dst.clone()))
 }
 
 /// `out = dst`, then each row (trailing `shape[m..]` block) whose mask entry is true takes

@@ -57,6 +57,29 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
 }
 
 impl Backend for CudaBackend {
+    /// A slice update writes into its donated base: a KV cache's new entries cost their own
+    /// bytes, not a copy of the cache.
+    fn eval_donating(
+        &self,
+        prim: &Primitive,
+        inputs: &[ArrayData],
+        donated: &[bool],
+        outputs: &[(Shape, DType)],
+    ) -> Result<Vec<ArrayData>> {
+        if let (Primitive::SliceUpdate { start, step, len }, [base, update], [true, ..]) =
+            (prim, inputs, donated)
+        {
+            let whole = Layout::contiguous(&outputs[0].0);
+            if base.layout == whole && base.dtype == outputs[0].1 && base.dtype == update.dtype {
+                crate::alloc::check_on_gpu(prim.name(), &base.buffer)?;
+                crate::alloc::check_on_gpu(prim.name(), &update.buffer)?;
+                copy::copy_into(update, &base.buffer, &whole.slice(start, step, len))?;
+                return Ok(vec![base.clone()]);
+            }
+        }
+        self.eval(prim, inputs, outputs)
+    }
+
     fn eval(
         &self,
         prim: &Primitive,

@@ -9,8 +9,9 @@
 //! units per feature loaded before any is used, so enough bytes are in flight to cover the
 //! memory latency. Quantized values become floats by an exact bit trick (`2^23 + q` as a
 //! float, minus `2^23`: no integer conversion, which runs at a sixteenth of the FMA rate),
-//! and a unit, inside one group, adds `scale * (x . q) + bias * sum(x)`. Accumulation is
-//! float32; the warps' partial sums meet in shared memory.
+//! and a unit, inside one group, adds `scale * (x . q) + bias * sum(x)` (weight by weight
+//! where x holds an inf or NaN, whose products the factored form would change). Accumulation
+//! is float32; the warps' partial sums meet in shared memory.
 
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -157,12 +158,26 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
                         float xs = 0.0f;
                         #pragma unroll
                         for (int t = 0; t < VPU; ++t) xs += xv[t];
-                        #pragma unroll
-                        for (int j = 0; j < FPB; ++j) {
-                            float d = 0.0f;
+                        if (isfinite(xs)) {
                             #pragma unroll
-                            for (int t = 0; t < VPU; ++t) d = fmaf(xv[t], k_wval(wq[s][j], t), d);
-                            acc[j][r] = fmaf(sc[s][j], d, fmaf(bi[s][j], xs, acc[j][r]));
+                            for (int j = 0; j < FPB; ++j) {
+                                float d = 0.0f;
+                                #pragma unroll
+                                for (int t = 0; t < VPU; ++t) d = fmaf(xv[t], k_wval(wq[s][j], t), d);
+                                acc[j][r] = fmaf(sc[s][j], d, fmaf(bi[s][j], xs, acc[j][r]));
+                            }
+                        } else {
+                            /* inf or NaN in x: each weight first, rounded as dequantize
+                               rounds it (a product, then a sum: a weight of exactly 0 gives
+                               0 * inf = NaN as the definition does; the factored form and a
+                               fused multiply-add would not). */
+                            #pragma unroll
+                            for (int j = 0; j < FPB; ++j)
+                                #pragma unroll
+                                for (int t = 0; t < VPU; ++t) {
+                                    const float wt = __fadd_rn(__fmul_rn(sc[s][j], k_wval(wq[s][j], t)), bi[s][j]);
+                                    acc[j][r] = fmaf(xv[t], wt, acc[j][r]);
+                                }
                         }
 #else
                         #pragma unroll
