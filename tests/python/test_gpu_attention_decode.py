@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from test_gpu_fast import np_sdpa  # the float64 reference attention
 
 pytestmark = pytest.mark.skipif(
     not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
@@ -52,22 +53,6 @@ def on(device, fn):
         y = fn()
         mx.eval(y)
     return npy(y)
-
-
-def np_sdpa(q, k, v, scale, mask=None):
-    g = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
-    s = scale * q @ np.swapaxes(k, -1, -2)
-    lq, lk = q.shape[2], k.shape[2]
-    if isinstance(mask, str):
-        mask = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
-    if mask is not None and mask.dtype == np.bool_:
-        s = np.where(mask, s, np.finfo(np.float32).min)
-    elif mask is not None:
-        s = s + mask
-    s = s - s.max(-1, keepdims=True)
-    p = np.exp(s)
-    return (p / p.sum(-1, keepdims=True)) @ v
 
 
 def masks_for(kind, b, hq, lq, lk, dtype):
