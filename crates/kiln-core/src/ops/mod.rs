@@ -29,7 +29,7 @@ mod elementwise;
 pub mod fast;
 pub mod fft;
 mod gather_mm;
-mod index;
+mod getitem;
 mod indexing;
 pub mod linalg;
 mod math;
@@ -56,7 +56,7 @@ pub use einsum::einsum;
 pub use elementwise::*;
 pub(crate) use gather_mm::{composed_gather_mm, composed_gather_qmm};
 pub use gather_mm::{gather_mm, gather_qmm};
-pub use index::{index, index_update, IndexItem};
+pub use getitem::{index, index_update, IndexItem};
 pub use indexing::{
     as_strided, gather, masked_scatter, put_along_axis, scatter, scatter_add, scatter_reduce,
     slice_dynamic, slice_update_dynamic, take, take_along_axis, view,
