@@ -50,6 +50,8 @@ pub(crate) struct Node {
     /// Depends on the inputs of a running transform (grad, jvp, vmap): while a transform is
     /// active, evaluating this node keeps its call so the transform can still walk it.
     pub(crate) tracer: bool,
+    /// The evaluation that computed this array on the GPU (`completion.rs`; 0: unknown).
+    pub(crate) evaluation: AtomicU64,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -58,7 +60,8 @@ impl Node {
     fn new(shape: Shape, dtype: DType, stream: Stream, pending: Pending) -> Node {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (pending, data) = (Mutex::new(pending), OnceLock::new());
-        Node { id, shape, dtype, stream, pending, data, mirror: OnceLock::new(), tracer: false }
+        let (mirror, evaluation) = (OnceLock::new(), AtomicU64::new(0));
+        Node { id, shape, dtype, stream, pending, data, mirror, tracer: false, evaluation }
     }
 
     /// Takes the pending call out (poisoning is impossible to observe here: the lock guards a
@@ -315,7 +318,12 @@ impl Array {
         if let Some(m) = self.0.mirror.get().filter(|m| m.buffer.device() == device) {
             return Ok(m.clone());
         }
-        let moved = crate::device::to_device(data, device)?;
+        let evaluation = self.0.evaluation.load(Ordering::Relaxed);
+        let moved = match crate::completion::ready(evaluation) {
+            // Its own evaluation's end, not the work issued since (see completion.rs).
+            Some(ready) if device.kind == kiln_base::DeviceKind::Cpu => ready.download(data)?,
+            _ => crate::device::to_device(data, device)?,
+        };
         let _ = self.0.mirror.set(moved.clone());
         Ok(moved)
     }

@@ -22,8 +22,10 @@ pub fn calls_run() -> u64 {
 pub fn eval(outputs: &[Array]) -> Result<()> {
     let timer = crate::profile::Timer::start(kiln_base::Device::CPU);
     if eval_async(outputs)? {
-        // As in MLX, eval returns once the values exist (GPU faults surface here too).
-        kiln_cuda::synchronize()?;
+        // As in MLX, eval returns once the values exist (GPU faults surface here too), and
+        // no later: work issued since by another async_eval is not waited for.
+        let gpu_outputs = outputs.iter().filter(|a| a.stream().device.kind == DeviceKind::Gpu);
+        crate::completion::wait(gpu_outputs.map(|a| a.0.evaluation.load(Ordering::Relaxed)))?;
     }
     if let Some(t) = timer {
         t.span("eval".into(), "eval", kiln_base::Device::CPU);
@@ -43,16 +45,24 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // Arrays with data may still be in flight on the GPU (a CUDA graph replay returns its
     // outputs before they are written): eval waits for those too.
     let mut on_gpu = outputs.iter().any(|a| a.stream().device.kind == DeviceKind::Gpu);
+    let mut issued = false;
+    let evaluation = crate::completion::begin();
     // Consume the order front to back so each node is released once its users are done.
     for array in order {
-        on_gpu |= array.stream().device.kind == DeviceKind::Gpu;
+        let gpu = array.stream().device.kind == DeviceKind::Gpu;
+        on_gpu |= gpu;
+        issued |= gpu;
         interrupt::check("eval")?;
-        eval_node(&array)?;
+        eval_node(&array, if gpu { evaluation } else { 0 })?;
+    }
+    if issued {
+        crate::completion::finish(evaluation)?;
     }
     Ok(on_gpu)
 }
 
-fn eval_node(array: &Array) -> Result<()> {
+/// `evaluation`: the number stamped on the outputs (see completion.rs).
+fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
     if array.is_evaluated() {
         return Ok(());
     }
@@ -139,6 +149,7 @@ fn eval_node(array: &Array) -> Result<()> {
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);
+            node.evaluation.store(evaluation, Ordering::Relaxed);
             if !keep_graph {
                 let mut pending = node.pending.lock().unwrap_or_else(|e| e.into_inner());
                 *pending = Pending::Done;

@@ -10,6 +10,7 @@
 
 pub mod array;
 pub mod compile;
+mod completion;
 pub mod device;
 pub mod eval;
 pub mod export;

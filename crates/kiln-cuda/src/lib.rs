@@ -22,6 +22,8 @@
 //!   movement and creation;
 //! - `graph`: CUDA graphs (capture, launch) for compiled replays;
 //! - `profile`: CUDA events around calls for the profiler's device times;
+//! - `ready`: an event at the end of each evaluation's work, so results are read without
+//!   waiting for work issued after them;
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
@@ -42,6 +44,7 @@ pub mod matmul;
 pub mod nvrtc;
 pub mod prebuild;
 pub mod profile;
+pub mod ready;
 pub mod reduce;
 pub mod rows;
 pub mod runtime;

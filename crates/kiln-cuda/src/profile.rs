@@ -3,7 +3,7 @@
 //! without a GPU, and nothing is recorded while the stream captures a CUDA graph (an event
 //! recorded then would become a graph node).
 
-use crate::runtime::gpu;
+use crate::runtime::{capturing, gpu};
 use cudarc::driver::{result, sys};
 
 /// Two events around GPU work on kiln's stream.
@@ -15,12 +15,6 @@ pub struct Span {
 // SAFETY: CUevent handles are driver objects usable from any thread once the context is
 // current (`gpu()` binds it); the span owns its events and destroys them once.
 unsafe impl Send for Span {}
-
-fn capturing(stream: sys::CUstream) -> bool {
-    // SAFETY: the stream is kiln's live stream.
-    let status = unsafe { result::stream::is_capturing(stream) };
-    !matches!(status, Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE))
-}
 
 fn record(stream: sys::CUstream) -> Option<sys::CUevent> {
     let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).ok()?;

@@ -12,6 +12,9 @@ pub struct Gpu {
     pub ctx: sys::CUcontext,
     /// All GPU work is issued on this stream, so kernels, copies and buffer reuse are ordered.
     pub stream: sys::CUstream,
+    /// Copies to the host of results whose work has finished (`ready.rs`): on `stream`
+    /// they would queue behind work issued later (the next token's graph).
+    pub copy_stream: sys::CUstream,
     /// Compute capability (major, minor): NVRTC builds for exactly this architecture.
     pub arch: (i32, i32),
     pub name: String,
@@ -69,6 +72,8 @@ fn open() -> std::result::Result<Gpu, String> {
     unsafe { result::ctx::set_current(ctx) }.map_err(|e| e.to_string())?;
     let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
         .map_err(|e| e.to_string())?;
+    let copy_stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+        .map_err(|e| e.to_string())?;
     use sys::CUdevice_attribute as A;
     let major = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -78,6 +83,7 @@ fn open() -> std::result::Result<Gpu, String> {
     Ok(Gpu {
         ctx,
         stream,
+        copy_stream,
         arch: (major, minor),
         name: result::device::get_name(dev).unwrap_or_else(|_| "CUDA device".into()),
         multiprocessors: sms.max(1) as u32,
@@ -121,6 +127,13 @@ pub fn synchronize() -> Result<()> {
     let _issuing = crate::graph::issuing();
     // SAFETY: the stream is live for the process.
     unsafe { result::stream::synchronize(gpu.stream) }.map_err(|e| driver_error("synchronize", e))
+}
+
+/// Whether `stream` is recording a CUDA graph (work issued now becomes graph nodes).
+pub(crate) fn capturing(stream: sys::CUstream) -> bool {
+    // SAFETY: the stream is one of kiln's live streams.
+    let status = unsafe { result::stream::is_capturing(stream) };
+    !matches!(status, Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE))
 }
 
 /// A driver error as kiln's error type (asynchronous kernel faults surface here too).

@@ -3,7 +3,7 @@
 
 use crate::alloc::{check_on_gpu, DEVICE};
 use crate::runtime::{driver_error, gpu};
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use kiln_base::{ArrayData, Device, Result, HOST};
 
 /// A device copy of host data.
@@ -23,19 +23,37 @@ pub fn upload(data: &ArrayData) -> Result<ArrayData> {
 
 /// A host copy of device data (waits for the work that produces it).
 pub fn download(data: &ArrayData) -> Result<ArrayData> {
+    download_after(data, None)
+}
+
+/// A host copy of device data. `after`: an event recorded after the work producing `data`
+/// (`ready.rs`); the copy runs on the copy stream once the event is reached, without
+/// waiting for work issued later. Without one, the copy queues behind all issued work.
+pub(crate) fn download_after(data: &ArrayData, after: Option<sys::CUevent>) -> Result<ArrayData> {
     check_on_gpu("to_host", &data.buffer)?;
     let _issuing = crate::graph::issuing();
     let gpu = gpu()?;
     let mut buffer = HOST.alloc_for_overwrite(data.buffer.nbytes())?;
     let dst = buffer.host_slice_mut::<u8>().expect("a fresh buffer has one handle");
     if !dst.is_empty() {
-        // SAFETY: the source block holds nbytes bytes; the stream orders the copy after the
-        // kernels writing it, and the call returns when the copy to pageable memory is done.
-        unsafe { result::memcpy_dtoh_async(dst, data.buffer.as_ptr() as u64, gpu.stream) }
+        let stream = match after {
+            Some(event) => {
+                let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+                // SAFETY: both handles are live; the copy stream waits for the event.
+                unsafe { result::stream::wait_event(gpu.copy_stream, event, wait) }
+                    .map_err(|e| driver_error("to_host", e))?;
+                gpu.copy_stream
+            }
+            None => gpu.stream,
+        };
+        // SAFETY: the source block holds nbytes bytes and its writers are done when the copy
+        // starts (stream order, or the event waited for). `data` holds the block until the
+        // copy has finished (the synchronize below), so no later kernel reuses it first; the
+        // call returns when the copy to pageable memory is done.
+        unsafe { result::memcpy_dtoh_async(dst, data.buffer.as_ptr() as u64, stream) }
             .map_err(|e| driver_error("to_host", e))?;
         // SAFETY: the stream is live.
-        unsafe { result::stream::synchronize(gpu.stream) }
-            .map_err(|e| driver_error("to_host", e))?;
+        unsafe { result::stream::synchronize(stream) }.map_err(|e| driver_error("to_host", e))?;
     }
     Ok(ArrayData { buffer, layout: data.layout.clone(), dtype: data.dtype })
 }

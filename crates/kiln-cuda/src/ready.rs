@@ -1,0 +1,61 @@
+//! Completion events: a CUDA event recorded on the stream after one evaluation's work, so
+//! that reading that evaluation's results waits for its work alone. mlx-lm issues token
+//! n+1's graph (`async_eval`) before it reads token n (`y.item()`); waiting for the whole
+//! stream there left the GPU idle while Python built the step after.
+
+use crate::runtime::{capturing, driver_error, gpu};
+use cudarc::driver::{result, sys};
+use kiln_base::{ArrayData, Result};
+
+/// The point in the stream where an evaluation's work ends.
+pub struct Ready {
+    event: sys::CUevent,
+}
+
+// SAFETY: an event is a driver object usable from any thread once the context is current
+// (`gpu()` binds it); `Ready` owns its event and destroys it once.
+unsafe impl Send for Ready {}
+// SAFETY: as for Send; waiting and querying take `&self` and the driver serialises them.
+unsafe impl Sync for Ready {}
+
+impl Ready {
+    /// Marks the end of the work issued so far; `None` without a GPU or while the stream
+    /// captures a graph (an event recorded then would become a graph node).
+    pub fn record() -> Result<Option<Ready>> {
+        if !crate::is_available() {
+            return Ok(None);
+        }
+        let gpu = gpu()?;
+        if capturing(gpu.stream) {
+            return Ok(None);
+        }
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let event = result::event::create(flags).map_err(|e| driver_error("eval", e))?;
+        let ready = Ready { event };
+        // SAFETY: the event was just created; the stream is live.
+        unsafe { result::event::record(ready.event, gpu.stream) }
+            .map_err(|e| driver_error("eval", e))?;
+        Ok(Some(ready))
+    }
+
+    /// Waits until the work before the event has finished (kernel faults surface here).
+    pub fn wait(&self) -> Result<()> {
+        gpu()?;
+        // SAFETY: the event is live and was recorded.
+        unsafe { result::event::synchronize(self.event) }.map_err(|e| driver_error("eval", e))
+    }
+
+    /// A host copy of `data`, made as soon as the work before the event is done: on the copy
+    /// stream, so work issued after the event does not delay it.
+    pub fn download(&self, data: &ArrayData) -> Result<ArrayData> {
+        crate::transfer::download_after(data, Some(self.event))
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        // SAFETY: owned here; destroying an event still pending is allowed (the driver frees
+        // it once the stream passes it).
+        let _ = unsafe { result::event::destroy(self.event) };
+    }
+}
