@@ -109,3 +109,55 @@ def test_failed_evaluation_then_reads():
         again = ok * 2
         mx.async_eval(again)
         assert again.tolist() == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_async_eval_failure_is_reported_by_the_read():
+    # async_eval of GPU work returns before it is issued (kiln-core's background.rs): an
+    # error surfaces when the result is read, and again on every later read.
+    with mx.stream(mx.gpu):
+        bad = mx.ones((3,), dtype=mx.float64) + 1
+        mx.async_eval(bad)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="float64"):
+                bad.tolist()
+        good = mx.ones((3,)) + 1
+        mx.async_eval(good)
+        assert good.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_async_eval_far_ahead_of_the_reads_and_from_threads():
+    with mx.stream(mx.gpu):
+        xs = [mx.full((256,), float(i)) * 2 for i in range(50)]
+        for x in xs:
+            mx.async_eval(x)  # more jobs than the queue holds: the caller waits its turn
+        mx.synchronize()
+        assert [x[0].item() for x in xs] == [2.0 * i for i in range(50)]
+
+    results = {}
+
+    def run(t):
+        with mx.stream(mx.gpu):
+            ys = [mx.arange(64, dtype=mx.float32) + t * 100 + i for i in range(20)]
+            for y in ys:
+                mx.async_eval(y)
+            results[t] = [y.tolist() for y in ys]
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t in range(3):
+        for i, got in enumerate(results[t]):
+            assert got == [float(v + t * 100 + i) for v in range(64)]
+
+
+def test_async_eval_then_dependent_work_and_sync_eval():
+    with mx.stream(mx.gpu):
+        a = mx.random.normal((128, 128), key=mx.random.key(0))
+        b = a @ a.T
+        mx.async_eval(b)
+        c = mx.sum(b * 2)  # built on b while it may still be queued
+        mx.eval(c)
+        want = (np.array(a, np.float64) @ np.array(a, np.float64).T * 2).sum()
+        assert c.item() == pytest.approx(want, rel=1e-4)

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod array;
+pub mod background;
 pub mod compile;
 mod completion;
 pub mod device;
