@@ -111,25 +111,11 @@ def test_failed_evaluation_then_reads():
         assert again.tolist() == [2.0, 4.0, 6.0, 8.0]
 
 
-def test_async_eval_failure_is_reported_by_the_read():
-    # async_eval of GPU work returns before it is issued (kiln-core's background.rs): an
-    # error surfaces when the result is read, and again on every later read.
-    with mx.stream(mx.gpu):
-        bad = mx.ones((3,), dtype=mx.float64) + 1
-        mx.async_eval(bad)
-        for _ in range(2):
-            with pytest.raises(ValueError, match="float64"):
-                bad.tolist()
-        good = mx.ones((3,)) + 1
-        mx.async_eval(good)
-        assert good.tolist() == [2.0, 2.0, 2.0]
-
-
 def test_async_eval_far_ahead_of_the_reads_and_from_threads():
     with mx.stream(mx.gpu):
         xs = [mx.full((256,), float(i)) * 2 for i in range(50)]
         for x in xs:
-            mx.async_eval(x)  # more jobs than the queue holds: the caller waits its turn
+            mx.async_eval(x)
         mx.synchronize()
         assert [x[0].item() for x in xs] == [2.0 * i for i in range(50)]
 

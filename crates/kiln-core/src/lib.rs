@@ -9,7 +9,6 @@
 //! ```
 
 pub mod array;
-pub mod background;
 pub mod compile;
 mod completion;
 pub mod device;

@@ -425,14 +425,13 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     crate::interrupt::detached(py, || kiln_core::eval(&arrays)).or_raise()
 }
 
-/// Evaluates like `eval` but returns without waiting for GPU work (issued from kiln's
-/// background thread: see kiln-core's background.rs).
+/// Evaluates like `eval` but returns once GPU work is issued, without waiting for it.
 #[pyfunction]
 #[pyo3(signature = (*args))]
 fn async_eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     let mut arrays = Vec::new();
     collect_arrays(args.as_any(), &mut arrays)?;
-    crate::interrupt::detached(py, || kiln_core::background::async_eval(&arrays)).or_raise()
+    crate::interrupt::detached(py, || kiln_core::eval::eval_async(&arrays)).map(|_| ()).or_raise()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

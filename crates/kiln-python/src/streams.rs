@@ -106,7 +106,7 @@ fn synchronize(stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
             crate::error::raise!(Value, "synchronize", "{} is not available.", s.device)
         })?;
     }
-    kiln_core::background::synchronize().map_err(crate::error::to_pyerr)
+    kiln_cuda::synchronize().map_err(crate::error::to_pyerr)
 }
 
 /// The number of available devices of a type (one CPU; the first GPU when there is one).
