@@ -355,6 +355,27 @@ def test_arg_reductions_nan_first_wins():
         np.testing.assert_array_equal(g, c)
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [mx.int32, mx.uint32, mx.int64])
+@pytest.mark.parametrize("shape", [(1, 128256), (3, 20001), (64, 16384), (65, 16384), (2, 40000, 3)])
+def test_arg_reductions_of_long_rows(dtype, shape):
+    # Few long rows (a vocabulary's log-probabilities) are split across blocks; the chunk
+    # boundaries must keep NaN-first and lowest-index ties.
+    if dtype in FLOATS:
+        x = np.round(RNG.uniform(-3, 3, size=shape), 1).astype(np.float32)  # many ties
+    else:
+        x = RNG.integers(0, 50, size=shape)
+    axis = 1
+    for fn in (mx.argmax, mx.argmin):
+        g, c = both(lambda v: fn(v, axis=axis), mx.array(x).astype(dtype))
+        np.testing.assert_array_equal(g, c)
+    if dtype in FLOATS:
+        x[0, shape[1] - 5] = np.nan
+        x[0, 2049] = np.nan  # the first NaN, in the second chunk
+        g, c = both(lambda v: mx.argmax(v, axis=axis), mx.array(x).astype(dtype))
+        np.testing.assert_array_equal(g, c)
+        assert g.flatten()[0] == 2049
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_softmax_rows(dtype):
     x = rand((33, 1000), dtype, -20, 20)

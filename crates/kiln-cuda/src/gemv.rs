@@ -4,10 +4,10 @@
 //! products: every weight is read once and used M times, so the time is W's bytes over the
 //! bandwidth, and cuBLAS's general kernels (tiles for large M) reach about half of it.
 //!
-//! A block of 4 warps computes 4 output features; its warps split K between them, each lane
-//! taking units of 16 bytes of dense weights or 32 quantized values (`BITS` words), `U`
-//! units per feature loaded before any is used, so enough bytes are in flight to cover the
-//! memory latency. Quantized values become floats by an exact bit trick (`2^23 + q` as a
+//! A block of 4 warps computes 2 or 4 output features (`tiling`); its warps split K between
+//! them, each lane taking units of 16 bytes of dense weights or 32 quantized values (`BITS`
+//! words), `U` units per feature loaded before any is used, so enough bytes are in flight to
+//! cover the memory latency. Quantized values become floats by an exact bit trick (`2^23 + q` as a
 //! float, minus `2^23`: no integer conversion, which runs at a sixteenth of the FMA rate),
 //! and a unit, inside one group, adds `scale * (x . q) + bias * sum(x)` (weight by weight
 //! where x holds an inf or NaN, whose products the factored form would change). Accumulation
@@ -20,8 +20,7 @@ use kiln_base::{ArrayData, DType, Result};
 use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_gemv";
-const THREADS: u32 = 128;
-/// Features per block.
+/// Features per block of the larger products (`tiling`).
 const FEATURES: usize = 4;
 /// Rows of x up to which these kernels take a product.
 pub(crate) const MAX_ROWS: usize = 8;
@@ -33,12 +32,46 @@ struct Key {
     quant: Option<(usize, u32)>,
     /// x's rows, rounded up to a power of two.
     rows: usize,
+    tiling: Tiling,
+}
+
+/// A block's shape: `features` outputs, `warps` warps splitting K, `unroll` units per
+/// feature loaded ahead (0: by the width, about 32 words of registers per feature).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct Tiling {
+    features: usize,
+    warps: usize,
+    unroll: usize,
+}
+
+/// The block shape for an (n, k) product. More, smaller blocks for matrices up to 16M
+/// weights; the longer-lived 4-feature blocks past that. Measured on the H200 (kiln's
+/// profiler, one row, 64 calls over rotating weights; us per call, default 4 features vs 2):
+/// bf16 4096x4096 17.1 vs 14.9, 1024x4096 13.6 vs 12.0, 8192x2048 16.8 vs 12.6, but
+/// 4096x14336 31.3 vs 34.4; q4 4096x4096 14.9 vs 12.5, 14336x4096 25.4 vs 28.4.
+/// `KILN_GEMV_TILING=features,warps,unroll` (read once) sets one shape for every product,
+/// for tuning on a device.
+fn tiling(n: usize, k: usize) -> Tiling {
+    static FORCED: std::sync::OnceLock<Option<Tiling>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let v: Vec<usize> = std::env::var("KILN_GEMV_TILING")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect();
+        match v.as_slice() {
+            [f, w, u] if (1..=16).contains(f) && (1..=16).contains(w) && *u <= 8 => {
+                Some(Tiling { features: *f, warps: *w, unroll: *u })
+            }
+            _ => None,
+        }
+    });
+    let features = if n.saturating_mul(k) <= 1 << 24 { 2 } else { FEATURES };
+    forced.unwrap_or(Tiling { features, warps: 4, unroll: 0 })
 }
 
 const BODY: &str = r#"
-#define NT 128
-#define WARPS 4
-#define FPB 4
+#define NT (WARPS * 32)
 
 /* `count` consecutive values of x at p (16-byte aligned) as floats. */
 template <int COUNT>
@@ -200,8 +233,8 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
             if (lane == 0) red[warp][j][r] = a;
         }
     __syncthreads();
-    if (threadIdx.x < FPB * ROWS) {
-        const int j = threadIdx.x / ROWS, r = threadIdx.x % ROWS;
+    for (int t = threadIdx.x; t < FPB * ROWS; t += NT) {
+        const int j = t / ROWS, r = t % ROWS;
         if (r < rows && f0 + j < n) {
             float a = 0.0f;
             #pragma unroll
@@ -220,13 +253,16 @@ fn source(key: &Key) -> String {
     };
     // Units loaded ahead per feature: about 32 words of registers per feature.
     let words = if quant == 1 { bits as usize } else { 4 };
-    let unroll = (8 / words).clamp(1, 2);
+    let t = key.tiling;
+    let unroll = if t.unroll > 0 { t.unroll } else { (8 / words).clamp(1, 2) };
     let _ = write!(
         s,
         "#define QUANT {quant}\n#define GROUP {group}\n#define BITS {bits}\n#define ROWS {}\n\
-         #define U {unroll}\n#define S_IS_FLOAT {}\n",
+         #define U {unroll}\n#define S_IS_FLOAT {}\n#define WARPS {}\n#define FPB {}\n",
         key.rows,
         (key.dtype == DType::F32) as u8,
+        t.warps,
+        t.features,
     );
     s.push_str(BODY);
     s
@@ -262,12 +298,14 @@ fn run(p: &Product, shape: &[usize]) -> Result<ArrayData> {
     if p.rows == 0 || p.n == 0 {
         return Ok(out);
     }
-    let key = Key { dtype: p.dtype, quant: p.quant, rows: p.rows.next_power_of_two() };
+    let tiling = tiling(p.n, p.k);
+    let key = Key { dtype: p.dtype, quant: p.quant, rows: p.rows.next_power_of_two(), tiling };
     let mut args = Args::new();
     args.i64(p.rows as i64).i64(p.n as i64).i64(p.k as i64).i64(p.ldw as i64);
     args.ptr(p.x).ptr(p.w).ptr(p.scales).ptr(p.biases).ptr(out.buffer.as_ptr() as u64);
-    let blocks = check_grid(SYMBOL, p.n.div_ceil(FEATURES) as u64)?;
-    launch(SYMBOL, kernel(&key)?, blocks, THREADS, 0, &mut args)?;
+    let blocks = check_grid(SYMBOL, p.n.div_ceil(tiling.features) as u64)?;
+    let threads = 32 * tiling.warps as u32;
+    launch(SYMBOL, kernel(&key)?, blocks, threads, 0, &mut args)?;
     Ok(out)
 }
 
@@ -382,8 +420,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 quants.extend([32, 64, 128].map(|g| Some((g, bits))));
             }
             for quant in quants {
-                let key = Key { dtype, quant, rows };
-                out.push((format!("gemv_{key:?}"), source(&key)));
+                for (n, k) in [(4096, 4096), (14336, 4096)] {
+                    let key = Key { dtype, quant, rows, tiling: tiling(n, k) };
+                    out.push((format!("gemv_{key:?}"), source(&key)));
+                }
             }
         }
     }
@@ -395,9 +435,11 @@ mod tests {
     #[test]
     fn sources_define_the_variant() {
         let srcs = super::all_sources();
-        assert_eq!(srcs.len(), 3 * 4 * 22);
+        assert_eq!(srcs.len(), 3 * 4 * 22 * 2);
         let (_, s) = &srcs[0];
         assert!(s.contains("#define QUANT 0\n") && s.contains("#define ROWS 1\n#define U 2\n"));
+        assert!(s.contains("#define WARPS 4\n#define FPB 2\n"));
+        assert!(srcs[1].1.contains("#define WARPS 4\n#define FPB 4\n"));
         let q8 = srcs.iter().find(|(n, _)| n.contains("Some((64, 8))")).unwrap();
         assert!(q8.1.contains("#define BITS 8\n") && q8.1.contains("#define U 1\n"));
     }

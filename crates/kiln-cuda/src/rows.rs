@@ -20,9 +20,27 @@ fn load(dtype: DType) -> &'static str {
     }
 }
 
+/// Which kernel of an arg reduction: a block per whole row, or a long row split across
+/// blocks (`Partial`: each block reduces a chunk to a (value, index) pair; `Final`: a block
+/// per row reduces those pairs).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum ArgPass {
+    Whole,
+    Partial,
+    Final,
+}
+
+/// Rows at least this long, when there are few, are split across blocks: one block read a
+/// decode step's 128256-entry row of log-probabilities in 123 us on the H200.
+const SPLIT_LEN: usize = 16384;
+/// Rows up to which a long row is split (more rows fill the GPU a block each).
+const SPLIT_ROWS: usize = 64;
+/// Elements of a row each block of the partial pass reduces.
+const CHUNK: usize = 2048;
+
 /// argmax / argmin over rows: the first NaN wins, ties go to the lower index (as the CPU).
 /// complex64 compares lexicographically (the kc64 operators) and is NaN when either part is.
-fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
+fn arg_source(op: ArgReduceOp, dtype: DType, pass: ArgPass) -> String {
     let storage = kiln_codegen::c_type(dtype);
     let cmp = match op {
         ArgReduceOp::ArgMax => ">",
@@ -40,50 +58,93 @@ fn arg_source(op: ArgReduceOp, dtype: DType) -> String {
         s,
         r#"
 typedef {value} V;
-K_INLINE V k_load({storage} x) {{ return (V){load}; }}
+typedef {storage} S;
+K_INLINE V k_load(S x) {{ return (V){load}; }}
 K_INLINE bool k_isnan_real(V v) {{ return v != v; }}
-/* Whether (v, i) beats (w, j). */
+/* Whether (v, i) beats (w, j); index `len` marks no candidate. */
 K_INLINE bool k_better(V v, int64_t i, V w, int64_t j) {{
     const bool vn = {is_nan}(v), wn = {is_nan}(w);
     if (vn || wn) return vn && (!wn || i < j);
     return (v {cmp} w) || (v == w && i < j);
 }}
-extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const {storage} *__restrict__ in,
-                                   uint32_t *__restrict__ out) {{
-    __shared__ V sv[32];
-    __shared__ int64_t si[32];
+K_INLINE void k_take(V v, int64_t j, V &best, int64_t &at, int64_t len) {{
+    if (j < len && (at == len || k_better(v, j, best, at))) {{ best = v; at = j; }}
+}}
+/* The block's best (value, index) pair, in thread 0. */
+K_INLINE void k_block_best(V &best, int64_t &at, int64_t len, V *sv, int64_t *si) {{
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
-        const {storage} *p = in + row * len;
-        V best = V(); int64_t at = len;
-        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {{
-            const V v = k_load(p[j]);
-            if (at == len || k_better(v, j, best, at)) {{ best = v; at = j; }}
-        }}
+    for (int o = 16; o > 0; o >>= 1) {{
+        const V v = __shfl_down_sync(0xffffffffu, best, o);
+        const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
+        k_take(v, j, best, at, len);
+    }}
+    if (lane == 0) {{ sv[warp] = best; si[warp] = at; }}
+    __syncthreads();
+    if (warp == 0) {{
+        best = lane < warps ? sv[lane] : V(); at = lane < warps ? si[lane] : len;
         for (int o = 16; o > 0; o >>= 1) {{
             const V v = __shfl_down_sync(0xffffffffu, best, o);
             const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
-            if (j < len && (at == len || k_better(v, j, best, at))) {{ best = v; at = j; }}
+            k_take(v, j, best, at, len);
         }}
-        if (lane == 0) {{ sv[warp] = best; si[warp] = at; }}
-        __syncthreads();
-        if (warp == 0) {{
-            best = lane < warps ? sv[lane] : V(); at = lane < warps ? si[lane] : len;
-            for (int o = 16; o > 0; o >>= 1) {{
-                const V v = __shfl_down_sync(0xffffffffu, best, o);
-                const int64_t j = __shfl_down_sync(0xffffffffu, at, o);
-                if (j < len && (at == len || k_better(v, j, best, at))) {{ best = v; at = j; }}
-            }}
-            if (lane == 0) out[row] = (uint32_t)(at == len ? 0 : at);
-        }}
-        __syncthreads();
     }}
+    __syncthreads();
 }}
 "#,
         load = load(dtype),
     );
+    s.push_str(match pass {
+        ArgPass::Whole => ARG_WHOLE,
+        ArgPass::Partial => ARG_PARTIAL,
+        ArgPass::Final => ARG_FINAL,
+    });
     s
 }
+
+const ARG_WHOLE: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t len, const S *__restrict__ in,
+                                   uint32_t *__restrict__ out) {
+    __shared__ V sv[32];
+    __shared__ int64_t si[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const S *p = in + row * len;
+        V best = V(); int64_t at = len;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) k_take(k_load(p[j]), j, best, at, len);
+        k_block_best(best, at, len, sv, si);
+        if (threadIdx.x == 0) out[row] = (uint32_t)(at == len ? 0 : at);
+    }
+}
+"#;
+
+/* Block b reduces chunk b % chunks of row b / chunks. */
+const ARG_PARTIAL: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t len, const int64_t chunks, const int64_t chunk,
+                                   const S *__restrict__ in, V *__restrict__ pv, int64_t *__restrict__ pi) {
+    __shared__ V sv[32];
+    __shared__ int64_t si[32];
+    const int64_t row = blockIdx.x / chunks, c = blockIdx.x % chunks;
+    const S *p = in + row * len;
+    const int64_t hi = min(len, (c + 1) * chunk);
+    V best = V(); int64_t at = len;
+    for (int64_t j = c * chunk + threadIdx.x; j < hi; j += blockDim.x) k_take(k_load(p[j]), j, best, at, len);
+    k_block_best(best, at, len, sv, si);
+    if (threadIdx.x == 0) { pv[blockIdx.x] = best; pi[blockIdx.x] = at; }
+}
+"#;
+
+const ARG_FINAL: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t len, const int64_t chunks, const V *__restrict__ pv,
+                                   const int64_t *__restrict__ pi, uint32_t *__restrict__ out) {
+    __shared__ V sv[32];
+    __shared__ int64_t si[32];
+    const int64_t row = blockIdx.x;
+    V best = V(); int64_t at = len;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+        k_take(pv[row * chunks + c], pi[row * chunks + c], best, at, len);
+    k_block_best(best, at, len, sv, si);
+    if (threadIdx.x == 0) out[row] = (uint32_t)(at == len ? 0 : at);
+}
+"#;
 
 /// Rows this short are a warp's (each lane keeps its values in registers: one read, one write).
 const WARP_ROW: usize = 1024;
@@ -202,7 +263,7 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
-    Arg(ArgReduceOp, DType),
+    Arg(ArgReduceOp, DType, ArgPass),
     /// The dtype, and for a warp per row its values per lane and exactness (see
     /// `softmax_source`).
     Softmax(DType, Option<(usize, bool)>),
@@ -212,7 +273,7 @@ static KERNELS: KernelCache<Key> = KernelCache::new();
 
 fn kernel(key: Key) -> Result<Function> {
     KERNELS.get(&key, SYMBOL, || match &key {
-        Key::Arg(op, d) => arg_source(*op, *d),
+        Key::Arg(op, d, pass) => arg_source(*op, *d, *pass),
         Key::Softmax(d, warp) => softmax_source(*d, *warp),
     })
 }
@@ -257,10 +318,46 @@ pub fn arg_reduce(
         layout: Layout::contiguous(shape),
         dtype: DType::U32,
     };
-    if rows > 0 {
-        run_rows(Key::Arg(op, x.dtype), rows, len, &input, out.buffer.as_ptr() as u64)?;
+    let out_ptr = out.buffer.as_ptr() as u64;
+    if rows > 0 && len >= SPLIT_LEN && rows <= SPLIT_ROWS && x.dtype != DType::C64 {
+        split_arg_reduce(op, x.dtype, rows, len, &input, out_ptr)?;
+    } else if rows > 0 {
+        run_rows(Key::Arg(op, x.dtype, ArgPass::Whole), rows, len, &input, out_ptr)?;
     }
     Ok(out)
+}
+
+/// An arg reduction of a few long rows: chunks reduced by a block each, then a block per
+/// row over the chunks' pairs (8-byte values and indices, whatever the dtype).
+fn split_arg_reduce(
+    op: ArgReduceOp,
+    dtype: DType,
+    rows: usize,
+    len: usize,
+    x: &ArrayData,
+    out: u64,
+) -> Result<()> {
+    let chunks = len.div_ceil(CHUNK);
+    let pairs = rows * chunks;
+    let (values, indices) = (DEVICE.alloc(pairs * 8)?, DEVICE.alloc(pairs * 8)?);
+    let (pv, pi) = (values.as_ptr() as u64, indices.as_ptr() as u64);
+    let mut args = Args::new();
+    args.i64(len as i64).i64(chunks as i64).i64(CHUNK as i64);
+    args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())).ptr(pv).ptr(pi);
+    let partial = kernel(Key::Arg(op, dtype, ArgPass::Partial))?;
+    launch(
+        "argmax",
+        partial,
+        crate::nvrtc::check_grid("argmax", pairs as u64)?,
+        BLOCK,
+        0,
+        &mut args,
+    )?;
+    let mut args = Args::new();
+    args.i64(len as i64).i64(chunks as i64).ptr(pv).ptr(pi).ptr(out);
+    let last = kernel(Key::Arg(op, dtype, ArgPass::Final))?;
+    // The pair buffers return to the cache now: stream order runs later users after this.
+    launch("argmax", last, rows as u32, BLOCK, 0, &mut args)
 }
 
 /// Softmax over the last axis.
@@ -303,19 +400,24 @@ mod tests {
 
     #[test]
     fn complex_arg_sources() {
-        let c = arg_source(ArgReduceOp::ArgMax, DType::C64);
+        let c = arg_source(ArgReduceOp::ArgMax, DType::C64, ArgPass::Whole);
         assert!(c.contains("typedef kc64 V;"));
         assert!(c.contains("const bool vn = k_isnan(v), wn = k_isnan(w);"));
         assert!(c.contains("return (v > w) || (v == w && i < j);"));
         assert!(c.contains("V best = V();") && !c.contains("(V)0"));
-        let f = arg_source(ArgReduceOp::ArgMin, DType::F16);
+        let f = arg_source(ArgReduceOp::ArgMin, DType::F16, ArgPass::Whole);
         assert!(f.contains("typedef float V;"));
         assert!(f.contains("const bool vn = k_isnan_real(v), wn = k_isnan_real(w);"));
         let mut all = Vec::new();
         for (k, d) in [DType::C64, DType::F16, DType::U64, DType::Bool].into_iter().enumerate() {
-            all.push((format!("argmax_{k}.cu"), arg_source(ArgReduceOp::ArgMax, d)));
-            all.push((format!("argmin_{k}.cu"), arg_source(ArgReduceOp::ArgMin, d)));
+            for pass in [ArgPass::Whole, ArgPass::Partial, ArgPass::Final] {
+                let name = |op| format!("{op}_{k}_{pass:?}.cu");
+                all.push((name("argmax"), arg_source(ArgReduceOp::ArgMax, d, pass)));
+                all.push((name("argmin"), arg_source(ArgReduceOp::ArgMin, d, pass)));
+            }
         }
+        let split = arg_source(ArgReduceOp::ArgMax, DType::BF16, ArgPass::Partial);
+        assert!(split.contains("const int64_t row = blockIdx.x / chunks"));
         crate::nvrtc::dump_sources(&all);
     }
 
