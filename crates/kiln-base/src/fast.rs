@@ -23,7 +23,7 @@ pub enum AttentionMask {
 pub struct CKernelSpec {
     /// The kernel's name (error messages).
     pub name: String,
-    /// Complete C source defining `kiln_c_kernel` (see kiln-cpu `fast/custom.rs`).
+    /// Complete C source defining `kiln_c_kernel` (see kiln-cpu `fast/c_kernel.rs`).
     pub source: String,
     pub num_inputs: usize,
     pub output_shapes: Vec<Shape>,
@@ -35,7 +35,7 @@ pub struct CKernelSpec {
 }
 
 /// A user's CUDA kernel (`mx.fast.cuda_kernel`): the complete generated source (see kiln-cuda
-/// `fast/custom.rs`), its entry point and its launch configuration.
+/// `fast/cuda_kernel.rs`), its entry point and its launch configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CudaKernelSpec {
     /// The kernel's name (error messages).

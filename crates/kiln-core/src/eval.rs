@@ -5,7 +5,7 @@
 
 use crate::array::{Array, Pending};
 use crate::device::backend;
-use crate::graph::pending_in_order;
+use crate::walk::pending_in_order;
 use kiln_base::{bail, interrupt, ArrayData, DType, DeviceKind, Primitive, Result, Shape};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,7 +37,7 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
 /// whether any was issued to the GPU.
 pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // No other thread may capture a CUDA graph from the stream meanwhile.
-    let _issuing = kiln_cuda::graph::issuing();
+    let _issuing = kiln_cuda::cuda_graph::issuing();
     // A Ctrl-C from now on stops the evaluation: between calls here, and inside long CPU
     // kernels (see kiln_base::interrupt).
     let _evaluating = interrupt::Evaluating::start();

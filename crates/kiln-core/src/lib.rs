@@ -14,10 +14,10 @@ mod completion;
 pub mod device;
 pub mod eval;
 pub mod export;
-mod graph;
 pub mod ops;
 pub mod profile;
 pub mod transforms;
+mod walk;
 
 pub use array::{Array, HostElement};
 pub use eval::eval;

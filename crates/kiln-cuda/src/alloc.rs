@@ -3,7 +3,7 @@
 //! the host can be handed to the next kernel at once: stream order runs that kernel after
 //! every earlier user of the block.
 //!
-//! While a thread captures a CUDA graph (`graph.rs`), the blocks it frees are not cached for
+//! While a thread captures a CUDA graph (`cuda_graph.rs`), the blocks it frees are not cached for
 //! everyone: the graph will write them again at each launch, so they stay reserved for the
 //! graph (and are reused by the capture's own later allocations, in capture order).
 

@@ -20,7 +20,7 @@
 //! - `copy` (strided copies: concatenate, slice_update, non-view bitcasts), `indexing`
 //!   (gather, scatter), `masked` (masked scatter), `creation` (arange, random bits): data
 //!   movement and creation;
-//! - `graph`: CUDA graphs (capture, launch) for compiled replays;
+//! - `cuda_graph`: CUDA graphs (capture, launch) for compiled replays;
 //! - `profile`: CUDA events around calls for the profiler's device times;
 //! - `ready`: an event at the end of each evaluation's work, so results are read without
 //!   waiting for work issued after them;
@@ -32,11 +32,11 @@ pub mod complex;
 pub mod conv;
 pub mod copy;
 pub mod creation;
+pub mod cuda_graph;
 pub mod elementwise;
 pub mod fast;
 pub mod fft;
 mod gemv;
-pub mod graph;
 pub mod indexing;
 pub mod launch;
 pub mod masked;

@@ -11,7 +11,7 @@ use kiln_base::{CudaKernelSpec, DType, Scalar, Shape, TemplateArg};
 use kiln_core::ops::fast::{self, SdpaMask};
 use kiln_core::Array;
 use kiln_cpu::fast::c_kernel_source;
-use kiln_cuda::fast::custom::InputDecl;
+use kiln_cuda::fast::cuda_kernel::InputDecl;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
@@ -273,7 +273,7 @@ fn _cuda_kernel(
     let outs: Vec<(&str, DType)> =
         output_names.iter().map(|n| n.as_str()).zip(dtypes.iter().copied()).collect();
     let (full, symbol) =
-        kiln_cuda::fast::custom::source(&name, &ins, &outs, &template, &header, &source)
+        kiln_cuda::fast::cuda_kernel::source(&name, &ins, &outs, &template, &header, &source)
             .map_err(crate::error::to_pyerr)?;
     if verbose {
         py.import("builtins")?.call_method1("print", (full.as_str(),))?;

@@ -5,7 +5,7 @@
 //! the results: k full-size copies and k - 1 full-size adds. When the pieces tile the axis
 //! exactly, the sum is their concatenation: one pass writing the result once.
 
-use super::graph::{Graph, Value};
+use super::captured::{Graph, Value};
 use kiln_base::{BinaryOp, Primitive};
 
 /// Rewrites every qualifying sum in place (the slice_updates it no longer reads are left

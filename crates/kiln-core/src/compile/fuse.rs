@@ -11,7 +11,7 @@
 //! 0-d constant becomes a literal in the source. A region of one op is left alone (the
 //! eager kernel is as good).
 
-use super::graph::{Graph, Node, Value};
+use super::captured::{Graph, Node, Value};
 use kiln_base::{DType, FusedOp, FusedProgram, FusedStep, Primitive, Scalar};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;

@@ -1,29 +1,29 @@
 //! compile: trace a function once on placeholders, simplify the graph, fuse elementwise
 //! regions into generated kernels, and replay the result on later calls.
 //!
-//! - `graph.rs`: the captured graph (numbered inputs, frozen constants, nodes in order);
+//! - `captured.rs`: the captured graph (numbered inputs, frozen constants, nodes in order);
 //! - `simplify.rs`: no-op removal, scalar merging, CSE, dead-code removal (linear time);
 //! - `concat.rs`: sums of zero-padded slices (split gradients) -> one concatenate;
 //! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
-//! - `cuda_graph.rs`: GPU entries replayed as one captured CUDA graph;
-//! - `prebuild.rs`: a GPU entry's kernels built in parallel before its first call;
+//! - `graph_replay.rs`: GPU entries replayed as one captured CUDA graph;
+//! - `prebuild_kernels.rs`: a GPU entry's kernels built in parallel before its first call;
 //! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
 //!
 //! The Python front end (`kiln.core.compile`) keeps its own cache keyed by pytree structure
 //! and constants, and uses [`trace`] and [`Compiled::replay`] underneath.
 
+mod captured;
 mod concat;
-mod cuda_graph;
 mod dot;
 mod fuse;
-mod graph;
-mod prebuild;
+mod graph_replay;
+mod prebuild_kernels;
 mod simplify;
 
-pub use cuda_graph::GraphStatus;
+pub use captured::{Graph, Node, Value};
 pub use dot::to_dot;
 pub use fuse::{Region, MAX_KERNEL_INPUTS};
-pub use graph::{Graph, Node, Value};
+pub use graph_replay::GraphStatus;
 
 use crate::array::Array;
 use crate::transforms::{Transform, TransformScope};
@@ -84,7 +84,7 @@ pub struct Compiled {
     pub simplified: Vec<String>,
     pub regions: Vec<Region>,
     /// GPU entries: the CUDA-graph replay (none for shapeless or CPU entries).
-    cuda_graph: Option<cuda_graph::GraphReplay>,
+    cuda_graph: Option<graph_replay::GraphReplay>,
     /// The parallel build of the kernels the first call needed (set at the first replay
     /// over real inputs of the traced shapes; `None` inside: nothing to build on the GPU).
     prebuilt: OnceLock<Option<kiln_cuda::prebuild::BatchReport>>,
@@ -161,7 +161,7 @@ pub fn optimise(traced: Graph, shapeless: bool, passes: Passes) -> Compiled {
         (simplified.clone(), Vec::new())
     };
     let broadcast_like = if shapeless { broadcast_partners(&graph) } else { Vec::new() };
-    let cuda_graph = if shapeless { None } else { cuda_graph::GraphReplay::new(&graph) };
+    let cuda_graph = if shapeless { None } else { graph_replay::GraphReplay::new(&graph) };
     Compiled {
         cuda_graph,
         prebuilt: OnceLock::new(),
@@ -236,7 +236,7 @@ impl Compiled {
 
     /// The entry's CUDA graph (GPU entries that are not shapeless).
     pub fn cuda_graph_status(&self) -> Option<GraphStatus> {
-        self.cuda_graph.as_ref().map(cuda_graph::GraphReplay::status)
+        self.cuda_graph.as_ref().map(graph_replay::GraphReplay::status)
     }
 
     /// What the parallel build before the first GPU call did (explain); `None` before the
@@ -255,7 +255,7 @@ impl Compiled {
         {
             return;
         }
-        self.prebuilt.get_or_init(|| prebuild::prebuild(&self.graph, inputs));
+        self.prebuilt.get_or_init(|| prebuild_kernels::prebuild(&self.graph, inputs));
     }
 
     /// Number of primitive calls one replay records.

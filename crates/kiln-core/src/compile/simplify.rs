@@ -7,7 +7,7 @@
 //! - (`fold_counts`, for graphs replayed at their traced shapes) element counts become
 //!   constants.
 
-use super::graph::{Graph, Node, Value};
+use super::captured::{Graph, Node, Value};
 use crate::array::Array;
 use kiln_base::{DType, Primitive, Scalar};
 use rustc_hash::FxHashMap;

@@ -30,7 +30,7 @@ pub fn cuda_kernel(mut spec: CudaKernelSpec, inputs: &[Array]) -> Result<Vec<Arr
         "threadgroup {:?} must be positive with at most {MAX_BLOCK_THREADS} threads in all.",
         spec.threadgroup
     );
-    let (blocks, _) = kiln_cuda::fast::custom::launch_dims(spec.grid, spec.threadgroup);
+    let (blocks, _) = kiln_cuda::fast::cuda_kernel::launch_dims(spec.grid, spec.threadgroup);
     ensure!(
         blocks[1] <= 65535 && blocks[2] <= 65535,
         Value,
@@ -54,7 +54,7 @@ pub fn cuda_kernel(mut spec: CudaKernelSpec, inputs: &[Array]) -> Result<Vec<Arr
             "CUDA kernels run on the GPU only (got a CPU stream); use mx.fast.c_kernel there."
         );
     }
-    kiln_cuda::fast::custom::prepare(&spec)?;
+    kiln_cuda::fast::cuda_kernel::prepare(&spec)?;
     spec.num_inputs = inputs.len();
     record_all(Primitive::Fast(FastOp::CudaKernel(Arc::new(spec))), inputs.to_vec())
 }

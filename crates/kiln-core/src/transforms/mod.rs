@@ -2,14 +2,14 @@
 //! placeholder arrays; this thread-local stack says which are active, so ops and eval can
 //! tell a traced call from an eager one.
 
-mod custom;
+mod custom_function;
 mod jvp;
 pub(crate) mod rules;
 mod tape;
 mod vjp;
 mod vmap;
 
-pub use custom::{checkpoint, custom_call, CustomRules, Fun, JvpFun, VjpFun, VmapFun};
+pub use custom_function::{checkpoint, custom_call, CustomRules, Fun, JvpFun, VjpFun, VmapFun};
 pub use jvp::jvp;
 pub use rules::Rules;
 use std::cell::RefCell;

@@ -7,7 +7,7 @@
 
 mod attention;
 mod attention_train;
-mod custom;
+mod c_kernel;
 mod gather_mm;
 mod norm;
 mod norm_vjp;
@@ -17,7 +17,7 @@ mod tile;
 #[cfg(target_arch = "x86_64")]
 mod tile_bf16;
 
-pub use custom::{c_kernel_check, c_kernel_source, c_type, TemplateArg};
+pub use c_kernel::{c_kernel_check, c_kernel_source, c_type, TemplateArg};
 
 use crate::cast;
 use crate::matmul::Gemm;
@@ -180,7 +180,7 @@ pub(crate) fn eval(
         FastOp::Attention { scale, mask } => {
             compute!(attention_kernel(inputs, *mask, scale.as_f64(), shape))
         }
-        FastOp::CKernel(spec) => return custom::run(spec, inputs),
+        FastOp::CKernel(spec) => return c_kernel::run(spec, inputs),
         FastOp::QuantizedMatmul { group_size, bits } => {
             quantized::quantized_matmul(inputs, *group_size, *bits, shape)
         }

@@ -8,7 +8,7 @@
 mod attention;
 mod attention_bwd;
 mod attention_decode;
-pub mod custom;
+pub mod cuda_kernel;
 mod gathered;
 mod norm;
 mod norm_vjp;
@@ -70,7 +70,7 @@ pub fn eval(
 ) -> Result<Vec<ArrayData>> {
     let name = op.name();
     match op {
-        FastOp::CudaKernel(spec) => return custom::run(spec, inputs),
+        FastOp::CudaKernel(spec) => return cuda_kernel::run(spec, inputs),
         FastOp::AttentionTrain { scale, mask } => {
             return attention::attention_train(inputs, *mask, scale.as_f64(), &outputs[0].0)
         }

@@ -143,7 +143,7 @@ impl Rules for Primitive {
                 vec![complex::jvp(self, &primals[0], &tangents[0], &outputs[0])?]
             }
             Primitive::Custom { .. } => {
-                super::custom::custom_jvp(self, primals, tangents, argnums)?
+                super::custom_function::custom_jvp(self, primals, tangents, argnums)?
             }
             Primitive::Arange { .. }
             | Primitive::NumberOfElements { .. }
@@ -170,7 +170,7 @@ impl Rules for Primitive {
         axes: &[Option<usize>],
     ) -> Result<(Vec<Array>, Vec<Option<usize>>)> {
         if let Primitive::Custom { .. } = self {
-            return super::custom::custom_vmap(self, inputs, axes);
+            return super::custom_function::custom_vmap(self, inputs, axes);
         }
         if let Primitive::Fast(op) = self {
             return fast::vmap(op, inputs, axes);
@@ -244,7 +244,7 @@ fn real_vjp(
             argnums.iter().map(|_| g.clone()).collect()
         }
         Primitive::Custom { .. } => {
-            super::custom::custom_vjp(prim, primals, cotangents, argnums, outputs)?
+            super::custom_function::custom_vjp(prim, primals, cotangents, argnums, outputs)?
         }
         Primitive::Arange { .. }
         | Primitive::NumberOfElements { .. }

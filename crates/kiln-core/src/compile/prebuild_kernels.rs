@@ -6,7 +6,7 @@
 //! known only once a kernel has run) still build at their first launch, and a wrong guess
 //! only costs an unused build, never a wrong result: the launch picks its kernel itself.
 
-use super::graph::{Graph, Value};
+use super::captured::{Graph, Value};
 use crate::array::Array;
 use kiln_base::{DType, DeviceKind, Layout, Primitive, Shape};
 use kiln_cuda::prebuild::Request;

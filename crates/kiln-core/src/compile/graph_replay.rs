@@ -20,11 +20,11 @@
 //! Calls are serialised by the entry's lock; the work itself stays asynchronous.
 //! `KILN_CUDA_GRAPHS=0` turns graphs off (the lazy replay runs every call).
 
-use super::graph::{Graph, Value};
+use super::captured::{Graph, Value};
 use crate::array::Array;
 use crate::eval::{eval_async, gpu_runs, run};
 use kiln_base::{bail, ArrayData, DType, Device, Layout, Result, Shape, Stream};
-use kiln_cuda::graph::{capture, copy_all_row_major, CudaGraph};
+use kiln_cuda::cuda_graph::{capture, copy_all_row_major, CudaGraph};
 use std::sync::Mutex;
 
 /// A compiled entry's graph replay state.
@@ -246,7 +246,7 @@ impl GraphReplay {
         inputs: &[ArrayData],
         consts: &[ArrayData],
     ) -> Result<Vec<ArrayData>> {
-        let _issuing = kiln_cuda::graph::issuing();
+        let _issuing = kiln_cuda::cuda_graph::issuing();
         self.execute(graph, inputs, consts, true)
     }
 
@@ -296,7 +296,7 @@ impl GraphReplay {
         // Inputs that were views took other kernel variants so far: build the row-major
         // ones together now rather than one by one inside the capture.
         if inputs.iter().any(|x| !x.layout.row_contiguous || x.layout.offset != 0) {
-            super::prebuild::prebuild_row_major(graph);
+            super::prebuild_kernels::prebuild_row_major(graph);
         }
         let staging = inputs
             .iter()
@@ -316,7 +316,7 @@ impl GraphReplay {
         inputs: &[Array],
         data: &[ArrayData],
     ) -> Result<Vec<Array>> {
-        let _issuing = kiln_cuda::graph::issuing();
+        let _issuing = kiln_cuda::cuda_graph::issuing();
         let mut copied = plan.copied.lock().unwrap_or_else(|e| e.into_inner());
         let mut copies = Vec::with_capacity(data.len());
         for ((x, staging), last) in data.iter().zip(&plan.staging).zip(copied.iter_mut()) {
