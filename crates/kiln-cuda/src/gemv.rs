@@ -4,7 +4,7 @@
 //! products: every weight is read once and used M times, so the time is W's bytes over the
 //! bandwidth, and cuBLAS's general kernels (tiles for large M) reach about half of it.
 //!
-//! A block of 4 warps computes 2 or 4 output features (`tiling`); its warps split K between
+//! A block of 4 warps computes 4 output features (`tiling`); its warps split K between
 //! them, each lane taking units of 16 bytes of dense weights or 32 quantized values (`BITS`
 //! words), `U` units per feature loaded before any is used, so enough bytes are in flight to
 //! cover the memory latency. Quantized values become floats by an exact bit trick (`2^23 + q` as a
@@ -20,7 +20,7 @@ use kiln_base::{ArrayData, DType, Result};
 use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_gemv";
-/// Features per block of the larger products (`tiling`).
+/// Features per block (`tiling`).
 const FEATURES: usize = 4;
 /// Rows of x up to which these kernels take a product.
 pub(crate) const MAX_ROWS: usize = 8;
@@ -44,14 +44,13 @@ struct Tiling {
     unroll: usize,
 }
 
-/// The block shape for an (n, k) product. More, smaller blocks for matrices up to 16M
-/// weights; the longer-lived 4-feature blocks past that. Measured on the H200 (kiln's
-/// profiler, one row, 64 calls over rotating weights; us per call, default 4 features vs 2):
-/// bf16 4096x4096 17.1 vs 14.9, 1024x4096 13.6 vs 12.0, 8192x2048 16.8 vs 12.6, but
-/// 4096x14336 31.3 vs 34.4; q4 4096x4096 14.9 vs 12.5, 14336x4096 25.4 vs 28.4.
-/// `KILN_GEMV_TILING=features,warps,unroll` (read once) sets one shape for every product,
-/// for tuning on a device.
-fn tiling(n: usize, k: usize) -> Tiling {
+/// The block shape for a product: 4 features of 4 warps. Two features per block for the
+/// matrices up to 16M weights ran faster one product at a time in a profiled sweep (bf16
+/// 4096x4096 14.9 vs 17.1 us on the H200) but slowed mlx-lm's whole decode step in the same
+/// run (llama 8B bf16 108 vs 171 tok/s, 1B 209 vs 304), so every product takes 4.
+/// `KILN_GEMV_TILING=features,warps,unroll` (read once) sets another shape, for tuning on a
+/// device.
+fn tiling() -> Tiling {
     static FORCED: std::sync::OnceLock<Option<Tiling>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| {
         let v: Vec<usize> = std::env::var("KILN_GEMV_TILING")
@@ -66,8 +65,7 @@ fn tiling(n: usize, k: usize) -> Tiling {
             _ => None,
         }
     });
-    let features = if n.saturating_mul(k) <= 1 << 24 { 2 } else { FEATURES };
-    forced.unwrap_or(Tiling { features, warps: 4, unroll: 0 })
+    forced.unwrap_or(Tiling { features: FEATURES, warps: 4, unroll: 0 })
 }
 
 const BODY: &str = r#"
@@ -298,7 +296,7 @@ fn run(p: &Product, shape: &[usize]) -> Result<ArrayData> {
     if p.rows == 0 || p.n == 0 {
         return Ok(out);
     }
-    let tiling = tiling(p.n, p.k);
+    let tiling = tiling();
     let key = Key { dtype: p.dtype, quant: p.quant, rows: p.rows.next_power_of_two(), tiling };
     let mut args = Args::new();
     args.i64(p.rows as i64).i64(p.n as i64).i64(p.k as i64).i64(p.ldw as i64);
@@ -420,10 +418,8 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 quants.extend([32, 64, 128].map(|g| Some((g, bits))));
             }
             for quant in quants {
-                for (n, k) in [(4096, 4096), (14336, 4096)] {
-                    let key = Key { dtype, quant, rows, tiling: tiling(n, k) };
-                    out.push((format!("gemv_{key:?}"), source(&key)));
-                }
+                let key = Key { dtype, quant, rows, tiling: tiling() };
+                out.push((format!("gemv_{key:?}"), source(&key)));
             }
         }
     }
@@ -435,11 +431,10 @@ mod tests {
     #[test]
     fn sources_define_the_variant() {
         let srcs = super::all_sources();
-        assert_eq!(srcs.len(), 3 * 4 * 22 * 2);
+        assert_eq!(srcs.len(), 3 * 4 * 22);
         let (_, s) = &srcs[0];
         assert!(s.contains("#define QUANT 0\n") && s.contains("#define ROWS 1\n#define U 2\n"));
-        assert!(s.contains("#define WARPS 4\n#define FPB 2\n"));
-        assert!(srcs[1].1.contains("#define WARPS 4\n#define FPB 4\n"));
+        assert!(s.contains("#define WARPS 4\n#define FPB 4\n"));
         let q8 = srcs.iter().find(|(n, _)| n.contains("Some((64, 8))")).unwrap();
         assert!(q8.1.contains("#define BITS 8\n") && q8.1.contains("#define U 1\n"));
     }
