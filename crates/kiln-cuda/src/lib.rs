@@ -27,29 +27,29 @@
 //! - `backend`: the `Backend` implementation.
 
 pub mod alloc;
-pub mod backend;
+mod backend;
 pub mod complex;
-pub mod conv;
-pub mod copy;
-pub mod creation;
+mod conv;
+mod copy;
+mod creation;
 pub mod cuda_graph;
 pub mod elementwise;
 pub mod fast;
-pub mod fft;
+mod fft;
 mod gemv;
-pub mod indexing;
-pub mod launch;
-pub mod masked;
-pub mod matmul;
+mod indexing;
+mod launch;
+mod masked;
+mod matmul;
 pub mod nvrtc;
 pub mod prebuild;
 pub mod profile;
 pub mod ready;
-pub mod reduce;
-pub mod rows;
+mod reduce;
+mod rows;
 pub mod runtime;
-pub mod scan;
-pub mod sort;
+mod scan;
+mod sort;
 pub mod transfer;
 
 pub use backend::{supports, CudaBackend};
