@@ -322,6 +322,27 @@ impl HostAllocator {
     }
 }
 
+impl crate::backend::DeviceMemory for HostAllocator {
+    fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
+        HostAllocator::alloc(self, nbytes)
+    }
+    fn counters(&self) -> &MemoryCounters {
+        &self.counters
+    }
+    fn cache_memory(&self) -> usize {
+        HostAllocator::cache_memory(self)
+    }
+    fn clear_cache(&self) {
+        HostAllocator::clear_cache(self)
+    }
+    fn set_cache_limit(&self, limit: usize) -> usize {
+        HostAllocator::set_cache_limit(self, limit)
+    }
+    fn set_memory_limit(&self, limit: usize) -> usize {
+        HostAllocator::set_memory_limit(self, limit)
+    }
+}
+
 impl Allocator for HostAllocator {
     fn device(&self) -> Device {
         Device::CPU

@@ -58,6 +58,21 @@ pub struct CudaKernelSpec {
     pub shared_memory: u32,
 }
 
+impl CudaKernelSpec {
+    /// Blocks and threads per block for MLX's (grid in threads, threadgroup) pair: a block
+    /// never has more threads than the grid asks for in a dimension; the last block may
+    /// overhang.
+    pub fn launch_dims(&self) -> ([u32; 3], [u32; 3]) {
+        let mut blocks = [1; 3];
+        let mut threads = [1; 3];
+        for d in 0..3 {
+            threads[d] = self.threadgroup[d].min(self.grid[d]).max(1);
+            blocks[d] = self.grid[d].div_ceil(threads[d]);
+        }
+        (blocks, threads)
+    }
+}
+
 /// A template argument of a user kernel: a C++ template parameter of a CUDA kernel, a
 /// `#define` in a C kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -465,4 +480,33 @@ fn user_outputs(
 ) -> Result<Vec<(Shape, DType)>> {
     ensure!(shapes.len() == dtypes.len(), Value, op, "Expected one output dtype per output shape.");
     Ok(shapes.iter().cloned().zip(dtypes.iter().copied()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims(grid: [u32; 3], threadgroup: [u32; 3]) -> ([u32; 3], [u32; 3]) {
+        let spec = CudaKernelSpec {
+            name: "k".into(),
+            source: String::new(),
+            symbol: "k".into(),
+            num_inputs: 0,
+            output_shapes: Vec::new(),
+            output_dtypes: Vec::new(),
+            init_value: None,
+            ensure_row_contiguous: true,
+            grid,
+            threadgroup,
+            shared_memory: 0,
+        };
+        spec.launch_dims()
+    }
+
+    #[test]
+    fn grid_in_threads() {
+        assert_eq!(dims([1000, 1, 1], [256, 1, 1]), ([4, 1, 1], [256, 1, 1]));
+        assert_eq!(dims([10, 3, 1], [256, 4, 4]), ([1, 1, 1], [10, 3, 1]));
+        assert_eq!(dims([512, 64, 2], [32, 8, 1]), ([16, 8, 2], [32, 8, 1]));
+    }
 }

@@ -1,10 +1,12 @@
 //! kiln-base: the vocabulary every kiln layer shares. Dtypes and their promotion table,
 //! shapes and strided layouts, devices, device-tagged buffers, the primitive set with its
-//! per-op facts, the counter-based random hash, the error type, and the `Backend` trait.
+//! per-op facts, the counter-based random hash, the error type, and the `Backend` trait
+//! (everything the core asks of a device).
 //! It knows nothing of the lazy graph (kiln-core) or of kernels (kiln-cpu, kiln-cuda).
 
 pub mod backend;
 pub mod buffer;
+pub mod build_progress;
 pub mod conv;
 pub mod device;
 pub mod dtype;
@@ -19,7 +21,7 @@ pub mod primitive;
 pub mod random;
 pub mod shape;
 
-pub use backend::{ArrayData, Backend};
+pub use backend::{ArrayData, Backend, DeviceMemory};
 pub use buffer::{Buffer, HOST};
 pub use conv::ConvParams;
 pub use device::{Device, DeviceKind, Stream};

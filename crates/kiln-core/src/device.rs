@@ -27,18 +27,11 @@ thread_local! {
 
 /// Whether kiln can run on `device` in this process.
 pub fn is_available(device: Device) -> bool {
-    match device.kind {
-        DeviceKind::Cpu => device.index == 0,
-        DeviceKind::Gpu => device.index == 0 && kiln_cuda::is_available(),
-    }
+    crate::backends::unavailable_reason(device).is_none()
 }
 
 fn check_available(op: &'static str, device: Device) -> Result<()> {
-    if !is_available(device) {
-        let why = kiln_cuda::unavailable_reason().unwrap_or_else(|| "no such device".into());
-        bail!(Value, op, "{device} is not available: {why}.");
-    }
-    Ok(())
+    crate::backends::backend(op, device).map(|_| ())
 }
 
 /// The device new arrays go to unless a stream scope says otherwise.
@@ -46,7 +39,7 @@ pub fn default_device() -> Device {
     if let Some(device) = *DEFAULT_DEVICE.read().unwrap_or_else(|e| e.into_inner()) {
         return device;
     }
-    let found = if kiln_cuda::is_available() { Device::GPU } else { Device::CPU };
+    let found = if is_available(Device::GPU) { Device::GPU } else { Device::CPU };
     *DEFAULT_DEVICE.write().unwrap_or_else(|e| e.into_inner()).get_or_insert(found)
 }
 
@@ -179,15 +172,7 @@ impl Drop for StreamScope {
 
 /// The kernels for a device.
 pub(crate) fn backend(device: Device) -> Result<&'static dyn Backend> {
-    static CPU: kiln_cpu::CpuBackend = kiln_cpu::CpuBackend;
-    static GPU: kiln_cuda::CudaBackend = kiln_cuda::CudaBackend;
-    match device.kind {
-        DeviceKind::Cpu => Ok(&CPU),
-        DeviceKind::Gpu => {
-            check_available("eval", device)?;
-            Ok(&GPU)
-        }
-    }
+    crate::backends::backend("eval", device)
 }
 
 /// Host-readable data (a no-op on the CPU; GPU data is copied to the host).
@@ -200,5 +185,7 @@ pub fn to_device(data: &ArrayData, device: Device) -> Result<ArrayData> {
     if data.buffer.device() == device {
         return Ok(data.clone());
     }
-    kiln_cuda::transfer::to_device(data, device)
+    // The backend of the device that is not the host moves the data either way.
+    let other = if device.kind == DeviceKind::Cpu { data.buffer.device() } else { device };
+    crate::backends::backend("to_device", other)?.transfer(data, device)
 }

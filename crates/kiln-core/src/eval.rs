@@ -37,7 +37,7 @@ pub fn eval(outputs: &[Array]) -> Result<()> {
 /// whether any was issued to the GPU.
 pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     // No other thread may capture a CUDA graph from the stream meanwhile.
-    let _issuing = kiln_cuda::cuda_graph::issuing();
+    let _issuing = crate::backends::gpu().and_then(|b| b.issuing());
     // A Ctrl-C from now on stops the evaluation: between calls here, and inside long CPU
     // kernels (see kiln_base::interrupt).
     let _evaluating = interrupt::Evaluating::start();
@@ -319,5 +319,6 @@ pub(crate) fn gpu_runs(prim: &Primitive, dtypes: impl Iterator<Item = DType>) ->
         Primitive::Reshape { .. } => &Primitive::Copy,
         p => p,
     };
-    kiln_cuda::supports(prim, dtypes)
+    let gpu = crate::backends::registered(DeviceKind::Gpu);
+    gpu.is_some_and(|b| b.supports(prim, &mut { dtypes }))
 }

@@ -1,7 +1,11 @@
-//! kiln-core: the lazy array graph, the op front end, transforms and evaluation.
+//! kiln-core: the lazy array graph, the op front end, transforms and evaluation. It links
+//! no backend: the facade crate `kiln` registers kiln-cpu's and kiln-cuda's (see
+//! [`backends`]); a program using the core alone registers its own.
 //!
 //! ```
 //! use kiln_core::{ops, Array};
+//! static CPU: kiln_cpu::CpuBackend = kiln_cpu::CpuBackend;
+//! kiln_core::backends::register(kiln_base::DeviceKind::Cpu, &CPU);
 //! let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
 //! let b = ops::multiply(&a, &a).unwrap();          // recorded, not computed
 //! let s = ops::sum(&b, None, false).unwrap();
@@ -9,6 +13,7 @@
 //! ```
 
 pub mod array;
+pub mod backends;
 pub mod compile;
 mod completion;
 pub mod device;
@@ -18,6 +23,9 @@ pub mod ops;
 pub mod profile;
 pub mod transforms;
 mod walk;
+
+#[cfg(test)]
+mod tests;
 
 pub use array::{Array, HostElement};
 pub use eval::eval;

@@ -62,7 +62,7 @@ pub struct Event {
 
 struct Pending {
     event: Event,
-    gpu: Option<kiln_cuda::profile::Span>,
+    gpu: Option<Box<dyn kiln_base::backend::DeviceSpan>>,
 }
 
 /// Starts a session; false if one is active already.
@@ -85,7 +85,7 @@ pub fn stop() -> Vec<Event> {
         .into_iter()
         .map(|p| {
             let mut event = p.event;
-            event.device_ms = p.gpu.and_then(kiln_cuda::profile::Span::elapsed_ms);
+            event.device_ms = p.gpu.and_then(|span| span.elapsed_ms());
             event
         })
         .collect()
@@ -99,7 +99,7 @@ fn meta(shape: &[usize], dtype: DType) -> String {
 pub(crate) struct Timer {
     start: Instant,
     start_ns: u64,
-    gpu: Option<kiln_cuda::profile::Span>,
+    gpu: Option<Box<dyn kiln_base::backend::DeviceSpan>>,
 }
 
 impl Timer {
@@ -115,7 +115,7 @@ impl Timer {
     #[cold]
     fn begin(device: Device) -> Timer {
         let gpu = match device.kind {
-            DeviceKind::Gpu => kiln_cuda::profile::Span::begin(),
+            DeviceKind::Gpu => crate::backends::gpu().and_then(|b| b.profile_span()),
             DeviceKind::Cpu => None,
         };
         Timer { start: Instant::now(), start_ns: now_ns(), gpu }
@@ -190,7 +190,7 @@ fn device_name(device: Device) -> String {
     }
 }
 
-fn push(event: Event, gpu: Option<kiln_cuda::profile::Span>) {
+fn push(event: Event, gpu: Option<Box<dyn kiln_base::backend::DeviceSpan>>) {
     // A session that ended meanwhile does not take late events.
     if is_active() {
         EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(Pending { event, gpu });

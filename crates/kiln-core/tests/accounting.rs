@@ -1,6 +1,8 @@
 //! Tests that read process-wide counters (allocator bytes, calls run). They live in their own
 //! test binary and take a lock, so no other test moves the counters underneath them.
 
+mod common;
+
 use kiln_base::buffer::HOST;
 use kiln_core::{ops, Array, DType};
 use std::sync::Mutex;

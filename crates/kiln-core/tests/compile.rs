@@ -1,6 +1,8 @@
 //! compile: compiled results equal eager ones (C kernels and the interpreter tier), the
 //! fused graph has the expected shape, traces are cached, and bad uses are clear errors.
 
+mod common;
+
 use kiln_core::compile::{compile, trace};
 use kiln_core::ops;
 use kiln_core::{Array, DType, Primitive, Result, Scalar};

@@ -2,6 +2,8 @@
 //! reductions and reshapes over random shapes, layouts and dtypes; the compiled result (C
 //! kernels and the interpreter tier) equals eager's.
 
+mod common;
+
 use kiln_core::compile::trace;
 use kiln_core::ops;
 use kiln_core::{Array, DType, Result};

@@ -1,6 +1,8 @@
 //! Shapeless compile: reshape rules recompute targets from new input shapes, mean divides by
 //! a count of the replayed shape, and fixed-shape traces fold that count into a constant.
 
+mod common;
+
 use kiln_base::primitive::resolve_reshape;
 use kiln_base::ReshapeDim::{Axes, Fixed, Rest};
 use kiln_core::compile::trace;

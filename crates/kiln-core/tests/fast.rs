@@ -2,6 +2,8 @@
 //! cases (block boundaries of the streaming attention, causal skipping with more queries than
 //! keys, grouped heads, empty inputs, strided views), and rope's inverse undoing it.
 
+mod common;
+
 use kiln_core::ops::{self, fast};
 use kiln_core::{Array, DType};
 

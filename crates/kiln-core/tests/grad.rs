@@ -1,5 +1,7 @@
 //! Gradients against central finite differences in float64, and vjp against jvp.
 
+mod common;
+
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::transforms::{grad, jvp, value_and_grad, vjp};
 use kiln_core::{Array, DType, Result, Scalar};

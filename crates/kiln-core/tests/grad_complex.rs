@@ -3,6 +3,8 @@
 //! imaginary parts separately, and vjp against jvp with the real part of the complex inner
 //! product: `Re<vjp(u), v> == Re<u, jvp(v)>`.
 
+mod common;
+
 use kiln_core::ops::fft::{fft1, fftn, FftNorm, FftType};
 use kiln_core::ops::{self};
 use kiln_core::transforms::{grad, jvp, vjp};

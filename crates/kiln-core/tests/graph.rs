@@ -1,5 +1,7 @@
 //! The lazy graph: deep chains, shared subgraphs, multi-output eval, threads.
 
+mod common;
+
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::{eval, Array, DType, Scalar};
 

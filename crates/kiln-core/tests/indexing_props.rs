@@ -2,6 +2,8 @@
 //! call returns Ok or a typed error, and evaluating what was built never panics (index
 //! values out of range included).
 
+mod common;
+
 use kiln_base::ScatterReduce;
 use kiln_core::ops::{self, IndexItem, PadMode, SplitSpec};
 use kiln_core::{eval, Array, DType, Scalar};

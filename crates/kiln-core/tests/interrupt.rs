@@ -3,6 +3,8 @@
 //! interrupted arrays pending: evaluated again they run again. One test function: the
 //! request is process-wide, so the scenarios must not run concurrently.
 
+mod common;
+
 use kiln_base::{interrupt, Error};
 use kiln_core::{eval, ops, Array, DType};
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! matrix-product, convolution and linalg entry points: each returns Ok or a typed error,
 //! and evaluating what was built never panics or hangs.
 
+mod common;
+
 use kiln_core::ops::linalg::{self, NormOrd};
 use kiln_core::ops::{self, TensordotAxes};
 use kiln_core::{eval, Array, DType};

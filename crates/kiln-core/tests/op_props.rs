@@ -1,6 +1,8 @@
 //! Random shapes, axes and dtypes fed to the op entry points: every call returns Ok or a
 //! typed error, and evaluation of what was built never panics.
 
+mod common;
+
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::{eval, Array, DType};
 use proptest::prelude::*;

@@ -1,5 +1,7 @@
 //! Ops end to end on the CPU backend, against hand-computed values and MLX's numbers.
 
+mod common;
+
 use kiln_core::ops::{self, random, IndexItem};
 use kiln_core::{Array, DType};
 

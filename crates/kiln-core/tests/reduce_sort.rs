@@ -3,6 +3,8 @@
 //! output is ordered and a permutation; the last inclusive cumsum equals the sum;
 //! searchsorted finds each value's first position).
 
+mod common;
+
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::{eval, Array, DType};
 use proptest::prelude::*;

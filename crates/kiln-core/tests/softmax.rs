@@ -1,6 +1,8 @@
 //! The fused Softmax primitive: values against the composition, gradients against central
 //! finite differences (float64), jvp against vjp, and vmap against a loop.
 
+mod common;
+
 use kiln_core::ops;
 use kiln_core::transforms::{grad, jvp, vjp, vmap};
 use kiln_core::{Array, DType};

@@ -1,5 +1,7 @@
 //! The per-thread random state key (get/set, splitting, seeding) and stream bookkeeping.
 
+mod common;
+
 use kiln_core::ops::{self, random};
 use kiln_core::{device, Array, DType, Device};
 

@@ -2,6 +2,8 @@
 //! the system (so no page faults either) and the live bytes return to where they were. Its own
 //! test binary: the counters are process-wide.
 
+mod common;
+
 use kiln_base::buffer::HOST;
 use kiln_core::{ops, Array, DType, Scalar};
 

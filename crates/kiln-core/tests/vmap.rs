@@ -1,5 +1,7 @@
 //! vmap against a loop over the batch, and the batched graph's size.
 
+mod common;
+
 use kiln_core::ops::{self, IndexItem};
 use kiln_core::transforms::{grad, vmap};
 use kiln_core::{Array, DType, Result};

@@ -61,6 +61,24 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<ArrayData>> {
         self.run(prim, inputs, donated, outputs)
     }
+
+    fn memory(&self) -> &'static dyn kiln_base::DeviceMemory {
+        &kiln_base::HOST
+    }
+
+    /// The CPU's attention training kernels are plain references: only the testing switch
+    /// `KILN_ATTENTION_FUSED_VJP=1` takes them.
+    fn fuses_attention_training(&self, _: DType, _: &[usize], _: &[usize], _: &[usize]) -> bool {
+        std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1")
+    }
+
+    /// A user C kernel's source is compiled here, so that its errors raise at the call.
+    fn prepare_kernel(&self, op: &kiln_base::FastOp) -> Result<()> {
+        match op {
+            kiln_base::FastOp::CKernel(spec) => fast::c_kernel_check(&spec.source),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl CpuBackend {

@@ -178,6 +178,27 @@ impl DeviceAllocator {
     }
 }
 
+impl kiln_base::backend::DeviceMemory for DeviceAllocator {
+    fn alloc(&'static self, nbytes: usize) -> Result<Buffer> {
+        DeviceAllocator::alloc(self, nbytes)
+    }
+    fn counters(&self) -> &MemoryCounters {
+        &self.counters
+    }
+    fn cache_memory(&self) -> usize {
+        DeviceAllocator::cache_memory(self)
+    }
+    fn clear_cache(&self) {
+        DeviceAllocator::clear_cache(self)
+    }
+    fn set_cache_limit(&self, limit: usize) -> usize {
+        DeviceAllocator::set_cache_limit(self, limit)
+    }
+    fn set_memory_limit(&self, limit: usize) -> usize {
+        DeviceAllocator::set_memory_limit(self, limit)
+    }
+}
+
 impl Allocator for DeviceAllocator {
     fn device(&self) -> Device {
         Device::GPU

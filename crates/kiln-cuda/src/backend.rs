@@ -5,7 +5,12 @@ use crate::elementwise::{run_program, single_op_program};
 use crate::{
     complex, conv, copy, creation, fft, indexing, masked, matmul, reduce, rows, scan, sort,
 };
-use kiln_base::{bail, ArrayData, Backend, DType, Layout, Primitive, Result, Shape};
+use kiln_base::backend::{
+    BuildReport, CompletionEvent, DeviceMemory, DeviceSpan, GraphCapture, IssueGuard, KernelNode,
+};
+use kiln_base::{
+    bail, ArrayData, Backend, DType, Device, FastOp, Layout, Primitive, Result, Shape,
+};
 use std::sync::Arc;
 
 pub struct CudaBackend;
@@ -57,6 +62,81 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
 }
 
 impl Backend for CudaBackend {
+    fn unavailable_reason(&self) -> Option<String> {
+        crate::unavailable_reason()
+    }
+
+    fn supports(&self, prim: &Primitive, dtypes: &mut dyn Iterator<Item = DType>) -> bool {
+        supports(prim, dtypes)
+    }
+
+    fn memory(&self) -> &'static dyn DeviceMemory {
+        &crate::alloc::DEVICE
+    }
+
+    fn transfer(&self, data: &ArrayData, device: Device) -> Result<ArrayData> {
+        crate::transfer::to_device(data, device)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        crate::synchronize()
+    }
+
+    fn issuing(&self) -> Option<IssueGuard> {
+        Some(Box::new(crate::cuda_graph::issuing()))
+    }
+
+    fn completion_event(&self) -> Result<Option<Box<dyn CompletionEvent>>> {
+        let ready = crate::ready::Ready::record()?;
+        Ok(ready.map(|r| Box::new(r) as Box<dyn CompletionEvent>))
+    }
+
+    fn profile_span(&self) -> Option<Box<dyn DeviceSpan>> {
+        crate::profile::Span::begin().map(|s| Box::new(s) as Box<dyn DeviceSpan>)
+    }
+
+    fn graph_capture(&self) -> Option<&dyn GraphCapture> {
+        Some(&crate::cuda_graph::CudaGraphs)
+    }
+
+    fn prebuild(&self, nodes: &[KernelNode], progress: bool) -> Option<BuildReport> {
+        crate::prebuild::prebuild_nodes(nodes, progress)
+    }
+
+    /// float32 or half-float data (an attention mask may be bool); for attention, the
+    /// kernels' own choice (the tensor-core path, or long sequences whose scores the
+    /// composition would materialise).
+    fn fuses(&self, op: &FastOp, inputs: &[(&[usize], DType)]) -> bool {
+        let gpu_float =
+            |x: &(&[usize], DType)| matches!(x.1, DType::F32 | DType::F16 | DType::BF16);
+        let fits = match op {
+            FastOp::Attention { .. } => {
+                let [q, k, v] = [0, 1, 2].map(|i| inputs[i].0);
+                inputs[..3].iter().all(gpu_float)
+                    && crate::fast::attention_fused(inputs[0].1, q, k, v)
+            }
+            _ => inputs.iter().all(gpu_float),
+        };
+        fits && supports(&Primitive::Fast(op.clone()), inputs.iter().map(|x| x.1))
+    }
+
+    fn fuses_attention_training(
+        &self,
+        dtype: DType,
+        q: &[usize],
+        k: &[usize],
+        v: &[usize],
+    ) -> bool {
+        crate::fast::attention_train_fused(dtype, q, k, v)
+    }
+
+    fn prepare_kernel(&self, op: &FastOp) -> Result<()> {
+        match op {
+            FastOp::CudaKernel(spec) => crate::fast::cuda_kernel::prepare(spec),
+            _ => Ok(()),
+        }
+    }
+
     /// A slice update writes into its donated base: a KV cache's new entries cost their own
     /// bytes, not a copy of the cache.
     fn eval_donating(

@@ -11,7 +11,8 @@
 use crate::alloc;
 use crate::runtime::{driver_error, gpu};
 use cudarc::driver::{result, sys};
-use kiln_base::Result;
+use kiln_base::backend::{DeviceGraph, GraphCapture};
+use kiln_base::{ArrayData, Buffer, Result};
 use std::sync::{RwLock, RwLockReadGuard};
 
 /// An instantiated graph and the blocks it owns.
@@ -245,6 +246,33 @@ fn copy_many(table: &[u64], n: usize) -> Result<()> {
     let mut args = crate::launch::Args::new();
     args.ptr(device_table.as_ptr() as u64).i64(n as i64);
     crate::launch::launch("copy", f, blocks, crate::launch::BLOCK, 0, &mut args)
+}
+
+/// The GPU's `GraphCapture` (see `Backend::graph_capture`).
+pub(crate) struct CudaGraphs;
+
+impl GraphCapture for CudaGraphs {
+    fn capture(
+        &self,
+        work: &mut dyn FnMut() -> Result<Vec<ArrayData>>,
+    ) -> Result<(Box<dyn DeviceGraph>, Vec<ArrayData>)> {
+        let (graph, outputs) = capture(work)?;
+        Ok((Box::new(graph), outputs))
+    }
+
+    fn copy_all_row_major(&self, copies: &[(&ArrayData, &Buffer)]) -> Result<()> {
+        copy_all_row_major(copies)
+    }
+}
+
+impl DeviceGraph for CudaGraph {
+    fn launch(&self) -> Result<()> {
+        CudaGraph::launch(self)
+    }
+
+    fn nodes(&self) -> usize {
+        CudaGraph::nodes(self)
+    }
 }
 
 #[cfg(test)]

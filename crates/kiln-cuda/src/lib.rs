@@ -28,12 +28,12 @@
 
 pub mod alloc;
 mod backend;
-pub mod complex;
+mod complex;
 mod conv;
 mod copy;
 mod creation;
-pub mod cuda_graph;
-pub mod elementwise;
+mod cuda_graph;
+mod elementwise;
 pub mod fast;
 mod fft;
 mod gemv;
@@ -43,8 +43,8 @@ mod masked;
 mod matmul;
 pub mod nvrtc;
 pub mod prebuild;
-pub mod profile;
-pub mod ready;
+mod profile;
+mod ready;
 mod reduce;
 mod rows;
 pub mod runtime;

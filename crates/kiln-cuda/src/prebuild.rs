@@ -10,6 +10,7 @@
 //! `KILN_NVRTC_THREADS=n` bounds the threads (default: the machine's parallelism).
 
 use crate::nvrtc::{self, Target};
+use kiln_base::backend::{BuildKernel, BuildOutcome, BuildReport, KernelNode};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -21,68 +22,11 @@ pub struct Request {
     pub symbol: String,
 }
 
-/// How one kernel of a batch was obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Loaded in this process before the batch (nothing done).
-    Memory,
-    /// Loaded from the disk cache.
-    Disk,
-    /// Built by NVRTC.
-    Built,
-    /// The build or load failed (the kernel's launch will raise the error).
-    Failed,
-}
-
-impl Outcome {
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Memory => "memory",
-            Outcome::Disk => "disk",
-            Outcome::Built => "built",
-            Outcome::Failed => "failed",
-        }
-    }
-}
-
-/// One kernel of a batch (explain).
-#[derive(Debug, Clone)]
-pub struct BatchKernel {
-    pub symbol: String,
-    pub outcome: Outcome,
-    /// NVRTC time on its thread (zero unless built).
-    pub build_ms: f64,
-}
-
-/// What a batch did (explain): its kernels, threads and wall time.
-#[derive(Debug, Clone, Default)]
-pub struct BatchReport {
-    /// The batch's number in this process (`nvrtc::Built::batch` of its kernels).
-    pub id: u64,
-    /// Distinct kernels asked for, in first-seen order.
-    pub kernels: Vec<BatchKernel>,
-    /// Threads that worked on the batch (0 when everything was in memory).
-    pub threads: usize,
-    /// Wall time of the whole batch, from the first build to the last load.
-    pub wall_ms: f64,
-}
-
-impl BatchReport {
-    pub fn count(&self, outcome: Outcome) -> usize {
-        self.kernels.iter().filter(|k| k.outcome == outcome).count()
-    }
-
-    /// NVRTC time summed over the batch's threads (more than `wall_ms` when they overlap).
-    pub fn build_ms(&self) -> f64 {
-        self.kernels.iter().map(|k| k.build_ms).sum()
-    }
-}
-
-static BATCHES: Mutex<Vec<BatchReport>> = Mutex::new(Vec::new());
+static BATCHES: Mutex<Vec<BuildReport>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Every batch that had work to do, in order (explain).
-pub fn batches() -> Vec<BatchReport> {
+pub fn batches() -> Vec<BuildReport> {
     BATCHES.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
@@ -150,7 +94,7 @@ pub fn run_parallel<J: Sync, R: Send>(
 /// Builds (or loads from disk) every requested kernel not loaded yet, in parallel, and
 /// publishes them to the memory cache. Failures are kept for the launch that needs the
 /// kernel. `None` without a GPU or with batches off (kernels then build at first launch).
-pub fn build_batch(requests: &[Request]) -> Option<BatchReport> {
+pub fn build_batch(requests: &[Request]) -> Option<BuildReport> {
     if requests.is_empty() || !enabled() {
         return None;
     }
@@ -166,28 +110,47 @@ pub fn build_batch(requests: &[Request]) -> Option<BatchReport> {
         .iter()
         .map(|(r, known)| {
             let (outcome, build_ms) = if *known {
-                (Outcome::Memory, 0.0)
+                (BuildOutcome::Memory, 0.0)
             } else {
                 match results.next().expect("one result per job") {
                     Ok(loaded) => {
                         nvrtc::publish(&r.source, &r.symbol, &loaded, Some(id));
-                        let outcome = if loaded.from_disk { Outcome::Disk } else { Outcome::Built };
+                        let outcome =
+                            if loaded.from_disk { BuildOutcome::Disk } else { BuildOutcome::Built };
                         (outcome, loaded.build_ms)
                     }
                     Err(e) => {
                         nvrtc::remember_failure(&r.source, e);
-                        (Outcome::Failed, 0.0)
+                        (BuildOutcome::Failed, 0.0)
                     }
                 }
             };
-            BatchKernel { symbol: r.symbol.clone(), outcome, build_ms }
+            BuildKernel { symbol: r.symbol.clone(), outcome, build_ms }
         })
         .collect();
-    let report = BatchReport { id, kernels, threads, wall_ms: start.elapsed().as_secs_f64() * 1e3 };
+    let report = BuildReport { id, kernels, threads, wall_ms: start.elapsed().as_secs_f64() * 1e3 };
     if threads > 0 {
         BATCHES.lock().unwrap_or_else(|e| e.into_inner()).push(report.clone());
     }
     Some(report)
+}
+
+/// The elementwise kernels among `nodes` (fused regions and single ops, for the layouts
+/// given) built as one batch; other families build at their first launch.
+pub(crate) fn prebuild_nodes(nodes: &[KernelNode], progress: bool) -> Option<BuildReport> {
+    if !enabled() || !crate::is_available() {
+        return None;
+    }
+    let requests: Vec<Request> = nodes
+        .iter()
+        .filter(|n| {
+            let dtypes = n.inputs.iter().map(|x| x.1).chain(n.outputs.iter().map(|o| o.1));
+            crate::supports(&n.prim, dtypes)
+        })
+        .filter_map(|n| crate::elementwise::predict(&n.prim, &n.inputs, n.outputs.first()?))
+        .collect();
+    let _progress = progress.then(|| kiln_base::build_progress::building(requests.len()));
+    build_batch(&requests)
 }
 
 #[cfg(test)]

@@ -72,3 +72,13 @@ impl Drop for Span {
         }
     }
 }
+
+impl kiln_base::backend::DeviceSpan for Span {
+    fn end(&mut self) {
+        Span::end(self)
+    }
+
+    fn elapsed_ms(self: Box<Self>) -> Option<f64> {
+        Span::elapsed_ms(*self)
+    }
+}

@@ -59,3 +59,13 @@ impl Drop for Ready {
         let _ = unsafe { result::event::destroy(self.event) };
     }
 }
+
+impl kiln_base::backend::CompletionEvent for Ready {
+    fn wait(&self) -> Result<()> {
+        Ready::wait(self)
+    }
+
+    fn download(&self, data: &ArrayData) -> Result<ArrayData> {
+        Ready::download(self, data)
+    }
+}

@@ -188,7 +188,7 @@ fn _contiguous(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyArray> {
     let array = a.borrow().0.clone();
-    crate::device::with_stream(stream, || kiln_core::ops::contiguous(&array, allow_col_major))
+    crate::device::with_stream(stream, || kiln::ops::contiguous(&array, allow_col_major))
         .map(PyArray)
 }
 

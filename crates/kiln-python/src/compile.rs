@@ -5,8 +5,8 @@
 use crate::array::PyArray;
 use crate::error::to_pyerr;
 use crate::transforms::rust_fun;
-use kiln_core::compile::{self, Compiled};
-use kiln_core::Array;
+use kiln::compile::{self, Compiled};
+use kiln::Array;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -76,9 +76,9 @@ impl PyCompiled {
 /// batch's wall time and the NVRTC time summed over its threads.
 fn batch_dict<'py>(
     py: Python<'py>,
-    r: &kiln_cuda::prebuild::BatchReport,
+    r: &kiln_base::backend::BuildReport,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use kiln_cuda::prebuild::Outcome;
+    use kiln_base::backend::BuildOutcome as Outcome;
     let d = PyDict::new(py);
     d.set_item("id", r.id)?;
     let kernels = PyList::empty(py);
@@ -439,7 +439,7 @@ fn _depends_on_placeholder(x: PyRef<'_, PyArray>) -> bool {
 #[pyfunction]
 #[pyo3(signature = (op = None))]
 fn _inject_eval_panic(op: Option<&str>) {
-    kiln_core::eval::inject_panic(op);
+    kiln::eval::inject_panic(op);
 }
 
 /// Fault injection for tests: a Ctrl-C arrives while the next evaluation of primitive `op`
@@ -447,7 +447,7 @@ fn _inject_eval_panic(op: Option<&str>) {
 #[pyfunction]
 #[pyo3(signature = (op = None))]
 fn _inject_eval_interrupt(op: Option<&str>) {
-    kiln_core::eval::inject_interrupt(op);
+    kiln::eval::inject_interrupt(op);
 }
 
 /// Turns compile off globally and at once (compiled functions call the original).
@@ -470,15 +470,15 @@ fn _compile_enabled() -> bool {
 /// Kernel build counters: `{builds, disk_hits, failures, build_ms}`.
 #[pyfunction]
 fn _jit_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = kiln_cpu::fused::jit::stats();
+    let s = kiln::cpu::fused::jit::stats();
     let d = PyDict::new(py);
     d.set_item("builds", s.builds)?;
     d.set_item("disk_hits", s.disk_hits)?;
     d.set_item("failures", s.failures)?;
     d.set_item("build_ms", s.build_micros as f64 / 1000.0)?;
-    d.set_item("errors", PyList::new(py, kiln_cpu::fused::jit::failures())?)?;
+    d.set_item("errors", PyList::new(py, kiln::cpu::fused::jit::failures())?)?;
     let kernels = PyList::empty(py);
-    for k in kiln_cpu::fused::jit::kernels() {
+    for k in kiln::cpu::fused::jit::kernels() {
         let kd = PyDict::new(py);
         kd.set_item("name", k.name)?;
         kd.set_item("variant", k.variant)?;
@@ -490,21 +490,21 @@ fn _jit_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         kernels.append(kd)?;
     }
     d.set_item("kernels", kernels)?;
-    d.set_item("disk_cache_limit", kiln_cpu::fused::jit::disk_cache_limit())?;
+    d.set_item("disk_cache_limit", kiln::cpu::fused::jit::disk_cache_limit())?;
     d.set_item("cuda", cuda_stats(py)?)?;
     Ok(d)
 }
 
 /// The GPU's kernel builds (NVRTC): counters, and each kernel with its source.
 fn cuda_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = kiln_cuda::nvrtc::stats();
+    let s = kiln::cuda::nvrtc::stats();
     let d = PyDict::new(py);
     d.set_item("builds", s.compiled)?;
     d.set_item("disk_hits", s.disk_hits)?;
     d.set_item("memory_hits", s.memory_hits)?;
     d.set_item("build_ms", s.compile_time.as_secs_f64() * 1e3)?;
     let kernels = PyList::empty(py);
-    for k in kiln_cuda::nvrtc::built() {
+    for k in kiln::cuda::nvrtc::built() {
         let kd = PyDict::new(py);
         kd.set_item("name", k.symbol)?;
         kd.set_item("build_ms", k.build_ms)?;
@@ -515,7 +515,7 @@ fn cuda_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     }
     d.set_item("kernels", kernels)?;
     let batches = PyList::empty(py);
-    for b in kiln_cuda::prebuild::batches() {
+    for b in kiln::cuda::prebuild::batches() {
         batches.append(batch_dict(py, &b)?)?;
     }
     d.set_item("batches", batches)?;
@@ -527,15 +527,15 @@ fn cuda_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyfunction]
 #[pyo3(signature = (limit=None))]
 fn _set_disk_cache_limit(limit: Option<u64>) -> u64 {
-    let previous = kiln_cpu::fused::jit::disk_cache_limit();
-    kiln_cpu::fused::jit::set_disk_cache_limit(limit);
+    let previous = kiln::cpu::fused::jit::disk_cache_limit();
+    kiln::cpu::fused::jit::set_disk_cache_limit(limit);
     previous
 }
 
 /// Waits until no kernel is building in the background.
 #[pyfunction]
 fn _wait_for_builds(py: Python<'_>) {
-    py.detach(kiln_cpu::fused::jit::wait_for_builds);
+    py.detach(kiln::cpu::fused::jit::wait_for_builds);
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

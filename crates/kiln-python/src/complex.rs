@@ -3,7 +3,7 @@
 use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
-use kiln_core::ops;
+use kiln::ops;
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;

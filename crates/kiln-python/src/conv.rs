@@ -5,7 +5,7 @@ use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::error::raise;
-use kiln_core::ops as kops;
+use kiln::ops as kops;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
 

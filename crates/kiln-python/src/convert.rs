@@ -4,8 +4,8 @@
 use crate::array::PyArray;
 use crate::error::{raise, OrRaise};
 use half::{bf16, f16};
+use kiln::{ops, Array, HostElement};
 use kiln_base::{DType, Scalar};
-use kiln_core::{ops, Array, HostElement};
 use numpy::prelude::*;
 use numpy::{Element, PyArrayDyn, PyUntypedArray};
 use pyo3::prelude::*;
@@ -491,10 +491,9 @@ fn host_astype(array: &Array, dtype: DType) -> PyResult<Array> {
     if array.dtype() == dtype {
         return Ok(array.clone());
     }
-    let _cpu =
-        kiln_core::device::StreamScope::enter(kiln_core::device::host_stream()).or_raise()?;
+    let _cpu = kiln::device::StreamScope::enter(kiln::device::host_stream()).or_raise()?;
     let converted = ops::astype(array, dtype).or_raise()?;
-    kiln_core::eval(std::slice::from_ref(&converted)).or_raise()?;
+    kiln::eval(std::slice::from_ref(&converted)).or_raise()?;
     Ok(converted)
 }
 

@@ -7,8 +7,8 @@ use crate::convert::{py_scalar, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::ops::materialised;
+use kiln::{ops as kops, Array};
 use kiln_base::DType;
-use kiln_core::{ops as kops, Array};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 

@@ -3,8 +3,8 @@
 //! takes.
 
 use crate::error::{raise, OrRaise};
+use kiln::device::{self, StreamScope};
 use kiln_base::{Device, DeviceKind, Stream};
-use kiln_core::device::{self, StreamScope};
 use pyo3::prelude::*;
 
 /// The kind of a device, as MLX's `DeviceType` enum.

@@ -7,11 +7,11 @@ use crate::convert::{py_scalar, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::error::raise;
+use kiln::cpu::fast::c_kernel_source;
+use kiln::cuda::fast::cuda_kernel::InputDecl;
+use kiln::ops::fast::{self, SdpaMask};
+use kiln::Array;
 use kiln_base::{CudaKernelSpec, DType, Scalar, Shape, TemplateArg};
-use kiln_core::ops::fast::{self, SdpaMask};
-use kiln_core::Array;
-use kiln_cpu::fast::c_kernel_source;
-use kiln_cuda::fast::cuda_kernel::InputDecl;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
@@ -273,7 +273,7 @@ fn _cuda_kernel(
     let outs: Vec<(&str, DType)> =
         output_names.iter().map(|n| n.as_str()).zip(dtypes.iter().copied()).collect();
     let (full, symbol) =
-        kiln_cuda::fast::cuda_kernel::source(&name, &ins, &outs, &template, &header, &source)
+        kiln::cuda::fast::cuda_kernel::source(&name, &ins, &outs, &template, &header, &source)
             .map_err(crate::error::to_pyerr)?;
     if verbose {
         py.import("builtins")?.call_method1("print", (full.as_str(),))?;
@@ -291,7 +291,7 @@ fn _cuda_kernel(
         threadgroup,
         shared_memory,
     };
-    let out = with_stream(stream, || kiln_core::ops::cuda_kernel(spec, &arrays))?;
+    let out = with_stream(stream, || kiln::ops::cuda_kernel(spec, &arrays))?;
     Ok(out.into_iter().map(PyArray).collect())
 }
 

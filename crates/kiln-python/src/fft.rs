@@ -5,7 +5,7 @@ use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::ops::axes_arg;
-use kiln_core::ops::fft::{self as kfft, FftNorm, FftType};
+use kiln::ops::fft::{self as kfft, FftNorm, FftType};
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;

@@ -3,8 +3,8 @@
 //! and an axis longer than 6 shows its first and last 3 entries around `...`.
 
 use crate::convert::read_scalar;
+use kiln::Array;
 use kiln_base::{DType, Scalar};
-use kiln_core::Array;
 use std::fmt::Write;
 
 /// Entries kept at each end of a summarised axis.

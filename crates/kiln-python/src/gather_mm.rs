@@ -5,13 +5,13 @@ use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::error::raise;
-use kiln_core::ops as kops;
+use kiln::ops as kops;
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
 
 /// An optional index argument (None stays None).
-fn indices(x: Option<&Bound<'_, PyAny>>) -> PyResult<Option<kiln_core::Array>> {
+fn indices(x: Option<&Bound<'_, PyAny>>) -> PyResult<Option<kiln::Array>> {
     x.filter(|x| !x.is_none()).map(|x| to_array(x, None)).transpose()
 }
 

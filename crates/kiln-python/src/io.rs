@@ -5,7 +5,7 @@ use crate::array::PyArray;
 use crate::convert::host_bytes;
 use crate::dtype::Dtype;
 use crate::error::OrRaise;
-use kiln_core::Array;
+use kiln::Array;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 

@@ -46,7 +46,8 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     interrupt::chain_handler();
-    kiln_core::device::mark_main_thread();
+    kiln::init();
+    kiln::device::mark_main_thread();
     m.add_class::<array::PyArray>()?;
     m.add_class::<array::ArrayIterator>()?;
     dtype::register(m)?;

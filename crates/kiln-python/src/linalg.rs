@@ -5,9 +5,9 @@ use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::error::raise;
-use kiln_core::ops::linalg::{self, NormOrd};
-use kiln_core::ops::{self as kops, TensordotAxes};
-use kiln_core::Array;
+use kiln::ops::linalg::{self, NormOrd};
+use kiln::ops::{self as kops, TensordotAxes};
+use kiln::Array;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyString, PyTuple};
 

@@ -7,7 +7,7 @@ use crate::convert::{self, arrays_of, operand, operand_pair, to_array, type_name
 use crate::device::with_stream;
 use crate::error::{raise, OrRaise};
 use crate::ops::binary_functions;
-use kiln_core::{ops as kops, Array};
+use kiln::{ops as kops, Array};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 

@@ -2,21 +2,27 @@
 //! they describe the default device's memory: the GPU's when it is the default, else the
 //! host's.
 
-use kiln_base::buffer::{MemoryCounters, HOST};
-use kiln_base::DeviceKind;
-use kiln_cuda::alloc::DEVICE;
+use kiln_base::buffer::MemoryCounters;
+use kiln_base::{Device, DeviceKind, DeviceMemory, HOST};
 use pyo3::prelude::*;
 
 fn on_gpu() -> bool {
-    kiln_core::device::default_device().kind == DeviceKind::Gpu
+    kiln::device::default_device().kind == DeviceKind::Gpu
+}
+
+/// The default device's memory (the host's when the GPU's backend cannot run).
+fn memory() -> &'static dyn DeviceMemory {
+    let device = kiln::device::default_device();
+    kiln::backends::backend("memory", device).map_or(&HOST, |b| b.memory())
+}
+
+/// The GPU's memory when a GPU can run here.
+fn gpu_memory() -> Option<&'static dyn DeviceMemory> {
+    kiln::backends::backend("memory", Device::GPU).ok().map(|b| b.memory())
 }
 
 fn counters() -> &'static MemoryCounters {
-    if on_gpu() {
-        &DEVICE.counters
-    } else {
-        &HOST.counters
-    }
+    memory().counters()
 }
 
 /// Bytes currently held by arrays (not counting the cache).
@@ -40,18 +46,16 @@ fn reset_peak_memory() {
 /// Bytes kept in the cache: freed by arrays, not yet returned to the system.
 #[pyfunction]
 fn get_cache_memory() -> usize {
-    if on_gpu() {
-        DEVICE.cache_memory()
-    } else {
-        HOST.cache_memory()
-    }
+    memory().cache_memory()
 }
 
 /// Returns the cached memory to the system (`get_cache_memory()` is 0 afterwards).
 #[pyfunction]
 fn clear_cache() {
     HOST.clear_cache();
-    DEVICE.clear_cache();
+    if let Some(gpu) = gpu_memory() {
+        gpu.clear_cache();
+    }
 }
 
 /// Sets the memory limit, a guideline: past it, allocation first returns cached memory.
@@ -59,7 +63,7 @@ fn clear_cache() {
 #[pyfunction]
 fn set_memory_limit(limit: &Bound<'_, PyAny>) -> PyResult<usize> {
     let limit = non_negative("set_memory_limit", limit)?;
-    Ok(if on_gpu() { DEVICE.set_memory_limit(limit) } else { HOST.set_memory_limit(limit) })
+    Ok(memory().set_memory_limit(limit))
 }
 
 /// A byte count from Python (up to the largest `usize`, which a previous call may have
@@ -78,7 +82,9 @@ fn non_negative(op: &str, limit: &Bound<'_, PyAny>) -> PyResult<usize> {
 fn set_cache_limit(limit: &Bound<'_, PyAny>) -> PyResult<usize> {
     let limit = non_negative("set_cache_limit", limit)?;
     if on_gpu() {
-        DEVICE.set_cache_limit(limit);
+        if let Some(gpu) = gpu_memory() {
+            gpu.set_cache_limit(limit);
+        }
     }
     Ok(HOST.set_cache_limit(limit))
 }

@@ -7,8 +7,8 @@ use crate::convert::{self, operand_pair, py_scalar, scalar_dtype, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::error::{raise, OrRaise};
+use kiln::{ops as kops, Array};
 use kiln_base::{DType, Scalar};
-use kiln_core::{ops as kops, Array};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 
@@ -422,7 +422,7 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     if arrays.iter().all(|a| a.is_evaluated() && a.stream().device.kind == cpu) {
         return Ok(());
     }
-    crate::interrupt::detached(py, || kiln_core::eval(&arrays)).or_raise()
+    crate::interrupt::detached(py, || kiln::eval(&arrays)).or_raise()
 }
 
 /// Evaluates like `eval` but returns once GPU work is issued, without waiting for it.
@@ -431,7 +431,7 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
 fn async_eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     let mut arrays = Vec::new();
     collect_arrays(args.as_any(), &mut arrays)?;
-    crate::interrupt::detached(py, || kiln_core::eval::eval_async(&arrays)).map(|_| ()).or_raise()
+    crate::interrupt::detached(py, || kiln::eval::eval_async(&arrays)).map(|_| ()).or_raise()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -1,4 +1,4 @@
-//! `kiln.profiler`'s recorder (`kiln_core::profile`): start, stop (events as dicts), the
+//! `kiln.profiler`'s recorder (`kiln::profile`): start, stop (events as dicts), the
 //! clock Python's own ranges stamp themselves with.
 
 use pyo3::prelude::*;
@@ -7,13 +7,13 @@ use pyo3::types::{PyDict, PyList};
 /// Starts recording; false if a session is active already.
 #[pyfunction]
 fn _profiler_start() -> bool {
-    kiln_core::profile::start()
+    kiln::profile::start()
 }
 
 /// Stops recording and returns the events (GPU times resolved: waits for the GPU).
 #[pyfunction]
 fn _profiler_stop(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
-    let events = py.detach(kiln_core::profile::stop);
+    let events = py.detach(kiln::profile::stop);
     let out = PyList::empty(py);
     for e in events {
         let d = PyDict::new(py);
@@ -35,19 +35,19 @@ fn _profiler_stop(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
 /// Whether a session records.
 #[pyfunction]
 fn _profiler_active() -> bool {
-    kiln_core::profile::is_active()
+    kiln::profile::is_active()
 }
 
 /// The profiler's clock, in nanoseconds.
 #[pyfunction]
 fn _profiler_now_ns() -> u64 {
-    kiln_core::profile::now_ns()
+    kiln::profile::now_ns()
 }
 
 /// The calling thread's number in the profile's events.
 #[pyfunction]
 fn _profiler_thread() -> u64 {
-    kiln_core::profile::thread_index()
+    kiln::profile::thread_index()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

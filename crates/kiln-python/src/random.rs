@@ -6,10 +6,10 @@ use crate::convert::{py_scalar, to_array};
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::error::{raise, OrRaise};
+use kiln::ops::{self as kops, random};
+use kiln::Array;
 use kiln_base::shape::{broadcast_shapes, fmt_shape};
 use kiln_base::DType;
-use kiln_core::ops::{self as kops, random};
-use kiln_core::Array;
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;

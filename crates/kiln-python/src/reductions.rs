@@ -8,7 +8,7 @@ use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::dtype::Dtype;
 use crate::ops::{axes_arg, reduce};
-use kiln_core::{ops as kops, Array};
+use kiln::{ops as kops, Array};
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;

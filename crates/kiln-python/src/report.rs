@@ -3,15 +3,15 @@
 //! simplified graph), each fused kernel's generated C (and CUDA, where built) with its
 //! build and run counters, and the device of each node of the final graph.
 
-use kiln_core::compile::Compiled;
-use kiln_core::Primitive;
+use kiln::compile::Compiled;
+use kiln::Primitive;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-fn device_name(d: kiln_core::Device) -> &'static str {
+fn device_name(d: kiln::Device) -> &'static str {
     match d.kind {
-        kiln_core::DeviceKind::Cpu => "cpu",
-        kiln_core::DeviceKind::Gpu => "gpu",
+        kiln::DeviceKind::Cpu => "cpu",
+        kiln::DeviceKind::Gpu => "gpu",
     }
 }
 
@@ -29,7 +29,7 @@ pub(crate) fn add_report_data(d: &Bound<'_, PyDict>, c: &Compiled) -> PyResult<(
     let graph = c.graph();
     let devices: Vec<&str> = graph.nodes.iter().map(|n| device_name(n.stream.device)).collect();
     d.set_item("devices", devices)?;
-    let cuda_built = kiln_cuda::nvrtc::built();
+    let cuda_built = kiln::cuda::nvrtc::built();
     let kernels = PyList::empty(py);
     for (i, node) in graph.nodes.iter().enumerate() {
         let Primitive::Fused(program) = &node.prim else { continue };
@@ -39,7 +39,7 @@ pub(crate) fn add_report_data(d: &Bound<'_, PyDict>, c: &Compiled) -> PyResult<(
         kd.set_item("device", device_name(node.stream.device))?;
         kd.set_item("steps", program.steps.len())?;
         let cpu = PyList::empty(py);
-        for k in kiln_cpu::fused::jit::kernels_for(program) {
+        for k in kiln::cpu::fused::jit::kernels_for(program) {
             let v = PyDict::new(py);
             v.set_item("variant", k.variant)?;
             v.set_item("state", k.state)?;

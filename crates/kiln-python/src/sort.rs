@@ -6,7 +6,7 @@ use crate::array::PyArray;
 use crate::convert::to_array;
 use crate::device::with_stream;
 use crate::error::raise;
-use kiln_core::ops as kops;
+use kiln::ops as kops;
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;

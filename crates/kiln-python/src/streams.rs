@@ -5,8 +5,8 @@
 
 use crate::device::{to_device, to_stream, PyDevice, PyStream};
 use crate::error::OrRaise;
+use kiln::device;
 use kiln_base::{Device, DeviceKind};
-use kiln_core::device;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -106,7 +106,7 @@ fn synchronize(stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
             crate::error::raise!(Value, "synchronize", "{} is not available.", s.device)
         })?;
     }
-    kiln_cuda::synchronize().map_err(crate::error::to_pyerr)
+    kiln::backends::synchronize(kiln_base::Device::GPU).map_err(crate::error::to_pyerr)
 }
 
 /// The number of available devices of a type (one CPU; the first GPU when there is one).
@@ -135,7 +135,7 @@ fn device_info<'py>(
         out.set_item("device_name", cpu_model_name())?;
     }
     if dev.kind == DeviceKind::Gpu && device::is_available(dev) {
-        if let Ok(gpu) = kiln_cuda::runtime::gpu() {
+        if let Ok(gpu) = kiln::cuda::runtime::gpu() {
             out.set_item("architecture", format!("sm_{}{}", gpu.arch.0, gpu.arch.1))?;
             out.set_item("device_name", gpu.name.clone())?;
             out.set_item("memory_size", gpu.total_memory)?;

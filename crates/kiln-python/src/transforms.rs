@@ -4,8 +4,8 @@
 
 use crate::array::PyArray;
 use crate::error::to_pyerr;
+use kiln::{transforms, Array, Result};
 use kiln_base::Error;
-use kiln_core::{transforms, Array, Result};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::cell::RefCell;
@@ -60,7 +60,7 @@ fn _vjp(
     let primals = arrays(primals);
     let cotangents = match cotangents {
         Some(c) => arrays(c),
-        None => vec![kiln_core::ops::ones(&[], kiln_base::DType::F32).map_err(to_pyerr)?],
+        None => vec![kiln::ops::ones(&[], kiln_base::DType::F32).map_err(to_pyerr)?],
     };
     let result = transforms::vjp(rust_fun(fun, &raised), &primals, &cotangents);
     finish(result, raised)

@@ -47,7 +47,7 @@ fn is_kernel_input(graph: &Graph, v: Value, region_of: &[usize], id: usize) -> b
 fn fusable(graph: &Graph, node: &Node) -> bool {
     // Generated CUDA C has complex64 (`kc64` in its preamble), generated C does not: on the
     // CPU complex values stay with the eager kernels; on the GPU a complex node fuses when
-    // the GPU computes it (its op table in kiln_cuda::complex).
+    // the GPU backend computes it (its `supports`).
     let dtypes =
         || node.outputs.iter().map(|o| o.1).chain(node.inputs.iter().map(|v| graph.meta(*v).1));
     if dtypes().any(|d| d == DType::C64) {

@@ -1,8 +1,9 @@
-//! Replaying a compiled GPU function as one CUDA graph (DESIGN.md section 5.3).
+//! Replaying a compiled GPU function as one device graph (DESIGN.md section 5.3): the policy
+//! lives here, the recording in the GPU backend's `GraphCapture` (kiln-cuda: CUDA graphs).
 //!
 //! A compiled call normally rebuilds its graph as lazy arrays and evaluates them, launching
 //! each kernel from the host: about 8 us per kernel, far more than most kernels run. Here the
-//! entry's kernel sequence is captured once into a CUDA graph and relaunched per call:
+//! entry's kernel sequence is captured once into a device graph and relaunched per call:
 //!
 //! 1. the first call replays lazily, as on the CPU (kernels get built);
 //! 2. the second runs the nodes directly, without lazy arrays; an op with no GPU kernel
@@ -16,19 +17,21 @@
 //! (`worth_a_graph`), run directly on every call from the second on and are never captured.
 //!
 //! The memory plan is fixed at capture: the graph reserves every block freed while it was
-//! recorded (kiln-cuda's allocator), the plan keeps its staging, constants and outputs.
+//! recorded (the backend's allocator), the plan keeps its staging, constants and outputs.
 //! Calls are serialised by the entry's lock; the work itself stays asynchronous.
 //! `KILN_CUDA_GRAPHS=0` turns graphs off (the lazy replay runs every call).
 
 use super::captured::{Graph, Value};
 use crate::array::Array;
 use crate::eval::{eval_async, gpu_runs, run};
-use kiln_base::{bail, ArrayData, DType, Device, Layout, Result, Shape, Stream};
-use kiln_cuda::cuda_graph::{capture, copy_all_row_major, CudaGraph};
+use kiln_base::backend::{DeviceGraph, GraphCapture, IssueGuard};
+use kiln_base::{bail, ArrayData, Backend, DType, Device, Layout, Result, Shape, Stream};
 use std::sync::Mutex;
 
 /// A compiled entry's graph replay state.
 pub(crate) struct GraphReplay {
+    backend: &'static dyn Backend,
+    graphs: &'static dyn GraphCapture,
     device: Device,
     stream: Stream,
     /// For each node, the last node reading one of its outputs (`usize::MAX`: an output of
@@ -53,7 +56,7 @@ enum State {
 
 /// What a captured graph reads and writes.
 struct Plan {
-    graph: CudaGraph,
+    graph: Box<dyn DeviceGraph>,
     /// Row-major copies of the inputs, the buffers the graph reads.
     staging: Vec<ArrayData>,
     /// The input each staging buffer holds a copy of. Arrays never change once computed,
@@ -67,7 +70,7 @@ struct Plan {
     launches: u64,
 }
 
-/// What explain reports about an entry's CUDA graph.
+/// What explain reports about an entry's device graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GraphStatus {
     /// "lazy" (not tried yet), "warm" (captures on the next call), "captured", "off".
@@ -90,7 +93,7 @@ fn kernel_count(graph: &Graph) -> usize {
         .count()
 }
 
-/// Whether replaying `graph` as a CUDA graph pays. A graph saves each kernel's launch (a few
+/// Whether replaying `graph` as a device graph pays. A graph saves each kernel's launch (a few
 /// microseconds of host time) but copies the inputs in and the outputs out at every call: a
 /// function of a few kernels over large arrays (one fused kernel over 2^26 elements) would
 /// move twice the bytes to save one launch. Estimated at traced sizes: the copies (at about
@@ -134,6 +137,8 @@ impl GraphReplay {
         if !graphs_enabled() {
             return None;
         }
+        let backend = crate::backends::gpu()?;
+        let graphs = backend.graph_capture()?;
         let kernels = kernel_count(graph);
         let direct = kernels <= DIRECT_AT_MOST || !worth_a_graph(graph, kernels);
         let mut last_use = vec![0; graph.nodes.len()];
@@ -150,6 +155,8 @@ impl GraphReplay {
             }
         }
         Some(GraphReplay {
+            backend,
+            graphs,
             device: stream.device,
             stream,
             last_use,
@@ -211,7 +218,7 @@ impl GraphReplay {
                     Ok(Some(out))
                 }
                 Err(e) => {
-                    log(&format!("no CUDA graph for this entry: {e}"));
+                    log(&format!("no device graph for this entry: {e}"));
                     Ok(None)
                 }
             },
@@ -246,7 +253,7 @@ impl GraphReplay {
         inputs: &[ArrayData],
         consts: &[ArrayData],
     ) -> Result<Vec<ArrayData>> {
-        let _issuing = kiln_cuda::cuda_graph::issuing();
+        let _issuing = self.issuing();
         self.execute(graph, inputs, consts, true)
     }
 
@@ -291,7 +298,12 @@ impl GraphReplay {
         Ok(graph.outputs.iter().map(|v| get(v, &values)).collect())
     }
 
-    /// Records the nodes over fresh staging buffers into a CUDA graph.
+    /// Marks this thread as issuing GPU work (no capture elsewhere meanwhile).
+    fn issuing(&self) -> Option<IssueGuard> {
+        self.backend.issuing()
+    }
+
+    /// Records the nodes over fresh staging buffers into a device graph.
     fn capture(&self, graph: &Graph, inputs: &[ArrayData], consts: Vec<ArrayData>) -> Result<Plan> {
         // Inputs that were views took other kernel variants so far: build the row-major
         // ones together now rather than one by one inside the capture.
@@ -300,12 +312,13 @@ impl GraphReplay {
         }
         let staging = inputs
             .iter()
-            .map(|x| row_major_buffer(&x.layout.shape, x.dtype))
+            .map(|x| self.row_major_buffer(&x.layout.shape, x.dtype))
             .collect::<Result<Vec<_>>>()?;
-        let (cuda_graph, outputs) = capture(|| self.execute(graph, &staging, &consts, false))?;
-        log(&format!("captured a CUDA graph of {} nodes", cuda_graph.nodes()));
+        let mut work = || self.execute(graph, &staging, &consts, false);
+        let (device_graph, outputs) = self.graphs.capture(&mut work)?;
+        log(&format!("captured a device graph of {} nodes", device_graph.nodes()));
         let copied = Mutex::new(vec![None; staging.len()]);
-        Ok(Plan { graph: cuda_graph, staging, copied, _consts: consts, outputs, launches: 0 })
+        Ok(Plan { graph: device_graph, staging, copied, _consts: consts, outputs, launches: 0 })
     }
 
     /// One graph run: inputs copied in, the graph launched, outputs copied out.
@@ -316,7 +329,7 @@ impl GraphReplay {
         inputs: &[Array],
         data: &[ArrayData],
     ) -> Result<Vec<Array>> {
-        let _issuing = kiln_cuda::cuda_graph::issuing();
+        let _issuing = self.issuing();
         let mut copied = plan.copied.lock().unwrap_or_else(|e| e.into_inner());
         let mut copies = Vec::with_capacity(data.len());
         for ((x, staging), last) in data.iter().zip(&plan.staging).zip(copied.iter_mut()) {
@@ -327,7 +340,7 @@ impl GraphReplay {
                 *last = Some(x.clone());
             }
         }
-        if let Err(e) = copy_all_row_major(&copies) {
+        if let Err(e) = self.graphs.copy_all_row_major(&copies) {
             // Which staging buffers hold what is unknown now: copy everything next time.
             copied.iter_mut().for_each(|c| *c = None);
             return Err(e);
@@ -339,7 +352,7 @@ impl GraphReplay {
             .iter()
             .zip(&plan.outputs)
             .map(|(value, out)| match value {
-                Value::Node(..) => row_major_buffer(&out.layout.shape, out.dtype).map(Some),
+                Value::Node(..) => self.row_major_buffer(&out.layout.shape, out.dtype).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -349,7 +362,7 @@ impl GraphReplay {
             .zip(&fresh)
             .filter_map(|(out, f)| f.as_ref().map(|f| (out, &f.buffer)))
             .collect();
-        copy_all_row_major(&copies)?;
+        self.graphs.copy_all_row_major(&copies)?;
         let results = plan
             .outputs
             .iter()
@@ -357,6 +370,15 @@ impl GraphReplay {
             .map(|(out, f)| Array::from_data(f.unwrap_or_else(|| out.clone()), self.stream))
             .collect();
         Ok(self.outputs(graph, inputs, results))
+    }
+
+    fn row_major_buffer(&self, shape: &Shape, dtype: DType) -> Result<ArrayData> {
+        let n: usize = shape.iter().product();
+        Ok(ArrayData {
+            buffer: self.backend.memory().alloc(n * dtype.size())?,
+            layout: Layout::contiguous(shape),
+            dtype,
+        })
     }
 
     /// The function's outputs: its inputs and constants as the caller's own arrays.
@@ -378,15 +400,6 @@ impl std::fmt::Debug for GraphReplay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("GraphReplay")
     }
-}
-
-fn row_major_buffer(shape: &Shape, dtype: DType) -> Result<ArrayData> {
-    let n: usize = shape.iter().product();
-    Ok(ArrayData {
-        buffer: kiln_cuda::alloc::DEVICE.alloc(n * dtype.size())?,
-        layout: Layout::contiguous(shape),
-        dtype,
-    })
 }
 
 /// `KILN_LOG=compile` reports graph captures.

@@ -5,7 +5,8 @@
 //! - `simplify.rs`: no-op removal, scalar merging, CSE, dead-code removal (linear time);
 //! - `concat.rs`: sums of zero-padded slices (split gradients) -> one concatenate;
 //! - `fuse.rs`: elementwise regions -> `Primitive::Fused` (kiln-cpu builds them as C);
-//! - `graph_replay.rs`: GPU entries replayed as one captured CUDA graph;
+//! - `graph_replay.rs`: GPU entries replayed as one captured device graph (the backend's
+//!   `GraphCapture`: CUDA graphs);
 //! - `prebuild_kernels.rs`: a GPU entry's kernels built in parallel before its first call;
 //! - this file: tracing, replay, the Rust-facing cache (`compile`), switches.
 //!
@@ -87,7 +88,7 @@ pub struct Compiled {
     cuda_graph: Option<graph_replay::GraphReplay>,
     /// The parallel build of the kernels the first call needed (set at the first replay
     /// over real inputs of the traced shapes; `None` inside: nothing to build on the GPU).
-    prebuilt: OnceLock<Option<kiln_cuda::prebuild::BatchReport>>,
+    prebuilt: OnceLock<Option<kiln_base::backend::BuildReport>>,
     /// Replays over real inputs (explain, the report: the first call and each cache hit).
     replays: AtomicU64,
 }
@@ -241,7 +242,7 @@ impl Compiled {
 
     /// What the parallel build before the first GPU call did (explain); `None` before the
     /// first call, for CPU entries, or with nothing to build.
-    pub fn prebuild_report(&self) -> Option<&kiln_cuda::prebuild::BatchReport> {
+    pub fn prebuild_report(&self) -> Option<&kiln_base::backend::BuildReport> {
         self.prebuilt.get().and_then(Option::as_ref)
     }
 

@@ -1,15 +1,16 @@
 //! Parallel kernel builds for a GPU entry's first call. Without them each fused region's
-//! kernel is built by NVRTC at its first launch, one after another; here the entry's first
-//! replay names every elementwise kernel it will launch (fused regions and eager elementwise
-//! nodes, for the layouts the call's inputs have) and `kiln_cuda::prebuild` builds them on
-//! several threads before the replay runs. Kernels not predicted (other families, layouts
-//! known only once a kernel has run) still build at their first launch, and a wrong guess
-//! only costs an unused build, never a wrong result: the launch picks its kernel itself.
+//! kernel is built (by NVRTC) at its first launch, one after another; here the entry's first
+//! replay lists the nodes it will run with the layouts their inputs will have (followed from
+//! the call's inputs through views), and the GPU backend's `prebuild` builds the kernels it
+//! can name from them on several threads before the replay runs. Kernels not named (other
+//! families, layouts known only once a kernel has run) still build at their first launch,
+//! and a wrong guess only costs an unused build, never a wrong result: the launch picks its
+//! kernel itself.
 
 use super::captured::{Graph, Value};
 use crate::array::Array;
+use kiln_base::backend::{BuildReport, KernelNode};
 use kiln_base::{DType, DeviceKind, Layout, Primitive, Shape};
-use kiln_cuda::prebuild::Request;
 
 /// How deep `array_layout` follows pending views before giving up.
 const MAX_VIEW_DEPTH: u32 = 16;
@@ -54,13 +55,13 @@ fn array_layout(a: &Array, depth: u32) -> Option<Layout> {
     output_layout(&prim, &known, a.shape())
 }
 
-/// Every elementwise kernel the graph's GPU nodes will launch over inputs of these layouts
-/// (None: unknown), in node order.
-pub(crate) fn kernel_requests(graph: &Graph, input_layouts: &[Option<Layout>]) -> Vec<Request> {
+/// The graph's GPU nodes that launch a kernel, with the layouts their inputs will have given
+/// the call's (None: unknown; nodes reading an unknown layout are left out), in node order.
+pub(crate) fn kernel_nodes(graph: &Graph, input_layouts: &[Option<Layout>]) -> Vec<KernelNode> {
     let const_layouts: Vec<Option<Layout>> =
         graph.consts.iter().map(|a| array_layout(a, 0)).collect();
     let mut layouts: Vec<Vec<Option<Layout>>> = Vec::with_capacity(graph.nodes.len());
-    let mut requests = Vec::new();
+    let mut kernels = Vec::new();
     for node in &graph.nodes {
         let args: Vec<(Option<Layout>, &[usize])> = node
             .inputs
@@ -81,7 +82,7 @@ pub(crate) fn kernel_requests(graph: &Graph, input_layouts: &[Option<Layout>]) -
                 .map(|((l, _), v)| l.clone().map(|l| (l, graph.meta(*v).1)))
                 .collect();
             if let Some(known) = known {
-                requests.extend(node_kernel(&node.prim, &known, &node.outputs));
+                kernels.extend(node_kernel(&node.prim, known, &node.outputs));
             }
         }
         let outputs = match node.prim {
@@ -97,65 +98,46 @@ pub(crate) fn kernel_requests(graph: &Graph, input_layouts: &[Option<Layout>]) -
         };
         layouts.push(outputs);
     }
-    requests
+    kernels
 }
 
-/// The kernel one node launches on the GPU, if it is elementwise and not a view (a reshape
-/// that is no view runs as a copy, as eval does).
+/// The kernel one node launches, unless it is a view (a reshape that is no view runs as a
+/// copy, as eval does).
 fn node_kernel(
     prim: &Primitive,
-    inputs: &[(Layout, DType)],
+    inputs: Vec<(Layout, DType)>,
     outputs: &[(Shape, DType)],
-) -> Option<Request> {
-    if let [(layout, _)] = inputs {
-        if prim.view_layout(layout).is_some() {
-            return None;
+) -> Option<KernelNode> {
+    let (prim, outputs) = match inputs.as_slice() {
+        [(layout, _)] if prim.view_layout(layout).is_some() => return None,
+        [(layout, dtype)] if matches!(prim, Primitive::Reshape { .. }) => {
+            (Primitive::Copy, vec![(layout.shape.clone(), *dtype)])
         }
-    }
-    let copy;
-    let (prim, outputs) = match (prim, inputs) {
-        (Primitive::Reshape { .. }, [(layout, dtype)]) => {
-            copy = [(layout.shape.clone(), *dtype)];
-            (&Primitive::Copy, copy.as_slice())
-        }
-        _ => (prim, outputs),
+        _ => (prim.clone(), outputs.to_vec()),
     };
-    let dtypes = inputs.iter().map(|x| x.1).chain(outputs.iter().map(|o| o.1));
-    if !crate::eval::gpu_runs(prim, dtypes) {
-        return None; // runs on the CPU
-    }
-    kiln_cuda::elementwise::predict(prim, inputs, outputs.first()?)
+    Some(KernelNode { prim, inputs, outputs })
 }
 
 /// Builds the kernels the first call of `graph` over `inputs` will need, in parallel
 /// (`None`: no GPU node, no GPU, or batches turned off).
-pub(crate) fn prebuild(
-    graph: &Graph,
-    inputs: &[Array],
-) -> Option<kiln_cuda::prebuild::BatchReport> {
-    if !worth_trying(graph) {
-        return None;
-    }
+pub(crate) fn prebuild(graph: &Graph, inputs: &[Array]) -> Option<BuildReport> {
+    let gpu = gpu_backend(graph)?;
     let layouts: Vec<Option<Layout>> = inputs.iter().map(|a| array_layout(a, 0)).collect();
-    let requests = kernel_requests(graph, &layouts);
-    let _progress = kiln_cpu::fused::progress::building(requests.len());
-    kiln_cuda::prebuild::build_batch(&requests)
+    gpu.prebuild(&kernel_nodes(graph, &layouts), true)
 }
 
-/// Before a CUDA graph is captured over row-major staging copies of the inputs: the kernels
-/// for those layouts (views passed in needed other variants at the first calls).
-pub(crate) fn prebuild_row_major(graph: &Graph) -> Option<kiln_cuda::prebuild::BatchReport> {
-    if !worth_trying(graph) {
-        return None;
-    }
+/// Before a device graph is captured over row-major staging copies of the inputs: the
+/// kernels for those layouts (views passed in needed other variants at the first calls).
+pub(crate) fn prebuild_row_major(graph: &Graph) -> Option<BuildReport> {
+    let gpu = gpu_backend(graph)?;
     let layouts: Vec<Option<Layout>> =
         graph.inputs.iter().map(|(shape, _)| Some(Layout::contiguous(shape))).collect();
-    kiln_cuda::prebuild::build_batch(&kernel_requests(graph, &layouts))
+    gpu.prebuild(&kernel_nodes(graph, &layouts), false)
 }
 
-fn worth_trying(graph: &Graph) -> bool {
+fn gpu_backend(graph: &Graph) -> Option<&'static dyn kiln_base::Backend> {
     let on_gpu = graph.nodes.iter().any(|n| n.stream.device.kind == DeviceKind::Gpu);
-    on_gpu && kiln_cuda::prebuild::enabled() && kiln_cuda::is_available()
+    on_gpu.then(crate::backends::gpu).flatten()
 }
 
 #[cfg(test)]
@@ -193,60 +175,47 @@ mod tests {
         node.expect("a fused region").prim.clone()
     }
 
-    #[test]
-    fn requests_follow_layouts_through_the_graph() {
-        let (graph, inputs) = gpu_graph();
-        let row = |i: usize| Layout::contiguous(&inputs[i].0);
-        let f32s = DType::F32;
-        let requests = kernel_requests(&graph, &[Some(row(0)), Some(row(1))]);
-        // The fused region reads y through the transpose: the strided variant.
-        let yt = Layout::new([4, 6].as_slice().into(), [1, 4].as_slice().into(), 0);
-        let out: (Shape, DType) = ([4, 6].as_slice().into(), f32s);
-        let region = kiln_cuda::elementwise::predict(
-            &fused(&graph),
-            &[(row(0), f32s), (yt.clone(), f32s)],
-            &out,
-        )
-        .unwrap();
-        // The negation reads the reduction's fresh row-major output.
-        let s: (Shape, DType) = ([4].as_slice().into(), f32s);
-        let neg = kiln_cuda::elementwise::predict(
-            &Primitive::Unary(UnaryOp::Negative),
-            &[(Layout::contiguous(&[4]), f32s)],
-            &s,
-        )
-        .unwrap();
-        let copy = kiln_cuda::elementwise::predict(
-            &Primitive::Copy,
-            &[(yt, f32s)],
-            &([4, 6].as_slice().into(), f32s),
-        )
-        .unwrap();
-        assert_eq!(
-            requests.len(),
-            3,
-            "{:?}",
-            requests.iter().map(|r| &r.symbol).collect::<Vec<_>>()
-        );
-        for want in [&region, &neg, &copy] {
-            assert!(requests.contains(want), "missing {}", want.symbol);
-        }
-        assert!(region.source.contains("kiln_Compiled_add_exp_multiply"));
+    /// Each node as (primitive name, its inputs' layouts).
+    fn summary(nodes: &[KernelNode]) -> Vec<(&'static str, Vec<Layout>)> {
+        nodes
+            .iter()
+            .map(|n| (n.prim.name(), n.inputs.iter().map(|x| x.0.clone()).collect()))
+            .collect()
     }
 
     #[test]
-    fn unknown_layouts_and_cpu_nodes_predict_nothing_from_them() {
+    fn nodes_follow_layouts_through_the_graph() {
+        let (graph, inputs) = gpu_graph();
+        let row = |i: usize| Layout::contiguous(&inputs[i].0);
+        let nodes = kernel_nodes(&graph, &[Some(row(0)), Some(row(1))]);
+        // The fused region reads y through the transpose (its strided layout); the sum reads
+        // the region's fresh row-major output, the negation the sum's; the flattening of the
+        // transpose is no view: a copy of the strided layout.
+        let yt = Layout::new([4, 6].as_slice().into(), [1, 4].as_slice().into(), 0);
+        let want = vec![
+            (fused(&graph).name(), vec![row(0), yt.clone()]),
+            ("sum", vec![Layout::contiguous(&[4, 6])]),
+            ("negative", vec![Layout::contiguous(&[4])]),
+            ("copy", vec![yt]),
+        ];
+        assert_eq!(summary(&nodes), want);
+        assert!(nodes.iter().all(|n| n.inputs.iter().all(|x| x.1 == DType::F32)));
+        assert_eq!(nodes[3].outputs, vec![([4, 6].as_slice().into(), DType::F32)]);
+    }
+
+    #[test]
+    fn unknown_layouts_and_cpu_nodes_name_nothing_from_them() {
         let (mut graph, inputs) = gpu_graph();
-        // y's layout unknown: only the negation (after the reduction) can be named.
-        let known = kernel_requests(&graph, &[Some(Layout::contiguous(&inputs[0].0)), None]);
-        assert_eq!(known.len(), 1);
-        assert!(known[0].symbol.contains("negative"), "{}", known[0].symbol);
+        // y's layout unknown: only what follows the region's row-major output is named.
+        let known = kernel_nodes(&graph, &[Some(Layout::contiguous(&inputs[0].0)), None]);
+        let names: Vec<&str> = known.iter().map(|n| n.prim.name()).collect();
+        assert_eq!(names, ["sum", "negative"]);
         for node in &mut graph.nodes {
             node.stream = Stream { device: kiln_base::Device::CPU, index: 0 };
         }
         let layouts: Vec<Option<Layout>> =
             inputs.iter().map(|(s, _)| Some(Layout::contiguous(s))).collect();
-        assert!(kernel_requests(&graph, &layouts).is_empty());
+        assert!(kernel_nodes(&graph, &layouts).is_empty());
     }
 
     #[test]

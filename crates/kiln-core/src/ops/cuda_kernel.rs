@@ -1,6 +1,6 @@
 //! `mx.fast.cuda_kernel`'s op: checks the launch, compiles the generated source once (so
 //! compile errors raise at the call, with NVRTC's log) and records one `FastOp::CudaKernel`
-//! with all its outputs. The source comes from kiln-cuda's `fast::custom::source`.
+//! with all its outputs. The GPU backend generates the source and builds it.
 
 use super::record_all;
 use crate::array::Array;
@@ -30,7 +30,7 @@ pub fn cuda_kernel(mut spec: CudaKernelSpec, inputs: &[Array]) -> Result<Vec<Arr
         "threadgroup {:?} must be positive with at most {MAX_BLOCK_THREADS} threads in all.",
         spec.threadgroup
     );
-    let (blocks, _) = kiln_cuda::fast::cuda_kernel::launch_dims(spec.grid, spec.threadgroup);
+    let (blocks, _) = spec.launch_dims();
     ensure!(
         blocks[1] <= 65535 && blocks[2] <= 65535,
         Value,
@@ -38,8 +38,7 @@ pub fn cuda_kernel(mut spec: CudaKernelSpec, inputs: &[Array]) -> Result<Vec<Arr
         "grid {:?} needs more than 65535 blocks in y or z.",
         spec.grid
     );
-    if !kiln_cuda::is_available() {
-        let why = kiln_cuda::unavailable_reason().unwrap_or_default();
+    if let Some(why) = crate::backends::unavailable_reason(kiln_base::Device::GPU) {
         bail!(
             Runtime,
             op,
@@ -54,7 +53,8 @@ pub fn cuda_kernel(mut spec: CudaKernelSpec, inputs: &[Array]) -> Result<Vec<Arr
             "CUDA kernels run on the GPU only (got a CPU stream); use mx.fast.c_kernel there."
         );
     }
-    kiln_cuda::fast::cuda_kernel::prepare(&spec)?;
     spec.num_inputs = inputs.len();
-    record_all(Primitive::Fast(FastOp::CudaKernel(Arc::new(spec))), inputs.to_vec())
+    let fop = FastOp::CudaKernel(Arc::new(spec));
+    crate::backends::backend(op, stream.device)?.prepare_kernel(&fop)?;
+    record_all(Primitive::Fast(fop), inputs.to_vec())
 }

@@ -45,34 +45,25 @@ fn record_fast(fop: FastOp, inputs: Vec<Array>) -> Result<Array> {
     record(Primitive::Fast(fop), inputs)
 }
 
-/// Whether the GPU's fused kernel takes this call (see kiln-cuda's `fast` module): float32
-/// or half-float data (an attention mask may be bool); for attention, kiln-cuda's choice
-/// (its tensor-core path, or long sequences whose scores the composition would materialise).
+/// Whether the GPU's fused kernel takes this call (its backend decides: dtypes, and for
+/// attention its tensor-core path or long sequences whose scores the composition would
+/// materialise).
 fn gpu_fused(fop: &FastOp, inputs: &[Array]) -> bool {
-    let gpu_float = |x: &Array| matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
-    let fits = match fop {
-        FastOp::Attention { .. } => {
-            let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
-            inputs[..3].iter().all(gpu_float)
-                && kiln_cuda::fast::attention_fused(inputs[0].dtype(), q, k, v)
-        }
-        _ => inputs.iter().all(gpu_float),
-    };
-    fits && kiln_cuda::supports(&Primitive::Fast(fop.clone()), inputs.iter().map(|x| x.dtype()))
+    let metas: Vec<(&[usize], DType)> = inputs.iter().map(|x| (x.shape(), x.dtype())).collect();
+    crate::backends::gpu().is_some_and(|b| b.fuses(fop, &metas))
 }
 
-/// Whether attention under grad takes the fused training primitives: on the GPU when its
-/// flash kernels take these inputs (no mask array); on the CPU only under
-/// `KILN_ATTENTION_FUSED_VJP=1`, a testing switch (its kernels are plain references).
+/// Whether attention under grad takes the fused training primitives: where the default
+/// device's backend says its kernels take these inputs (no mask array). On the GPU those are
+/// the flash kernels; the CPU's are plain references, taken only under a testing switch.
 fn train_fused(mask: AttentionMask, inputs: &[Array]) -> bool {
     if !matches!(mask, AttentionMask::None | AttentionMask::Causal) {
         return false;
     }
-    if crate::device::default_stream().device.kind != kiln_base::DeviceKind::Gpu {
-        return std::env::var("KILN_ATTENTION_FUSED_VJP").is_ok_and(|v| v == "1");
-    }
+    let device = crate::device::default_stream().device;
     let [q, k, v] = [0, 1, 2].map(|i| inputs[i].shape());
-    kiln_cuda::fast::attention_train_fused(inputs[0].dtype(), q, k, v)
+    crate::backends::backend("scaled_dot_product_attention", device)
+        .is_ok_and(|b| b.fuses_attention_training(inputs[0].dtype(), q, k, v))
 }
 
 /// Checks a norm's weight or bias and returns the dtype it promotes with.
@@ -311,7 +302,6 @@ pub fn c_kernel(
         output_shapes.len(),
         output_dtypes.len()
     );
-    kiln_cpu::fast::c_kernel_check(&source)?;
     let spec = CKernelSpec {
         name: name.to_string(),
         source,
@@ -321,5 +311,7 @@ pub fn c_kernel(
         init_value,
         ensure_row_contiguous,
     };
-    record_all(Primitive::Fast(FastOp::CKernel(Arc::new(spec))), inputs.to_vec())
+    let fop = FastOp::CKernel(Arc::new(spec));
+    crate::backends::backend(op, kiln_base::Device::CPU)?.prepare_kernel(&fop)?;
+    record_all(Primitive::Fast(fop), inputs.to_vec())
 }

@@ -295,7 +295,7 @@ pub(crate) fn kernel(program: &Arc<FusedProgram>, variant: &Variant) -> Option<A
     }
     let key = (program.as_ref().clone(), variant.clone());
     let user = Arc::downgrade(program);
-    let progress = super::progress::building(1);
+    let progress = kiln_base::build_progress::building(1);
     let build = move || {
         let _progress = progress;
         let slot = match build_and_load(&key.0, &key.1) {

@@ -11,7 +11,6 @@
 mod disk_cache;
 mod interp;
 pub mod jit;
-pub mod progress;
 
 use kiln_base::shape::size_of;
 use kiln_base::{bail, ArrayData, DType, DeviceKind, FusedProgram, Layout, Result, HOST};
