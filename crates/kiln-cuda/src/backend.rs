@@ -83,7 +83,7 @@ impl Backend for CudaBackend {
     }
 
     fn issuing(&self) -> Option<IssueGuard> {
-        Some(Box::new(crate::cuda_graph::issuing()))
+        Some(Box::new(crate::issuing::issuing()))
     }
 
     fn completion_event(&self) -> Result<Option<Box<dyn CompletionEvent>>> {

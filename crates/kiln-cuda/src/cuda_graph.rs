@@ -13,7 +13,6 @@ use crate::runtime::{driver_error, gpu};
 use cudarc::driver::{result, sys};
 use kiln_base::backend::{DeviceGraph, GraphCapture};
 use kiln_base::{ArrayData, Buffer, Result};
-use std::sync::{RwLock, RwLockReadGuard};
 
 /// An instantiated graph and the blocks it owns.
 pub struct CudaGraph {
@@ -29,52 +28,17 @@ unsafe impl Send for CudaGraph {}
 // SAFETY: as for Send; launching takes `&self` but the driver serialises launches itself.
 unsafe impl Sync for CudaGraph {}
 
-/// Taken shared by every thread issuing GPU work (evaluation, transfers, waits) and
-/// exclusively by a capture, so no other thread's work lands in a graph being recorded (the
-/// stream is shared) or touches the stream while it records.
-static ISSUING: RwLock<()> = RwLock::new(());
-
-thread_local! {
-    /// How many `Issuing` guards this thread holds: only the outermost takes the lock, so
-    /// nested work (an eval moving data to the host) never waits behind a queued capture.
-    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Held while issuing GPU work (see `ISSUING`); re-entrant on one thread.
-pub struct Issuing(#[allow(dead_code)] Option<RwLockReadGuard<'static, ()>>);
-
-/// A guard that counts as issuing without taking the lock (the capture holds it).
-fn issuing_while_captured() -> Issuing {
-    DEPTH.with(|d| d.set(d.get() + 1));
-    Issuing(None)
-}
-
-/// Marks this thread as issuing GPU work until the guard drops.
-pub fn issuing() -> Issuing {
-    let depth = DEPTH.with(|d| d.replace(d.get() + 1));
-    Issuing((depth == 0).then(|| ISSUING.read().unwrap_or_else(|e| e.into_inner())))
-}
-
-impl Drop for Issuing {
-    fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
-    }
-}
-
 /// Records `work`'s GPU launches into a graph instead of running them. On any failure the
 /// capture is abandoned and the blocks it reserved go back to the cache.
 pub fn capture<T>(work: impl FnOnce() -> Result<T>) -> Result<(CudaGraph, T)> {
-    if DEPTH.with(|d| d.get()) > 0 {
+    let Some(_alone) = crate::issuing::alone() else {
         // This thread is issuing work already: waiting for the lock would never end.
         kiln_base::bail!(
             Runtime,
             "compile",
             "A CUDA graph cannot be captured while this thread issues GPU work."
         );
-    }
-    let _alone = ISSUING.write().unwrap_or_else(|e| e.into_inner());
-    // Work issued inside the capture (nested guards) must not wait for the lock held here.
-    let _inside = issuing_while_captured();
+    };
     let gpu = gpu()?;
     alloc::begin_capture();
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;

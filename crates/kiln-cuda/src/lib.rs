@@ -3,6 +3,8 @@
 //!
 //! - `runtime`: finding the GPU (probing the libraries first: cudarc panics on a missing
 //!   one), its context and the one ordered stream all work is issued on;
+//! - `issuing`: the lock that keeps other threads' work out of a graph capture (with
+//!   `runtime`, the floor: neither uses any other module);
 //! - `alloc`: device memory behind a size-class cache, with counters and limits;
 //! - `transfer`: host <-> device copies of array data;
 //! - `nvrtc`: CUDA C -> CUBIN for the device's architecture, cached in memory and on disk;
@@ -24,7 +26,7 @@
 //! - `profile`: CUDA events around calls for the profiler's device times;
 //! - `ready`: an event at the end of each evaluation's work, so results are read without
 //!   waiting for work issued after them;
-//! - `backend`: the `Backend` implementation.
+//! - `backend`: the `Backend` implementation (what kiln-core reaches, through the trait).
 
 pub mod alloc;
 mod backend;
@@ -38,6 +40,7 @@ pub mod fast;
 mod fft;
 mod gemv;
 mod indexing;
+mod issuing;
 mod launch;
 mod masked;
 mod matmul;

@@ -124,7 +124,7 @@ pub fn synchronize() -> Result<()> {
         return Ok(());
     }
     let gpu = gpu()?;
-    let _issuing = crate::cuda_graph::issuing();
+    let _issuing = crate::issuing::issuing();
     // SAFETY: the stream is live for the process.
     unsafe { result::stream::synchronize(gpu.stream) }.map_err(|e| driver_error("synchronize", e))
 }

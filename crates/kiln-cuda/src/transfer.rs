@@ -8,7 +8,7 @@ use kiln_base::{ArrayData, Device, Result, HOST};
 
 /// A device copy of host data.
 pub fn upload(data: &ArrayData) -> Result<ArrayData> {
-    let _issuing = crate::cuda_graph::issuing();
+    let _issuing = crate::issuing::issuing();
     let gpu = gpu()?;
     let bytes = data.buffer.host_slice::<u8>();
     let buffer = DEVICE.alloc(bytes.len())?;
@@ -31,7 +31,7 @@ pub fn download(data: &ArrayData) -> Result<ArrayData> {
 /// waiting for work issued later. Without one, the copy queues behind all issued work.
 pub(crate) fn download_after(data: &ArrayData, after: Option<sys::CUevent>) -> Result<ArrayData> {
     check_on_gpu("to_host", &data.buffer)?;
-    let _issuing = crate::cuda_graph::issuing();
+    let _issuing = crate::issuing::issuing();
     let gpu = gpu()?;
     let mut buffer = HOST.alloc_for_overwrite(data.buffer.nbytes())?;
     let dst = buffer.host_slice_mut::<u8>().expect("a fresh buffer has one handle");
