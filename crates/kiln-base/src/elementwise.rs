@@ -1,7 +1,9 @@
-//! The elementwise op tables: one facts row per op. Front ends read the dtype rules, backends
-//! read the op, and kiln-codegen reads the C expression, so eager kernels and generated code
-//! follow one definition. Adding an op: a variant, its row here, its scalar math in
-//! kiln-cpu's `scalar.rs` (an exhaustive match flags a missing arm), a front-end function.
+//! The elementwise op tables: one row per op holds everything op-specific that is not math
+//! (variant, public name, dtype rule, C expression, cost, complex64 support, Python
+//! signature). Front ends read the dtype rules, backends read the op, kiln-codegen reads the
+//! C expression, kiln-core and kiln-python generate their functions from the rows
+//! (`each_unary_op!`/`each_binary_op!`), so eager kernels, generated code and both APIs
+//! follow one definition. docs/adding-an-op.md lists the other sites (the math itself).
 
 /// Which input dtypes an op accepts and what it computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,8 +23,11 @@ pub enum Domain {
 /// The facts of one elementwise op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
-    /// The op's public name (and the name in error messages).
+    /// The op's public name: the front-end function, the Python function and the name in
+    /// error messages.
     pub name: &'static str,
+    /// MLX's class name for the primitive (graph exports label nodes with it).
+    pub class: &'static str,
     pub domain: Domain,
     /// Produces bool whatever the input dtype (comparisons).
     pub bool_output: bool,
@@ -34,233 +39,191 @@ pub struct Facts {
     /// library). Launch shapes read it: a kernel that computes much per byte it moves gives
     /// each GPU thread several vectors (kiln-cuda `elementwise`).
     pub cost: u32,
+    /// Whether the op is defined on complex64 (the MLX error text when it is not).
+    pub complex: ComplexSupport,
 }
 
-const fn row(name: &'static str, domain: Domain, c_expr: &'static str) -> Facts {
-    Facts { name, domain, bool_output: false, c_expr, cost: 1 }
+/// complex64 support of an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComplexSupport {
+    Supported,
+    /// The front end rejects complex operands with this message (MLX's wording).
+    Rejected(&'static str),
 }
 
-/// A row whose op is a math-library function (`exp`, `erf`).
-const fn math(name: &'static str, c_expr: &'static str) -> Facts {
-    Facts { cost: 20, ..row(name, Domain::Float, c_expr) }
-}
+const NO_COMPLEX: ComplexSupport = ComplexSupport::Rejected("Not supported for complex64.");
 
-/// A row with a division or square root at its heart.
-const fn divides(name: &'static str, domain: Domain, c_expr: &'static str) -> Facts {
-    Facts { cost: 8, ..row(name, domain, c_expr) }
-}
-
-const fn logical(name: &'static str, c_expr: &'static str) -> Facts {
-    Facts { name, domain: Domain::Bool, bool_output: true, c_expr, cost: 1 }
-}
-
-const fn cmp(name: &'static str, c_expr: &'static str) -> Facts {
-    Facts { name, domain: Domain::Any, bool_output: true, c_expr, cost: 1 }
-}
-
-/// One-input elementwise ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum UnaryOp {
-    Negative,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Sin,
-    Tanh,
-    Sigmoid,
-    Erf,
-    ErfInv,
-    Sign,
-    Floor,
-    Ceil,
-    /// Round half to even (`rint`).
-    Round,
-    Rsqrt,
-    Expm1,
-    Log1p,
-    Log2,
-    Log10,
-    Cos,
-    Tan,
-    ArcSin,
-    ArcCos,
-    ArcTan,
-    Sinh,
-    Cosh,
-    ArcSinh,
-    ArcCosh,
-    ArcTanh,
-    LogicalNot,
-    BitwiseInvert,
-}
-
-impl UnaryOp {
-    pub const ALL: [UnaryOp; 31] = [
-        UnaryOp::Negative,
-        UnaryOp::Abs,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Sin,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Erf,
-        UnaryOp::ErfInv,
-        UnaryOp::Sign,
-        UnaryOp::Floor,
-        UnaryOp::Ceil,
-        UnaryOp::Round,
-        UnaryOp::Rsqrt,
-        UnaryOp::Expm1,
-        UnaryOp::Log1p,
-        UnaryOp::Log2,
-        UnaryOp::Log10,
-        UnaryOp::Cos,
-        UnaryOp::Tan,
-        UnaryOp::ArcSin,
-        UnaryOp::ArcCos,
-        UnaryOp::ArcTan,
-        UnaryOp::Sinh,
-        UnaryOp::Cosh,
-        UnaryOp::ArcSinh,
-        UnaryOp::ArcCosh,
-        UnaryOp::ArcTanh,
-        UnaryOp::LogicalNot,
-        UnaryOp::BitwiseInvert,
-    ];
-
-    pub const fn facts(self) -> Facts {
-        use Domain::*;
-        match self {
-            UnaryOp::Negative => row("negative", Numeric, "(-a)"),
-            UnaryOp::Abs => row("abs", Any, "k_abs(a)"),
-            UnaryOp::Exp => math("exp", "k_exp(a)"),
-            UnaryOp::Log => math("log", "k_log(a)"),
-            UnaryOp::Sqrt => divides("sqrt", Float, "k_sqrt(a)"),
-            UnaryOp::Sin => math("sin", "k_sin(a)"),
-            UnaryOp::Tanh => math("tanh", "k_tanh(a)"),
-            UnaryOp::Sigmoid => math("sigmoid", "k_sigmoid(a)"),
-            UnaryOp::Erf => math("erf", "k_erf(a)"),
-            UnaryOp::ErfInv => math("erfinv", "k_erfinv(a)"),
-            // MLX's sign: NaN gives 0; unsigned gives 0 or 1; bool is the identity.
-            UnaryOp::Sign => row("sign", Any, "k_sign(a)"),
-            // Integers and bool are already integral: the front end returns them unchanged.
-            UnaryOp::Floor => row("floor", Any, "k_floor(a)"),
-            UnaryOp::Ceil => row("ceil", Any, "k_ceil(a)"),
-            UnaryOp::Round => row("round", Any, "k_rint(a)"),
-            UnaryOp::Rsqrt => divides("rsqrt", Float, "k_rsqrt(a)"),
-            UnaryOp::Expm1 => math("expm1", "k_expm1(a)"),
-            UnaryOp::Log1p => math("log1p", "k_log1p(a)"),
-            UnaryOp::Log2 => math("log2", "k_log2(a)"),
-            UnaryOp::Log10 => math("log10", "k_log10(a)"),
-            UnaryOp::Cos => math("cos", "k_cos(a)"),
-            UnaryOp::Tan => math("tan", "k_tan(a)"),
-            UnaryOp::ArcSin => math("arcsin", "k_asin(a)"),
-            UnaryOp::ArcCos => math("arccos", "k_acos(a)"),
-            UnaryOp::ArcTan => math("arctan", "k_atan(a)"),
-            UnaryOp::Sinh => math("sinh", "k_sinh(a)"),
-            UnaryOp::Cosh => math("cosh", "k_cosh(a)"),
-            UnaryOp::ArcSinh => math("arcsinh", "k_asinh(a)"),
-            UnaryOp::ArcCosh => math("arccosh", "k_acosh(a)"),
-            UnaryOp::ArcTanh => math("arctanh", "k_atanh(a)"),
-            UnaryOp::LogicalNot => logical("logical_not", "(!a)"),
-            // On bool it is logical not (C's `~` would promote to int first).
-            UnaryOp::BitwiseInvert => row("bitwise_invert", Integer, "k_invert(a)"),
-        }
+const fn row(domain: Domain, c_expr: &'static str) -> Facts {
+    Facts {
+        name: "",
+        class: "",
+        domain,
+        bool_output: false,
+        c_expr,
+        cost: 1,
+        complex: ComplexSupport::Supported,
     }
 }
 
-/// Two-input elementwise ops (inputs already promoted and broadcast by the front end).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum BinaryOp {
-    Add,
-    Subtract,
-    Multiply,
-    Divide,
-    Maximum,
-    Minimum,
-    Power,
-    Equal,
-    NotEqual,
-    Less,
-    LessEqual,
-    Greater,
-    GreaterEqual,
-    FloorDivide,
-    Remainder,
-    LogicalAnd,
-    LogicalOr,
-    LogAddExp,
-    ArcTan2,
-    BitwiseAnd,
-    BitwiseOr,
-    BitwiseXor,
-    LeftShift,
-    RightShift,
+/// A row whose op is a math-library function (`exp`, `erf`).
+const fn math(c_expr: &'static str) -> Facts {
+    Facts { cost: 20, ..row(Domain::Float, c_expr) }
+}
+
+/// A row with a division or square root at its heart.
+const fn divides(domain: Domain, c_expr: &'static str) -> Facts {
+    Facts { cost: 8, ..row(domain, c_expr) }
+}
+
+const fn logical(c_expr: &'static str) -> Facts {
+    Facts { bool_output: true, complex: NO_COMPLEX, ..row(Domain::Bool, c_expr) }
+}
+
+const fn cmp(c_expr: &'static str) -> Facts {
+    Facts { bool_output: true, ..row(Domain::Any, c_expr) }
+}
+
+/// Integer-only rows (the front end rejects every inexact dtype, complex64 included).
+const fn bits(c_expr: &'static str) -> Facts {
+    real(row(Domain::Integer, c_expr))
+}
+
+/// A row without complex64 support.
+const fn real(f: Facts) -> Facts {
+    Facts { complex: NO_COMPLEX, ..f }
+}
+
+/// Defines an op enum from its rows `Variant name form: facts;`. `name` is the public name
+/// (front-end function, Python function), the variant is MLX's class name, `form` the Python
+/// signature (`pos`: `f(a, /, *, stream)`, `kw`: `f(a, stream=None)` with keyword operands,
+/// `hand`: the front end and binding are written by hand). Generates the enum, `ALL`,
+/// `facts()` and the exported macro `$each!(callback)`, which hands the rows
+/// `Variant name form,` to a generator (`$d` is a literal `$` for the inner macro).
+macro_rules! op_table {
+    (
+        $(#[$attr:meta])* $enum:ident, $each:ident, $d:tt;
+        $($variant:ident $name:ident $form:ident: $facts:expr;)*
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub enum $enum {
+            $($variant,)*
+        }
+
+        impl $enum {
+            pub const ALL: [$enum; [$($enum::$variant),*].len()] = [$($enum::$variant),*];
+
+            pub const fn facts(self) -> Facts {
+                #[allow(unused_imports)]
+                use Domain::*;
+                match self {
+                    $($enum::$variant => Facts {
+                        name: stringify!($name),
+                        class: stringify!($variant),
+                        ..$facts
+                    },)*
+                }
+            }
+        }
+
+        /// Calls `$callback! { Variant name form, ... }` with every row of the table.
+        #[macro_export]
+        macro_rules! $each {
+            ($d callback:ident) => { $d callback! { $($variant $name $form,)* } };
+        }
+    };
+}
+
+op_table! {
+    /// One-input elementwise ops.
+    UnaryOp, each_unary_op, $;
+    Negative negative pos: row(Numeric, "(-a)");
+    // complex64 abs has a float32 result: the front end sends it to `Primitive::Complex`.
+    Abs abs pos: row(Any, "k_abs(a)");
+    Exp exp pos: math("k_exp(a)");
+    Log log pos: math("k_log(a)");
+    Sqrt sqrt pos: divides(Float, "k_sqrt(a)");
+    Sin sin pos: math("k_sin(a)");
+    Tanh tanh pos: math("k_tanh(a)");
+    Sigmoid sigmoid pos: real(math("k_sigmoid(a)"));
+    Erf erf pos: real(math("k_erf(a)"));
+    ErfInv erfinv pos: real(math("k_erfinv(a)"));
+    // MLX's sign: NaN gives 0; unsigned gives 0 or 1; bool is the identity.
+    Sign sign pos: row(Any, "k_sign(a)");
+    // Integers and bool are already integral: the front end returns them unchanged.
+    Floor floor pos: real(row(Any, "k_floor(a)"));
+    Ceil ceil pos: real(row(Any, "k_ceil(a)"));
+    // Round half to even (`rint`); the front end's `round(x, decimals)` is written by hand.
+    Round round hand: row(Any, "k_rint(a)");
+    Rsqrt rsqrt pos: divides(Float, "k_rsqrt(a)");
+    Expm1 expm1 pos: real(math("k_expm1(a)"));
+    Log1p log1p pos: math("k_log1p(a)");
+    Log2 log2 pos: math("k_log2(a)");
+    Log10 log10 pos: math("k_log10(a)");
+    Cos cos pos: math("k_cos(a)");
+    Tan tan pos: math("k_tan(a)");
+    ArcSin arcsin pos: math("k_asin(a)");
+    ArcCos arccos pos: math("k_acos(a)");
+    ArcTan arctan pos: math("k_atan(a)");
+    Sinh sinh pos: math("k_sinh(a)");
+    Cosh cosh pos: math("k_cosh(a)");
+    ArcSinh arcsinh pos: math("k_asinh(a)");
+    ArcCosh arccosh pos: math("k_acosh(a)");
+    ArcTanh arctanh pos: math("k_atanh(a)");
+    LogicalNot logical_not pos: logical("(!a)");
+    // On bool it is logical not (C's `~` would promote to int first).
+    BitwiseInvert bitwise_invert kw: bits("k_invert(a)");
+}
+
+op_table! {
+    /// Two-input elementwise ops (inputs already promoted and broadcast by the front end).
+    BinaryOp, each_binary_op, $;
+    Add add kw: row(Any, "(a + b)");
+    Subtract subtract kw: row(Any, "(a - b)");
+    Multiply multiply kw: row(Any, "(a * b)");
+    Divide divide kw: divides(Float, "(a / b)");
+    // NaN wins in both, as in MLX.
+    Maximum maximum pos: row(Any, "k_maximum(a, b)");
+    Minimum minimum pos: row(Any, "k_minimum(a, b)");
+    Power power pos: Facts { cost: 20, ..row(Any, "k_power(a, b)") };
+    Equal equal kw: cmp("(a == b)");
+    NotEqual not_equal kw: cmp("(a != b)");
+    Less less kw: cmp("(a < b)");
+    LessEqual less_equal kw: cmp("(a <= b)");
+    Greater greater kw: cmp("(a > b)");
+    GreaterEqual greater_equal kw: cmp("(a >= b)");
+    // Integers never trap: `x // 0` is 0 and `x % 0` is x; floats: floor(a / b) and a
+    // remainder with the divisor's sign. complex64 floor_divide is plain division (MLX).
+    FloorDivide floor_divide kw: divides(Any, "k_floor_divide(a, b)");
+    Remainder remainder kw: Facts {
+        complex: ComplexSupport::Rejected("Complex type not supported."),
+        ..divides(Any, "k_remainder(a, b)")
+    };
+    LogicalAnd logical_and pos: logical("(a && b)");
+    LogicalOr logical_or pos: logical("(a || b)");
+    LogAddExp logaddexp pos: math("k_logaddexp(a, b)");
+    ArcTan2 arctan2 pos: real(math("k_atan2(a, b)"));
+    BitwiseAnd bitwise_and kw: bits("(a & b)");
+    BitwiseOr bitwise_or kw: bits("(a | b)");
+    BitwiseXor bitwise_xor kw: bits("(a ^ b)");
+    // x86's shifts, as MLX's CPU build: types narrower than 32 bits shift as int32, and the
+    // count is taken modulo 32 (64 for 64-bit types). Bool shifts as uint8.
+    LeftShift left_shift kw: bits("k_left_shift(a, b)");
+    RightShift right_shift kw: bits("k_right_shift(a, b)");
+}
+
+impl UnaryOp {
+    /// Whether `Primitive::Unary(self)` exists on complex64: the row allows it, and it is not
+    /// `abs` (whose float32 result makes it `Primitive::Complex`).
+    pub fn runs_on_complex(self) -> bool {
+        self != UnaryOp::Abs && self.facts().complex == ComplexSupport::Supported
+    }
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 24] = [
-        BinaryOp::Add,
-        BinaryOp::Subtract,
-        BinaryOp::Multiply,
-        BinaryOp::Divide,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-        BinaryOp::Power,
-        BinaryOp::Equal,
-        BinaryOp::NotEqual,
-        BinaryOp::Less,
-        BinaryOp::LessEqual,
-        BinaryOp::Greater,
-        BinaryOp::GreaterEqual,
-        BinaryOp::FloorDivide,
-        BinaryOp::Remainder,
-        BinaryOp::LogicalAnd,
-        BinaryOp::LogicalOr,
-        BinaryOp::LogAddExp,
-        BinaryOp::ArcTan2,
-        BinaryOp::BitwiseAnd,
-        BinaryOp::BitwiseOr,
-        BinaryOp::BitwiseXor,
-        BinaryOp::LeftShift,
-        BinaryOp::RightShift,
-    ];
-
-    pub const fn facts(self) -> Facts {
-        use Domain::*;
-        match self {
-            BinaryOp::Add => row("add", Any, "(a + b)"),
-            BinaryOp::Subtract => row("subtract", Any, "(a - b)"),
-            BinaryOp::Multiply => row("multiply", Any, "(a * b)"),
-            BinaryOp::Divide => divides("divide", Float, "(a / b)"),
-            // NaN wins in both, as in MLX.
-            BinaryOp::Maximum => row("maximum", Any, "k_maximum(a, b)"),
-            BinaryOp::Minimum => row("minimum", Any, "k_minimum(a, b)"),
-            BinaryOp::Power => Facts { cost: 20, ..row("power", Any, "k_power(a, b)") },
-            BinaryOp::Equal => cmp("equal", "(a == b)"),
-            BinaryOp::NotEqual => cmp("not_equal", "(a != b)"),
-            BinaryOp::Less => cmp("less", "(a < b)"),
-            BinaryOp::LessEqual => cmp("less_equal", "(a <= b)"),
-            BinaryOp::Greater => cmp("greater", "(a > b)"),
-            BinaryOp::GreaterEqual => cmp("greater_equal", "(a >= b)"),
-            // Integers never trap: `x // 0` is 0 and `x % 0` is x; floats: floor(a / b) and
-            // a remainder with the divisor's sign.
-            BinaryOp::FloorDivide => divides("floor_divide", Any, "k_floor_divide(a, b)"),
-            BinaryOp::Remainder => divides("remainder", Any, "k_remainder(a, b)"),
-            BinaryOp::LogicalAnd => logical("logical_and", "(a && b)"),
-            BinaryOp::LogicalOr => logical("logical_or", "(a || b)"),
-            BinaryOp::LogAddExp => math("logaddexp", "k_logaddexp(a, b)"),
-            BinaryOp::ArcTan2 => math("arctan2", "k_atan2(a, b)"),
-            BinaryOp::BitwiseAnd => row("bitwise_and", Integer, "(a & b)"),
-            BinaryOp::BitwiseOr => row("bitwise_or", Integer, "(a | b)"),
-            BinaryOp::BitwiseXor => row("bitwise_xor", Integer, "(a ^ b)"),
-            // x86's shifts, as MLX's CPU build: types narrower than 32 bits shift as int32,
-            // and the count is taken modulo 32 (64 for 64-bit types). Bool shifts as uint8.
-            BinaryOp::LeftShift => row("left_shift", Integer, "k_left_shift(a, b)"),
-            BinaryOp::RightShift => row("right_shift", Integer, "k_right_shift(a, b)"),
-        }
+    /// Whether `Primitive::Binary(self)` exists on complex64 operands.
+    pub fn runs_on_complex(self) -> bool {
+        self.facts().complex == ComplexSupport::Supported
     }
 }
 

@@ -26,7 +26,7 @@ pub use buffer::{Buffer, HOST};
 pub use conv::ConvParams;
 pub use device::{Device, DeviceKind, Stream};
 pub use dtype::{DType, DTypeKind, Scalar};
-pub use elementwise::{BinaryOp, Domain, UnaryOp};
+pub use elementwise::{BinaryOp, ComplexSupport, Domain, UnaryOp};
 pub use error::{Error, Result};
 pub use fast::{AttentionMask, CKernelSpec, CudaKernelSpec, FastOp, TemplateArg};
 pub use fused::{FusedOp, FusedProgram, FusedStep};

@@ -10,9 +10,7 @@ use crate::elementwise::collapse;
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
 use crate::runtime::{driver_error, gpu};
-use kiln_base::{
-    bail, ArrayData, BinaryOp, ComplexOp, DType, Primitive, ReduceOp, Result, ScanOp, UnaryOp,
-};
+use kiln_base::{bail, ArrayData, ComplexOp, DType, Primitive, ReduceOp, Result, ScanOp};
 use std::fmt::Write;
 use std::sync::OnceLock;
 
@@ -35,8 +33,8 @@ pub fn supports(prim: &Primitive) -> bool {
         Primitive::Fft { .. } => {
             *FFT.get_or_init(|| enabled("KILN_CUDA_FFT")) && crate::fft::available()
         }
-        Primitive::Unary(op) => unary_supported(*op),
-        Primitive::Binary(op) => binary_supported(*op),
+        Primitive::Unary(op) => op.runs_on_complex(),
+        Primitive::Binary(op) => op.runs_on_complex(),
         Primitive::Reduce { op, .. } => {
             matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
         }
@@ -62,58 +60,6 @@ pub fn supports(prim: &Primitive) -> bool {
         | Primitive::AsStrided { .. } => true,
         _ => false,
     }
-}
-
-/// The unary ops kiln-cpu computes on complex64 (`abs` is `Primitive::Complex`).
-pub fn unary_supported(op: UnaryOp) -> bool {
-    use UnaryOp::*;
-    matches!(
-        op,
-        Negative
-            | Exp
-            | Log
-            | Log2
-            | Log10
-            | Log1p
-            | Sqrt
-            | Rsqrt
-            | Sin
-            | Cos
-            | Tan
-            | Tanh
-            | Sinh
-            | Cosh
-            | ArcSin
-            | ArcCos
-            | ArcTan
-            | ArcSinh
-            | ArcCosh
-            | ArcTanh
-            | Sign
-            | Round
-    )
-}
-
-/// The binary ops kiln-cpu computes on complex64 operands.
-pub fn binary_supported(op: BinaryOp) -> bool {
-    use BinaryOp::*;
-    matches!(
-        op,
-        Add | Subtract
-            | Multiply
-            | Divide
-            | FloorDivide
-            | Maximum
-            | Minimum
-            | Power
-            | LogAddExp
-            | Equal
-            | NotEqual
-            | Less
-            | LessEqual
-            | Greater
-            | GreaterEqual
-    )
 }
 
 /// The expression of one part of `z`, and its result type.
@@ -229,6 +175,7 @@ pub fn number_of_elements(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_base::{BinaryOp, UnaryOp};
 
     #[test]
     fn part_sources_read_strided_complex() {

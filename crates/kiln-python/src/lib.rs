@@ -17,6 +17,7 @@ mod convert;
 mod creation;
 mod device;
 mod dtype;
+mod elementwise;
 mod error;
 mod export;
 mod fast;
@@ -53,6 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dtype::register(m)?;
     device::register(m)?;
     ops::register(m)?;
+    elementwise::register(m)?;
     memory::register(m)?;
     io::register(m)?;
     transforms::register(m)?;

@@ -6,7 +6,6 @@ use crate::array::PyArray;
 use crate::convert::{self, arrays_of, operand, operand_pair, to_array, type_name, Operand};
 use crate::device::with_stream;
 use crate::error::{raise, OrRaise};
-use crate::ops::binary_functions;
 use kiln::{ops as kops, Array};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -43,54 +42,8 @@ macro_rules! unary_keyword_functions {
     )*};
 }
 
-/// Two-input ops whose MLX signature lets operands be keywords: `f(a, b, stream=None)`.
-macro_rules! binary_keyword_functions {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        #[pyfunction]
-        #[pyo3(signature = (a, b, stream = None))]
-        fn $name(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let (a, b) = operand_pair(stringify!($name), a, b)?;
-            with_stream(stream, || kops::$name(&a, &b)).map(PyArray)
-        }
-    )*};
-}
-
-unary_functions!(
-    sign,
-    square,
-    rsqrt,
-    reciprocal,
-    expm1,
-    log1p,
-    log2,
-    log10,
-    cos,
-    tan,
-    arcsin,
-    arccos,
-    arctan,
-    sinh,
-    cosh,
-    arcsinh,
-    arccosh,
-    arctanh,
-    floor,
-    ceil,
-    logical_not,
-    stop_gradient
-);
-unary_keyword_functions!(isnan, isinf, isfinite, isposinf, isneginf, bitwise_invert);
-binary_functions!(logical_and, logical_or, logaddexp, arctan2);
-binary_keyword_functions!(
-    floor_divide,
-    remainder,
-    bitwise_and,
-    bitwise_or,
-    bitwise_xor,
-    left_shift,
-    right_shift
-);
+unary_functions!(square, reciprocal, stop_gradient);
+unary_keyword_functions!(isnan, isinf, isfinite, isposinf, isneginf);
 
 /// Round half to even to `decimals` places (integers keep their dtype).
 #[pyfunction]
@@ -261,11 +214,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
-    add!(sign, square, rsqrt, reciprocal, expm1, log1p, log2, log10, cos, tan, arcsin);
-    add!(arccos, arctan, sinh, cosh, arcsinh, arccosh, arctanh, floor, ceil, round);
-    add!(logical_not, logical_and, logical_or, isnan, isinf, isfinite, isposinf, isneginf);
-    add!(nan_to_num, bitwise_invert, bitwise_and, bitwise_or, bitwise_xor, left_shift);
-    add!(right_shift, floor_divide, remainder, divmod, logaddexp, arctan2, stop_gradient);
+    add!(square, reciprocal, round, isnan, isinf, isfinite, isposinf, isneginf);
+    add!(nan_to_num, divmod, stop_gradient);
     add!(clip, isclose, allclose, array_equal);
     Ok(())
 }

@@ -86,33 +86,6 @@ pub fn reduce(
     with_stream(stream, || f(a, axes.as_deref(), keepdims)).map(PyArray)
 }
 
-macro_rules! unary_functions {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
-        #[pyfunction]
-        #[pyo3(signature = (a, /, *, stream = None))]
-        fn $name(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let a = arr(a)?;
-            with_stream(stream, || kops::$name(&a)).map(PyArray)
-        }
-    )*};
-}
-
-/// Two-input ops with weak Python scalars: `f(a, b, /, *, stream=None)` (also used by
-/// `math.rs`).
-macro_rules! binary_functions {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        #[pyfunction]
-        #[pyo3(signature = (a, b, /, *, stream = None))]
-        fn $name(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let (a, b) = operand_pair(stringify!($name), a, b)?;
-            with_stream(stream, || kops::$name(&a, &b)).map(PyArray)
-        }
-    )*};
-}
-pub(crate) use binary_functions;
-
 macro_rules! reductions {
     ($($name:ident),* $(,)?) => {$(
         #[doc = concat!("`", stringify!($name), "` over `axis` (all axes when None).")]
@@ -141,22 +114,6 @@ macro_rules! arg_reductions {
     )*};
 }
 
-unary_functions!(negative, abs, exp, log, sqrt, sin, tanh, sigmoid, erf, erfinv);
-binary_functions!(
-    add,
-    subtract,
-    multiply,
-    divide,
-    maximum,
-    minimum,
-    power,
-    equal,
-    not_equal,
-    less,
-    less_equal,
-    greater,
-    greater_equal
-);
 reductions!(sum, prod, max, min, mean);
 arg_reductions!(argmax, argmin);
 
@@ -438,9 +395,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     macro_rules! add {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
-    add!(negative, abs, exp, log, sqrt, sin, tanh, sigmoid, erf, erfinv);
-    add!(add, subtract, multiply, divide, maximum, minimum, power, equal, not_equal, less);
-    add!(less_equal, greater, greater_equal, where_, astype, async_eval);
+    add!(where_, astype, async_eval);
     add!(sum, prod, max, min, mean, argmax, argmin);
     add!(reshape, transpose, broadcast_to, expand_dims, squeeze, concatenate, matmul);
     add!(zeros, ones, full, arange, eval);

@@ -114,7 +114,7 @@ def acos(a, /, *, stream=None) -> Any:
 def acosh(a, /, *, stream=None) -> Any:
     """Elementwise `arccosh`."""
 
-def add(a, b, /, *, stream=None) -> Any:
+def add(a, b, stream=None) -> Any:
     """Elementwise `add` with broadcasting."""
 
 def addmm(c, a, b, /, alpha=1.0, beta=1.0, *, stream=None) -> Any:
@@ -495,7 +495,7 @@ def disable_compile() -> Any:
 
 from kiln.core import distributed as distributed
 
-def divide(a, b, /, *, stream=None) -> Any:
+def divide(a, b, stream=None) -> Any:
     """Elementwise `divide` with broadcasting."""
 
 def divmod(a, b, stream=None) -> Any:
@@ -518,7 +518,7 @@ def empty_like(a, stream=None) -> Any:
 def enable_compile() -> Any:
     """Turns compile back on."""
 
-def equal(a, b, /, *, stream=None) -> Any:
+def equal(a, b, stream=None) -> Any:
     """Elementwise `equal` with broadcasting."""
 
 def erf(a, /, *, stream=None) -> Any:
@@ -632,10 +632,10 @@ gpu: Any
 def grad(fun, argnums=None, argnames=[]) -> Any:
     """A function returning the gradient of scalar-valued ``fun`` (see value_and_grad)."""
 
-def greater(a, b, /, *, stream=None) -> Any:
+def greater(a, b, stream=None) -> Any:
     """Elementwise `greater` with broadcasting."""
 
-def greater_equal(a, b, /, *, stream=None) -> Any:
+def greater_equal(a, b, stream=None) -> Any:
     """Elementwise `greater_equal` with broadcasting."""
 
 def hadamard_transform(a, scale=None, stream=None) -> Any:
@@ -715,10 +715,10 @@ def kron(a, b, stream=None) -> Any:
 def left_shift(a, b, stream=None) -> Any:
     """Elementwise `left_shift` with broadcasting."""
 
-def less(a, b, /, *, stream=None) -> Any:
+def less(a, b, stream=None) -> Any:
     """Elementwise `less` with broadcasting."""
 
-def less_equal(a, b, /, *, stream=None) -> Any:
+def less_equal(a, b, stream=None) -> Any:
     """Elementwise `less_equal` with broadcasting."""
 
 from kiln.core import linalg as linalg
@@ -800,7 +800,7 @@ def minmax(a, /, axis=None, keepdims=False, *, stream=None) -> Any:
 def moveaxis(a, /, source, destination, *, stream=None) -> Any:
     """Moves axis `source` to `destination`."""
 
-def multiply(a, b, /, *, stream=None) -> Any:
+def multiply(a, b, stream=None) -> Any:
     """Elementwise `multiply` with broadcasting."""
 
 nan: Any
@@ -822,7 +822,7 @@ def new_thread_unsafe_stream(device) -> Any:
 
 newaxis: Any
 
-def not_equal(a, b, /, *, stream=None) -> Any:
+def not_equal(a, b, stream=None) -> Any:
     """Elementwise `not_equal` with broadcasting."""
 
 number: Any
@@ -1001,7 +1001,7 @@ def stop_gradient(a, /, *, stream=None) -> Any:
 def stream(s) -> Any:
     """A context manager making `s` (a Stream, Device or DeviceType) the default stream."""
 
-def subtract(a, b, /, *, stream=None) -> Any:
+def subtract(a, b, stream=None) -> Any:
     """Elementwise `subtract` with broadcasting."""
 
 def sum(a, /, axis=None, keepdims=False, *, stream=None) -> Any:

@@ -25,20 +25,8 @@ def letters(i: int) -> str:
 # kiln's primitive names (``Primitive::name``) -> MLX's primitive class names, as MLX's
 # ``export_to_dot`` labels them. Names missing here are shown capitalised.
 _CLASS = {
-    "abs": "Abs", "add": "Add", "arccos": "ArcCos", "arccosh": "ArcCosh",
-    "arcsin": "ArcSin", "arcsinh": "ArcSinh", "arctan": "ArcTan", "arctan2": "ArcTan2",
-    "arctanh": "ArcTanh", "bitwise_and": "BitwiseAnd", "bitwise_invert": "BitwiseInvert",
-    "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor", "ceil": "Ceil", "cos": "Cos",
-    "cosh": "Cosh", "divide": "Divide", "equal": "Equal", "erf": "Erf", "erfinv": "ErfInv",
-    "exp": "Exp", "expm1": "Expm1", "floor": "Floor", "floor_divide": "FloorDivide",
-    "greater": "Greater", "greater_equal": "GreaterEqual", "less": "Less",
-    "less_equal": "LessEqual", "log": "Log", "log10": "Log10", "log1p": "Log1p",
-    "log2": "Log2", "logaddexp": "LogAddExp", "logical_and": "LogicalAnd",
-    "logical_not": "LogicalNot", "logical_or": "LogicalOr", "maximum": "Maximum",
-    "minimum": "Minimum", "multiply": "Multiply", "negative": "Negative",
-    "not_equal": "NotEqual", "power": "Power", "remainder": "Remainder", "round": "Round",
-    "rsqrt": "Rsqrt", "sigmoid": "Sigmoid", "sign": "Sign", "sin": "Sin", "sinh": "Sinh",
-    "sqrt": "Sqrt", "subtract": "Subtract", "tan": "Tan", "tanh": "Tanh",
+    # The elementwise ops: their table rows carry MLX's class name.
+    **{row[0]: row[1] for row in _core._elementwise_ops()},
     "where": "Select", "astype": "AsType", "copy": "Copy", "identity": "Identity",
     "sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "all": "And", "any": "Or",
     "argmax": "ArgReduce", "argmin": "ArgReduce", "softmax": "Softmax",

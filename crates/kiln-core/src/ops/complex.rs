@@ -3,7 +3,7 @@
 
 use super::{record, zeros_like};
 use crate::array::Array;
-use kiln_base::{bail, BinaryOp, ComplexOp, DType, Primitive, Result, UnaryOp};
+use kiln_base::{bail, BinaryOp, ComplexOp, ComplexSupport, DType, Primitive, Result, UnaryOp};
 
 /// The real part: float32 for complex64, the input itself for real dtypes (as MLX).
 pub fn real(x: &Array) -> Result<Array> {
@@ -31,25 +31,19 @@ pub fn conjugate(x: &Array) -> Result<Array> {
 
 /// A unary op on a complex64 input (already through its domain rule).
 pub(crate) fn complex_unary(op: UnaryOp, x: &Array) -> Result<Array> {
-    let name = op.facts().name;
-    match op {
-        UnaryOp::Abs => record(Primitive::Complex(ComplexOp::Abs), vec![x.clone()]),
-        UnaryOp::Sigmoid
-        | UnaryOp::Erf
-        | UnaryOp::ErfInv
-        | UnaryOp::Floor
-        | UnaryOp::Ceil
-        | UnaryOp::Expm1 => bail!(Value, name, "Not supported for complex64."),
+    let facts = op.facts();
+    match (op, facts.complex) {
+        (_, ComplexSupport::Rejected(msg)) => bail!(Value, facts.name, "{msg}"),
+        (UnaryOp::Abs, _) => record(Primitive::Complex(ComplexOp::Abs), vec![x.clone()]),
         _ => record(Primitive::Unary(op), vec![x.clone()]),
     }
 }
 
 /// Binary ops MLX rejects once the operands promote to complex64.
 pub(crate) fn check_binary(op: BinaryOp) -> Result<()> {
-    let name = op.facts().name;
-    match op {
-        BinaryOp::Remainder => bail!(Value, name, "Complex type not supported."),
-        BinaryOp::ArcTan2 => bail!(Value, name, "Not supported for complex64."),
-        _ => Ok(()),
+    let facts = op.facts();
+    match facts.complex {
+        ComplexSupport::Rejected(msg) => bail!(Value, facts.name, "{msg}"),
+        ComplexSupport::Supported => Ok(()),
     }
 }

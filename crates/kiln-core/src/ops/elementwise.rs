@@ -26,9 +26,10 @@ pub fn unary(op: UnaryOp, x: &Array) -> Result<Array> {
         }
         Domain::Float => astype(x, x.dtype().to_float())?,
         Domain::Bool => astype(x, DType::Bool)?,
+        // bitwise_invert is the one integer-only unary op (MLX's wording).
         Domain::Integer => {
             if x.dtype().is_inexact() {
-                bail!(Value, facts.name, "Only allowed on integer or boolean types.");
+                bail!(Value, facts.name, "Bitwise inverse only allowed on integer types.");
             }
             x.clone()
         }
@@ -139,10 +140,32 @@ pub fn where_(cond: &Array, x: &Array, y: &Array) -> Result<Array> {
     record(Primitive::Where, vec![cond, x, y])
 }
 
-unary_fns!(negative => Negative, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, sin => Sin,
-    tanh => Tanh, sigmoid => Sigmoid, erf => Erf, erfinv => ErfInv);
+/// `pub fn name(x) -> Result<Array>` for each row of the unary table (`hand` rows are
+/// written elsewhere: `round` takes decimals).
+macro_rules! unary_front_ends {
+    ($($variant:ident $name:ident $form:ident,)*) => {$(
+        unary_front_end!($form $variant $name);
+    )*};
+}
+macro_rules! unary_front_end {
+    (hand $variant:ident $name:ident) => {};
+    ($form:ident $variant:ident $name:ident) => {
+        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
+        pub fn $name(x: &Array) -> Result<Array> {
+            unary(UnaryOp::$variant, x)
+        }
+    };
+}
 
-binary_fns!(add => Add, subtract => Subtract, multiply => Multiply, divide => Divide,
-    maximum => Maximum, minimum => Minimum, power => Power, equal => Equal,
-    not_equal => NotEqual, less => Less, less_equal => LessEqual, greater => Greater,
-    greater_equal => GreaterEqual);
+/// `pub fn name(a, b) -> Result<Array>` (with broadcasting) for each row of the binary table.
+macro_rules! binary_front_ends {
+    ($($variant:ident $name:ident $form:ident,)*) => {$(
+        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
+        pub fn $name(a: &Array, b: &Array) -> Result<Array> {
+            binary(BinaryOp::$variant, a, b)
+        }
+    )*};
+}
+
+kiln_base::each_unary_op!(unary_front_ends);
+kiln_base::each_binary_op!(binary_front_ends);

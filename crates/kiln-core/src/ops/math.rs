@@ -1,33 +1,11 @@
-//! Math ops beyond the basic arithmetic: rounding, trigonometry, logs, bitwise and logical
-//! ops, floor division and remainder (primitives with facts rows), and the ops MLX defines
-//! as compositions: square, reciprocal, the `isnan` family, `nan_to_num`, `round` with
+//! The math ops MLX defines as compositions of the elementwise primitives (whose functions
+//! `elementwise.rs` generates from the op tables): square, reciprocal, the `isnan` family, `nan_to_num`, `round` with
 //! decimals, `clip`, `isclose`/`allclose`/`array_equal`, `divmod` and `stop_gradient`.
 
-use super::{
-    abs, add, astype, binary, broadcast_to, equal, less, maximum, minimum, multiply, not_equal,
-    record, scalar, sum, unary, where_,
-};
+use super::*;
 use crate::array::Array;
 use kiln_base::shape::broadcast_shapes;
-use kiln_base::{bail, BinaryOp, DType, DTypeKind, Primitive, Result, Scalar, UnaryOp};
-
-unary_fns!(sign => Sign, floor => Floor, ceil => Ceil, rsqrt => Rsqrt, expm1 => Expm1,
-    log1p => Log1p, log2 => Log2, log10 => Log10, cos => Cos, tan => Tan, arcsin => ArcSin,
-    arccos => ArcCos, arctan => ArcTan, sinh => Sinh, cosh => Cosh, arcsinh => ArcSinh,
-    arccosh => ArcCosh, arctanh => ArcTanh, logical_not => LogicalNot);
-
-binary_fns!(floor_divide => FloorDivide, remainder => Remainder, logical_and => LogicalAnd,
-    logical_or => LogicalOr, logaddexp => LogAddExp, arctan2 => ArcTan2,
-    bitwise_and => BitwiseAnd, bitwise_or => BitwiseOr, bitwise_xor => BitwiseXor,
-    left_shift => LeftShift, right_shift => RightShift);
-
-/// `~x`: bitwise not of integers, logical not of bool.
-pub fn bitwise_invert(x: &Array) -> Result<Array> {
-    if x.dtype().is_inexact() {
-        bail!(Value, "bitwise_invert", "Bitwise inverse only allowed on integer types.");
-    }
-    unary(UnaryOp::BitwiseInvert, x)
-}
+use kiln_base::{bail, DType, DTypeKind, Primitive, Result, Scalar, UnaryOp};
 
 /// `x * x` (bool stays bool, integers wrap).
 pub fn square(x: &Array) -> Result<Array> {

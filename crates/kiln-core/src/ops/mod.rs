@@ -2,22 +2,6 @@
 //! broadcasts and casts, then records one primitive. Errors surface here, at the call site,
 //! never at eval.
 
-/// `pub fn name(x) -> Result<Array>` for each `name => UnaryOp` pair.
-macro_rules! unary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "`.")]
-        pub fn $name(x: &Array) -> Result<Array> { unary(UnaryOp::$op, x) }
-    )*};
-}
-
-/// `pub fn name(a, b) -> Result<Array>` (with broadcasting) for each `name => BinaryOp` pair.
-macro_rules! binary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {$(
-        #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting.")]
-        pub fn $name(a: &Array, b: &Array) -> Result<Array> { binary(BinaryOp::$op, a, b) }
-    )*};
-}
-
 mod complex;
 mod contiguous;
 mod conv;

@@ -335,7 +335,6 @@ mod packed_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::complex::{binary_supported, unary_supported};
     use kiln_base::{BinaryOp, Scalar, UnaryOp};
 
     /// Every complex64 elementwise kernel the GPU may build: each supported unary and binary
@@ -344,11 +343,11 @@ mod tests {
     fn complex_programs() -> Vec<(String, FusedProgram)> {
         let c = DType::C64;
         let mut out = Vec::new();
-        for op in UnaryOp::ALL.into_iter().filter(|&op| unary_supported(op)) {
+        for op in UnaryOp::ALL.into_iter().filter(|&op| op.runs_on_complex()) {
             let p = single_op_program(&Primitive::Unary(op), &[c], c).unwrap();
             out.push((format!("unary_{}", op.facts().name), p));
         }
-        for op in BinaryOp::ALL.into_iter().filter(|&op| binary_supported(op)) {
+        for op in BinaryOp::ALL.into_iter().filter(|&op| op.runs_on_complex()) {
             let dt = if op.facts().bool_output { DType::Bool } else { c };
             let p = single_op_program(&Primitive::Binary(op), &[c, c], dt).unwrap();
             out.push((format!("binary_{}", op.facts().name), p));
