@@ -241,6 +241,9 @@ K_INLINE double k_pow_f64(double a, double b) { return pow(a, b); }
 #define k_left_shift(a, b) K_INTS(a, k_shl)(a, b)
 #define k_right_shift(a, b) K_INTS(a, k_shr)(a, b)
 
+/* A real function of the C math library by its double name (`k_libm(exp2, a)`): op rows
+ * whose math is the library's need no helper of their own. */
+#define k_libm(fn, a) K_FLOATS(a, fn##f, fn)(a)
 #define k_exp(a) K_FLOATS(a, k_expf, exp)(a)
 #define k_log(a) K_FLOATS(a, k_logf, log)(a)
 #define k_sqrt(a) K_FLOATS(a, sqrtf, sqrt)(a)

@@ -48,6 +48,9 @@ K_INLINE uint64_t k_f2u64(double v) {
 }
 
 /* ---- float math ---- */
+/* A real function of the math library by its double name (`k_libm(exp2, a)`), in float
+ * as every computed value here: op rows whose math is the library's need no helper. */
+#define k_libm(fn, a) fn##f(a)
 K_INLINE float k_exp(float x) { return expf(x); }
 K_INLINE float k_log(float x) { return logf(x); }
 K_INLINE float k_sqrt(float x) { return sqrtf(x); }
