@@ -1,41 +1,12 @@
-//! complex64: the element type (`C64`, two f32s as MLX and numpy lay them out) and its scalar
-//! math. Ordering is lexicographic (real part, then imaginary), as MLX compares complex
-//! numbers; division follows C99 Annex G (`1 / 0` is `inf + nan j`, as `std::complex`).
+//! complex64's scalar math (the type itself is `c64.rs`): the element conversions and the
+//! op table of the `Num` family. Division follows C99 Annex G (`1 / 0` is `inf + nan j`, as `std::complex`).
 
+pub use crate::c64::C64;
 use crate::element::Element;
 use crate::scalar::{maximum, minimum, BinaryVisitor, Num, UnaryVisitor};
-use crate::scan::ScanAcc;
 use crate::strided::{map1, output};
-use bytemuck::{Pod, Zeroable};
 use kiln_base::{ArrayData, BinaryOp, ComplexOp, DType, Error, Result, UnaryOp};
 use num_complex::Complex32;
-use std::cmp::Ordering;
-
-/// One complex64 element.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Pod, Zeroable)]
-#[repr(transparent)]
-pub struct C64(pub Complex32);
-
-impl C64 {
-    pub const fn new(re: f32, im: f32) -> Self {
-        C64(Complex32 { re, im })
-    }
-    pub fn re(self) -> f32 {
-        self.0.re
-    }
-    pub fn im(self) -> f32 {
-        self.0.im
-    }
-}
-
-impl PartialOrd for C64 {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        match self.0.re.partial_cmp(&other.0.re)? {
-            Ordering::Equal => self.0.im.partial_cmp(&other.0.im),
-            o => Some(o),
-        }
-    }
-}
 
 impl Element for C64 {
     const DTYPE: DType = DType::C64;
@@ -133,7 +104,7 @@ fn power(a: C64, b: C64) -> C64 {
 }
 
 /// `log(exp(a) + exp(b))` with the larger (lexicographic) operand factored out, as MLX.
-fn logaddexp(a: C64, b: C64) -> C64 {
+pub(crate) fn logaddexp(a: C64, b: C64) -> C64 {
     if a.is_nan() || b.is_nan() {
         return C64::new(f32::NAN, f32::NAN);
     }
@@ -205,15 +176,6 @@ impl Num for C64 {
             // The rows that reject complex64 (checked as the unary ones).
             _ => unsupported(op.facts().name),
         }
-    }
-}
-
-impl ScanAcc for C64 {
-    const LOWEST: Self = C64::new(f32::NEG_INFINITY, f32::NEG_INFINITY);
-    const HIGHEST: Self = C64::new(f32::INFINITY, f32::INFINITY);
-    const LOG_ZERO: Self = C64::new(f32::NEG_INFINITY, 0.0);
-    fn log_add_exp(a: Self, b: Self) -> Self {
-        logaddexp(a, b)
     }
 }
 

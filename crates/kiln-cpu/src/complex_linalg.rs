@@ -3,8 +3,8 @@
 //! time.
 
 use crate::complex::C64;
-use crate::matmul::PARALLEL_FLOPS;
 use crate::strided::{dense, output};
+use crate::walk::PARALLEL_FLOPS;
 use faer::linalg::matmul::matmul as faer_matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par, Side};
 use kiln_base::shape::size_of;

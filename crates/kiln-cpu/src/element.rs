@@ -2,8 +2,7 @@
 //! compute in) and how it converts to every other dtype (`cast`). Kernels are generic over
 //! `Element` and instantiated per dtype by `dispatch!`, so inner loops are monomorphic.
 
-use crate::cast::{float_to_i32, float_to_i64, float_to_u64};
-use crate::complex::C64;
+use crate::c64::C64;
 use crate::scalar::Num;
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
@@ -231,7 +230,7 @@ macro_rules! dispatch {
                 $body
             }
             kiln_base::DType::C64 => {
-                type $T = $crate::complex::C64;
+                type $T = $crate::c64::C64;
                 $body
             }
         }
@@ -264,3 +263,36 @@ macro_rules! dispatch_bits {
 }
 
 pub(crate) use {dispatch, dispatch_bits};
+
+// float -> int conversions as MLX's x86 build does them (cast.rs explains).
+
+/// x86 `cvttsd2si` (32-bit): truncation, or i32::MIN when NaN or out of range.
+pub(crate) fn float_to_i32(v: f64) -> i32 {
+    if v > -2_147_483_649.0 && v < 2_147_483_648.0 {
+        v as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// x86 `cvttsd2si` (64-bit): truncation, or i64::MIN when NaN or out of range.
+pub(crate) fn float_to_i64(v: f64) -> i64 {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if (-TWO_63..TWO_63).contains(&v) {
+        v as i64
+    } else {
+        i64::MIN
+    }
+}
+
+/// The x86 float -> uint64 sequence: values from 2^63 up convert `v - 2^63` and set the top
+/// bit back; the rest (NaN included) take the signed path. Matches MLX: -1 -> 2^64 - 1,
+/// NaN -> 2^63, 1e20 -> 0.
+pub(crate) fn float_to_u64(v: f64) -> u64 {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if v >= TWO_63 {
+        (float_to_i64(v - TWO_63) as u64) ^ (1 << 63)
+    } else {
+        float_to_i64(v) as u64
+    }
+}

@@ -5,6 +5,7 @@
 
 mod binary;
 mod bitcast;
+mod c64;
 mod cast;
 mod complex;
 mod complex_linalg;

@@ -13,8 +13,7 @@ use half::{bf16, f16};
 use kiln_base::{bail, ArrayData, DType, Layout, Result};
 use rayon::prelude::*;
 
-/// Below this many multiply-adds, threading costs more than it saves.
-pub(crate) const PARALLEL_FLOPS: usize = 1 << 18;
+pub(crate) use crate::walk::PARALLEL_FLOPS;
 
 /// Multiply-adds per panel of a huge product (about 0.1 s on two cores): the interval at
 /// which a Ctrl-C is seen.

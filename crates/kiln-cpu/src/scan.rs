@@ -5,6 +5,7 @@
 //! line is a plain loop over slices, along another axis whole rows advance together (a
 //! vectorised loop), and both split over threads; other layouts walk line by line.
 
+use crate::complex::C64;
 use crate::element::{dispatch, Element};
 use crate::lines::Lines;
 use crate::scalar::{maximum, BinaryVisitor, Num};
@@ -282,5 +283,14 @@ where
         _f: F,
     ) -> Result<ArrayData> {
         Err(Error::Runtime { op: self.name, msg: "Comparisons are not scans.".into() })
+    }
+}
+
+impl ScanAcc for C64 {
+    const LOWEST: Self = C64::new(f32::NEG_INFINITY, f32::NEG_INFINITY);
+    const HIGHEST: Self = C64::new(f32::INFINITY, f32::INFINITY);
+    const LOG_ZERO: Self = C64::new(f32::NEG_INFINITY, 0.0);
+    fn log_add_exp(a: Self, b: Self) -> Self {
+        crate::complex::logaddexp(a, b)
     }
 }

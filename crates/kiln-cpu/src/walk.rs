@@ -7,6 +7,9 @@
 use kiln_base::Layout;
 use rayon::prelude::*;
 
+/// Below this many multiply-adds, threading a product costs more than it saves.
+pub(crate) const PARALLEL_FLOPS: usize = 1 << 18;
+
 /// Loops longer than this are split over the rayon pool (a task costs a few microseconds;
 /// measured: below about 2^15 float32 elements one thread is faster).
 pub(crate) const PARALLEL_ELEMENTS: usize = 1 << 15;

@@ -9,14 +9,15 @@ use kiln_base::backend::{
     BuildReport, CompletionEvent, DeviceMemory, DeviceSpan, GraphCapture, IssueGuard, KernelNode,
 };
 use kiln_base::{
-    bail, ArrayData, Backend, DType, Device, FastOp, Layout, Primitive, Result, Shape,
+    bail, ArrayData, Backend, DType, Device, FastOp, Layout, Primitive, ReduceOp, Result, ScanOp,
+    Shape,
 };
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub struct CudaBackend;
 
 /// Whether the GPU has a kernel for `prim` on these dtypes (the others run on the CPU for
-/// now; see `complex::supports` for complex64 and FFT).
+/// now; see `supports_complex` for complex64 and FFT).
 pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bool {
     if let Primitive::Fast(kiln_base::FastOp::CudaKernel(_)) = prim {
         // A user kernel takes every dtype it was generated for (complex64 is refused there).
@@ -28,7 +29,7 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
     }
     let dtypes: Vec<DType> = dtypes.collect();
     if dtypes.contains(&DType::C64) || matches!(prim, Primitive::Fft { .. }) {
-        return crate::complex::supports(prim);
+        return supports_complex(prim);
     }
     matches!(
         prim,
@@ -59,6 +60,54 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
             | Primitive::NumberOfElements { .. }
             | Primitive::Complex(_)
     )
+}
+
+/// An environment switch that is on unless set to `0`.
+fn enabled(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v != "0")
+}
+
+/// Whether the GPU runs `prim` when complex64 is among its dtypes (and every FFT). The others
+/// (linalg, and the ops kiln rejects on complex64) run on the CPU, which also gives the clear
+/// errors for them. `KILN_CUDA_COMPLEX=0` sends all complex64 work to the CPU and
+/// `KILN_CUDA_FFT=0` every FFT, the simple paths to compare a GPU result with.
+fn supports_complex(prim: &Primitive) -> bool {
+    static COMPLEX: OnceLock<bool> = OnceLock::new();
+    static FFT: OnceLock<bool> = OnceLock::new();
+    if !*COMPLEX.get_or_init(|| enabled("KILN_CUDA_COMPLEX")) {
+        return false;
+    }
+    match prim {
+        Primitive::Fft { .. } => {
+            *FFT.get_or_init(|| enabled("KILN_CUDA_FFT")) && crate::fft::available()
+        }
+        Primitive::Unary(op) => op.runs_on_complex(),
+        Primitive::Binary(op) => op.runs_on_complex(),
+        Primitive::Reduce { op, .. } => {
+            matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
+        }
+        // A complex log-add-exp scan runs on the CPU (kiln-cpu scan.rs).
+        Primitive::Scan { op, .. } => *op != ScanOp::LogAddExp,
+        // cuBLAS's CUDA_C_32F (matmul.rs); lexicographic orders (sort.rs, rows.rs).
+        Primitive::Matmul
+        | Primitive::Sort { .. }
+        | Primitive::Partition { .. }
+        | Primitive::SearchSorted { .. }
+        | Primitive::ArgReduce { .. } => true,
+        Primitive::Where
+        | Primitive::AsType(_)
+        | Primitive::Copy
+        | Primitive::Fused(_)
+        | Primitive::Complex(_)
+        | Primitive::Concatenate { .. }
+        | Primitive::SliceUpdate { .. }
+        | Primitive::Gather { .. }
+        | Primitive::Scatter { .. }
+        | Primitive::MaskedScatter
+        | Primitive::View(_)
+        | Primitive::AsStrided { .. } => true,
+        _ => false,
+    }
 }
 
 impl Backend for CudaBackend {
@@ -259,4 +308,27 @@ fn elementwise_op(
         bail!(Unsupported, op, "{op} has no GPU kernel yet.");
     };
     run_program(&Arc::new(program), inputs, &outputs[0].0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_base::{BinaryOp, ComplexOp, UnaryOp};
+
+    #[test]
+    fn complex_support_table() {
+        assert!(supports_complex(&Primitive::Unary(UnaryOp::Exp)));
+        assert!(!supports_complex(&Primitive::Unary(UnaryOp::Floor)));
+        assert!(supports_complex(&Primitive::Binary(BinaryOp::Divide)));
+        assert!(!supports_complex(&Primitive::Binary(BinaryOp::Remainder)));
+        assert!(supports_complex(&Primitive::Reduce { op: ReduceOp::Prod, axes: vec![0] }));
+        assert!(!supports_complex(&Primitive::Reduce { op: ReduceOp::And, axes: vec![0] }));
+        assert!(supports_complex(&Primitive::Sort { axis: 0, arg: false }));
+        assert!(supports_complex(&Primitive::Matmul));
+        let scan = |op| Primitive::Scan { op, axis: 0, reverse: false, inclusive: true };
+        assert!(supports_complex(&scan(ScanOp::Prod)));
+        assert!(!supports_complex(&scan(ScanOp::LogAddExp)));
+        assert!(!supports_complex(&Primitive::Linalg(kiln_base::LinalgOp::Inv)));
+        assert!(supports_complex(&Primitive::Complex(ComplexOp::Abs)));
+    }
 }

@@ -1,66 +1,16 @@
-//! complex64 on the GPU: which primitives have kernels for it (`supports`), the parts of a
-//! complex value (`Primitive::Complex`: real, imag, abs, conj) as one strided kernel, and the
+//! complex64 on the GPU: the parts of a complex value (`Primitive::Complex`: real, imag, abs, conj) as one strided kernel, and the
 //! element count behind shapeless `mean` (`Primitive::NumberOfElements`). The elementwise
 //! math itself is generated (the `kc64` type and its `k_*` overloads in kiln-codegen's CUDA
 //! preamble), so fused programs mix complex and real values freely.
 
 use crate::alloc::device_ptr;
+use crate::collapse::collapse;
 use crate::copy::empty;
-use crate::elementwise::collapse;
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
 use crate::runtime::{driver_error, gpu};
-use kiln_base::{bail, ArrayData, ComplexOp, DType, Primitive, ReduceOp, Result, ScanOp};
+use kiln_base::{bail, ArrayData, ComplexOp, DType, Primitive, Result};
 use std::fmt::Write;
-use std::sync::OnceLock;
-
-/// An environment switch that is on unless set to `0`.
-fn enabled(var: &str) -> bool {
-    std::env::var(var).map_or(true, |v| v != "0")
-}
-
-/// Whether the GPU runs `prim` when complex64 is among its dtypes (and every FFT). The others
-/// (linalg, and the ops kiln rejects on complex64) run on the CPU, which also gives the clear
-/// errors for them. `KILN_CUDA_COMPLEX=0` sends all complex64 work to the CPU and
-/// `KILN_CUDA_FFT=0` every FFT, the simple paths to compare a GPU result with.
-pub fn supports(prim: &Primitive) -> bool {
-    static COMPLEX: OnceLock<bool> = OnceLock::new();
-    static FFT: OnceLock<bool> = OnceLock::new();
-    if !*COMPLEX.get_or_init(|| enabled("KILN_CUDA_COMPLEX")) {
-        return false;
-    }
-    match prim {
-        Primitive::Fft { .. } => {
-            *FFT.get_or_init(|| enabled("KILN_CUDA_FFT")) && crate::fft::available()
-        }
-        Primitive::Unary(op) => op.runs_on_complex(),
-        Primitive::Binary(op) => op.runs_on_complex(),
-        Primitive::Reduce { op, .. } => {
-            matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min)
-        }
-        // A complex log-add-exp scan runs on the CPU (kiln-cpu scan.rs).
-        Primitive::Scan { op, .. } => *op != ScanOp::LogAddExp,
-        // cuBLAS's CUDA_C_32F (matmul.rs); lexicographic orders (sort.rs, rows.rs).
-        Primitive::Matmul
-        | Primitive::Sort { .. }
-        | Primitive::Partition { .. }
-        | Primitive::SearchSorted { .. }
-        | Primitive::ArgReduce { .. } => true,
-        Primitive::Where
-        | Primitive::AsType(_)
-        | Primitive::Copy
-        | Primitive::Fused(_)
-        | Primitive::Complex(_)
-        | Primitive::Concatenate { .. }
-        | Primitive::SliceUpdate { .. }
-        | Primitive::Gather { .. }
-        | Primitive::Scatter { .. }
-        | Primitive::MaskedScatter
-        | Primitive::View(_)
-        | Primitive::AsStrided { .. } => true,
-        _ => false,
-    }
-}
 
 /// The expression of one part of `z`, and its result type.
 fn part(op: ComplexOp) -> (&'static str, &'static str) {
@@ -175,7 +125,6 @@ pub fn number_of_elements(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_base::{BinaryOp, UnaryOp};
 
     #[test]
     fn part_sources_read_strided_complex() {
@@ -203,22 +152,5 @@ mod tests {
         let third = float_bits(1.0 / 3.0, DType::F16).unwrap();
         assert_eq!(third, (half::f16::from_f64(1.0 / 3.0).to_bits() as u32, 2));
         assert!(float_bits(1.0, DType::I32).is_err());
-    }
-
-    #[test]
-    fn complex_support_table() {
-        assert!(supports(&Primitive::Unary(UnaryOp::Exp)));
-        assert!(!supports(&Primitive::Unary(UnaryOp::Floor)));
-        assert!(supports(&Primitive::Binary(BinaryOp::Divide)));
-        assert!(!supports(&Primitive::Binary(BinaryOp::Remainder)));
-        assert!(supports(&Primitive::Reduce { op: ReduceOp::Prod, axes: vec![0] }));
-        assert!(!supports(&Primitive::Reduce { op: ReduceOp::And, axes: vec![0] }));
-        assert!(supports(&Primitive::Sort { axis: 0, arg: false }));
-        assert!(supports(&Primitive::Matmul));
-        let scan = |op| Primitive::Scan { op, axis: 0, reverse: false, inclusive: true };
-        assert!(supports(&scan(ScanOp::Prod)));
-        assert!(!supports(&scan(ScanOp::LogAddExp)));
-        assert!(!supports(&Primitive::Linalg(kiln_base::LinalgOp::Inv)));
-        assert!(supports(&Primitive::Complex(ComplexOp::Abs)));
     }
 }

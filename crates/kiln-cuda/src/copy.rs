@@ -3,7 +3,7 @@
 //! Concatenate, SliceUpdate's base copy and update, and the copies behind non-view bitcasts.
 
 use crate::alloc::{device_ptr, DEVICE};
-use crate::elementwise::collapse;
+use crate::collapse::collapse;
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
 use kiln_base::{bail, ArrayData, Buffer, DType, Layout, Result};

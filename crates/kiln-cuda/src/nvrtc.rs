@@ -25,6 +25,13 @@ unsafe impl Send for Function {}
 // SAFETY: as for Send; launching does not mutate the handle.
 unsafe impl Sync for Function {}
 
+/// One kernel to build: its CUDA C and the entry point to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub source: String,
+    pub symbol: String,
+}
+
 /// Compile statistics (explain, tests).
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
@@ -364,9 +371,9 @@ mod tests {
         };
         let mut sources: Vec<String> = (0..6).map(kernel).collect();
         sources.push("extern \"C\" __global__ void kiln_bad() { undeclared_name; }".into());
-        let threads = crate::prebuild::threads_for(sources.len()).max(2);
+        let threads = crate::build_threads::threads_for(sources.len()).max(2);
         let start = Instant::now();
-        let images = crate::prebuild::run_parallel(&sources, threads, |s| compile(s, "sm_90"));
+        let images = crate::build_threads::run_parallel(&sources, threads, |s| compile(s, "sm_90"));
         let wall = start.elapsed();
         for image in &images[..6] {
             let image = image.as_ref().expect("compiles");

@@ -9,18 +9,12 @@
 //! `KILN_CUDA_PREBUILD=0` turns batches off (every kernel builds at its first launch);
 //! `KILN_NVRTC_THREADS=n` bounds the threads (default: the machine's parallelism).
 
-use crate::nvrtc::{self, Target};
+use crate::build_threads::{run_parallel, threads_for};
+use crate::nvrtc::{self, Request, Target};
 use kiln_base::backend::{BuildKernel, BuildOutcome, BuildReport, KernelNode};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-
-/// One kernel to build: its CUDA C and the entry point to load.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub source: String,
-    pub symbol: String,
-}
 
 static BATCHES: Mutex<Vec<BuildReport>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -35,17 +29,6 @@ pub fn enabled() -> bool {
     !std::env::var("KILN_CUDA_PREBUILD").is_ok_and(|v| v == "0")
 }
 
-/// Threads for `jobs` builds: the machine's parallelism, `KILN_NVRTC_THREADS` if set, never
-/// more than the jobs.
-pub fn threads_for(jobs: usize) -> usize {
-    let limit = std::env::var("KILN_NVRTC_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    limit.min(jobs).max(1)
-}
-
 /// The distinct requests (by source) in first-seen order, each with whether `known` says it
 /// needs no work.
 pub fn distinct(requests: &[Request], known: impl Fn(&str) -> bool) -> Vec<(&Request, bool)> {
@@ -55,40 +38,6 @@ pub fn distinct(requests: &[Request], known: impl Fn(&str) -> bool) -> Vec<(&Req
         .filter(|r| seen.insert(r.source.as_str()))
         .map(|r| (r, known(&r.source)))
         .collect()
-}
-
-/// `work` over every job on up to `threads` threads (the calling thread is one of them),
-/// each taking the next job as it finishes one, so a slow build never holds up the rest;
-/// results in job order.
-pub fn run_parallel<J: Sync, R: Send>(
-    jobs: &[J],
-    threads: usize,
-    work: impl Fn(&J) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let worker = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(job) = jobs.get(i) else { return done };
-            done.push((i, work(job)));
-        }
-    };
-    let mut results: Vec<(usize, R)> = std::thread::scope(|s| {
-        let helpers: Vec<_> =
-            (1..threads.clamp(1, jobs.len().max(1))).map(|_| s.spawn(worker)).collect();
-        let mut all = worker();
-        for h in helpers {
-            match h.join() {
-                Ok(done) => all.extend(done),
-                // A panicking build is a bug: re-raise it on the calling thread.
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        all
-    });
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Builds (or loads from disk) every requested kernel not loaded yet, in parallel, and

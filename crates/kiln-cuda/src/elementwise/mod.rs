@@ -2,9 +2,10 @@
 //! primitive as a one-step program, so fused and single ops run the same generated code.
 
 use crate::alloc::{device_ptr, DEVICE};
+use crate::collapse::collapse_layouts;
 use crate::launch::{blocks_covering, launch, Args, BLOCK};
+use crate::nvrtc::Request;
 use crate::nvrtc::{function, Function};
-use crate::prebuild::Request;
 use kiln_base::{
     ArrayData, DType, FusedOp, FusedProgram, FusedStep, Layout, Primitive, Result, Shape,
 };
@@ -216,47 +217,6 @@ fn row_kinds(
             _ => None,
         })
         .collect()
-}
-
-/// Dims of `shape` merged where every input's strides allow (fewer index divisions), with
-/// each input's strides over the merged dims.
-pub(crate) fn collapse(shape: &[usize], inputs: &[ArrayData]) -> (Vec<i64>, Vec<Vec<i64>>) {
-    let layouts: Vec<&Layout> = inputs.iter().map(|x| &x.layout).collect();
-    collapse_layouts(shape, &layouts)
-}
-
-/// `collapse` over layouts.
-fn collapse_layouts(shape: &[usize], inputs: &[&Layout]) -> (Vec<i64>, Vec<Vec<i64>>) {
-    let mut dims: Vec<i64> = Vec::new();
-    let mut strides: Vec<Vec<i64>> = vec![Vec::new(); inputs.len()];
-    for (d, &extent) in shape.iter().enumerate() {
-        if extent == 1 {
-            continue;
-        }
-        let mergeable = !dims.is_empty()
-            && inputs.iter().enumerate().all(|(k, x)| {
-                let last = *strides[k].last().expect("same length as dims");
-                last == x.strides[d] as i64 * extent as i64
-            });
-        if mergeable {
-            *dims.last_mut().expect("nonempty") *= extent as i64;
-            for (k, x) in inputs.iter().enumerate() {
-                *strides[k].last_mut().expect("nonempty") = x.strides[d] as i64;
-            }
-        } else {
-            dims.push(extent as i64);
-            for (k, x) in inputs.iter().enumerate() {
-                strides[k].push(x.strides[d] as i64);
-            }
-        }
-    }
-    if dims.is_empty() {
-        dims.push(1);
-        for s in &mut strides {
-            s.push(0);
-        }
-    }
-    (dims, strides)
 }
 
 /// Runs `program` over inputs already on the GPU; every output has `shape`, row-major.
