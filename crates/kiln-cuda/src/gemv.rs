@@ -342,6 +342,11 @@ pub(crate) fn quantized(
     if !fits {
         return Ok(None);
     }
+    if crate::qmv_mma::applies(x.dtype, group_size, bits) {
+        let sizes = (rows, n, k, words);
+        let ptrs = (ptr(x), ptr(w), ptr(scales), ptr(biases));
+        return crate::qmv_mma::run(x.dtype, group_size, sizes, ptrs, shape).map(Some);
+    }
     let p = Product {
         dtype: x.dtype,
         quant: Some((group_size, bits)),

@@ -18,7 +18,7 @@
 //! 4. `elementwise`: generated kernels (kiln-codegen's CUDA variant) for fused programs and
 //!    every eager elementwise primitive; other families run single-op programs through it.
 //! 5. Kernel families: `reduce`, `rows` (arg reductions, softmax), `scan`, `sort` (bitonic,
-//!    stable by index), `matmul` (cuBLAS) and `gemv`, `complex` (parts of complex values,
+//!    stable by index), `matmul` (cuBLAS), `gemv` and `qmv_mma` (4-bit on tensor cores), `complex` (parts of complex values,
 //!    `NumberOfElements`), `fft` (cuFFT, loaded at run time, probed first), `conv` (im2col
 //!    gather + cuBLAS), `indexing` (gather, scatter), `masked` (masked scatter), `creation`
 //!    (arange, random bits), `fast` (mx.fast's fused kernels: norms, RoPE, attention,
@@ -50,6 +50,7 @@ mod matmul;
 pub mod nvrtc;
 pub mod prebuild;
 mod profile;
+mod qmv_mma;
 mod ready;
 mod reduce;
 mod rows;

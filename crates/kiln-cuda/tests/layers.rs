@@ -12,8 +12,8 @@ const LAYERS: &[&[&str]] = &[
     &["copy"],
     &["elementwise"],
     &[
-        "reduce", "rows", "scan", "sort", "matmul", "gemv", "complex", "fft", "conv", "indexing",
-        "masked", "creation", "fast",
+        "reduce", "rows", "scan", "sort", "matmul", "gemv", "qmv_mma", "complex", "fft", "conv",
+        "indexing", "masked", "creation", "fast",
     ],
     &["prebuild", "cuda_graph", "ready", "backend"],
 ];

@@ -204,6 +204,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     out.extend(attention_decode::all_sources());
     out.extend(gathered::all_sources());
     out.extend(crate::gemv::all_sources());
+    out.extend(crate::qmv_mma::all_sources());
     out
 }
 
