@@ -4,6 +4,8 @@
 #                    Python wheels such as mlx-lm; .carry/ref: an MLX run of tests/clients
 #                    made here, since MLX for the CPU is not installed there)
 #   bash scripts/device_check.sh [pytest arguments...]
+#   bash scripts/device_check.sh tests/python -m gpu   # every GPU test: the gpu parameter of
+#       the CPU tests parametrised by `device`, and the GPU-only test_cuda_*.py modules
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cp .carry/_core.abi3.so python/kiln/_core.abi3.so

@@ -1,7 +1,9 @@
-"""Shared helpers: dtype tables, input generators and numpy comparisons.
+"""Shared helpers: dtype tables, input generators and numpy comparisons, and the `device`
+fixture.
 
 numpy is the oracle. bfloat16 has no numpy dtype, so bfloat16 arrays are compared through
-float32 (`to_np`).
+float32 (`to_np`). A test that takes `device` runs on each device (ids cpu and gpu; the gpu
+one skipped where there is no GPU); `-m gpu` selects every test that runs on the GPU.
 """
 
 import inspect
@@ -160,14 +162,89 @@ def view_variants(name, shape, rng, **kw):
         yield "reversed", c[::-2], z[::-2]
 
 
+def _seed_name(request):
+    """The test's name without its `device` parameter: both devices draw the inputs the test
+    drew before it was parametrised by device."""
+    name = request.node.name
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    if "device" in params:
+        dev = params["device"]
+        for a, b in ((f"[{dev}]", ""), (f"[{dev}-", "["), (f"-{dev}-", "-"), (f"-{dev}]", "]")):
+            if a in name:
+                return name.replace(a, b, 1)
+    return name
+
+
 @pytest.fixture
 def rng(request):
     # A fixed seed per test (str hashes vary between runs; crc32 does not).
-    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+    return np.random.default_rng(zlib.crc32(_seed_name(request).encode()))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu: runs on the CPU stream on a GPU machine")
+    config.addinivalue_line(
+        "markers",
+        "gpu: runs on the GPU: the gpu parameter of the `device` fixture and the GPU-only "
+        "modules (select them all with `-m gpu`)",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Devices: tests parametrised by `device` run once on the CPU and once on the GPU.
+# ---------------------------------------------------------------------------------------
+
+HAS_GPU = mx.is_available(mx.gpu)
+NO_GPU = "no GPU is available on this machine"
+# The module-level mark of the GPU-only modules (CUDA graphs, NVRTC, custom CUDA kernels...).
+GPU_ONLY = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)]
+FLOAT64_ON_GPU = "float64 has no GPU kernels (as in MLX, a clear error): the cpu param covers it"
+
+
+def _is_float64(value):
+    if isinstance(value, str):
+        return value == "float64"
+    if isinstance(value, type(mx.float64)):
+        return value == mx.float64
+    return value is np.float64
+
+
+def _names_float64(request):
+    """The dtype under test is float64: its id says so, or a parameter is float64 itself
+    (not the test's name, nor a list of dtypes its body loops over)."""
+    spec = getattr(request.node, "callspec", None)
+    if spec is None:
+        return False
+    return "float64" in spec.id or any(_is_float64(v) for v in spec.params.values())
+
+
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=GPU_ONLY)])
+def device(request):
+    """The test runs with `device` as the default device and stream, once with mx.cpu and
+    once with mx.gpu (ids "cpu" and "gpu"; the gpu one skipped where there is no GPU, and
+    for float64 cases). The default device too, so that what follows it (the memory
+    counters, new threads) follows the test's device."""
+    dev = mx.cpu if request.param == "cpu" else mx.gpu
+    if dev == mx.gpu and _names_float64(request):
+        pytest.skip(FLOAT64_ON_GPU)
+    before = mx.default_device()
+    mx.set_default_device(dev)
+    try:
+        with mx.stream(dev):
+            yield dev
+    finally:
+        mx.set_default_device(before)
+
+
+def looser(device, tol, gpu_tol):
+    """A tolerance: `tol` on the CPU; on the GPU the larger of `tol` and `gpu_tol` (the
+    GPU's math functions, accumulation orders and half-float products differ from the CPU's
+    by the GPU tests' historical bounds)."""
+    if device != mx.gpu or gpu_tol is None:
+        return tol
+    if tol is None:
+        return gpu_tol
+    return max(tol, gpu_tol)
 
 
 # Tests of the CPU's own kernels (SIMD paths, error bounds, host buffer export) and of
@@ -192,6 +269,9 @@ def _float64_on_the_cpu(request):
     """On a machine with a GPU the suite runs there (the GPU is the default device). float64
     has no GPU kernels (as in MLX: a clear error), so tests of float64 values run on the
     CPU stream, as do the CPU-specific modules above."""
+    if "device" in request.fixturenames:  # the `device` fixture picks the stream itself
+        yield
+        return
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     on_cpu = mx.default_device() == mx.gpu and (
         "float64" in request.node.name

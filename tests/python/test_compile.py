@@ -50,13 +50,13 @@ def close(got, want, rtol=2e-6, atol=1e-6):
 
 @pytest.mark.parametrize("fun", [gelu, gelu_tanh])
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (3, 7), (2, 3, 4001)])
-def test_compiled_matches_eager(fun, shape):
+def test_compiled_matches_eager(fun, shape, device):
     x = mx.array(data(shape))
     close(mx.compile(fun)(x), fun(x))
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float64])
-def test_half_and_double_match_eager_exactly(dtype):
+def test_half_and_double_match_eager_exactly(dtype, device):
     x = mx.array(data((1000,))).astype(dtype)
     got, want = mx.compile(gelu_tanh)(x), gelu_tanh(x)
     assert got.dtype == want.dtype == dtype
@@ -64,6 +64,20 @@ def test_half_and_double_match_eager_exactly(dtype):
         np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-14)
     else:
         assert np.array_equal(np.array(got.view(mx.uint16)), np.array(want.view(mx.uint16)))
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_compiled_gelu_on_many_rows_and_a_transpose(dtype, device):
+    if device == mx.cpu:
+        pytest.skip("the CPU's fused kernels of these: test_compiled_matches_eager and "
+                    "test_half_and_double_match_eager_exactly")
+    f = mx.compile(gelu)
+    x = mx.array(data((1000, 33))).astype(dtype)
+    tol = {mx.float32: 4e-5, mx.float16: 8e-3, mx.bfloat16: 8e-2}[dtype]
+    close(f(x), gelu(x), rtol=tol, atol=tol)
+    y = mx.array(data((5, 7))).astype(dtype)
+    close(f(y.T), gelu(y.T), rtol=tol, atol=tol)
 
 
 def test_integer_edge_cases_match_eager():

@@ -60,7 +60,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,fn,shapes", CASES, ids=[c[0] for c in CASES])
-def test_shapeless_reductions_follow_new_shapes(name, fn, shapes):
+def test_shapeless_reductions_follow_new_shapes(name, fn, shapes, device):
     check(fn, shapes)
 
 
@@ -91,7 +91,7 @@ def test_shapeless_layer_norm_like():
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16, mx.int32, mx.uint8,
                                    mx.bool_])
-def test_shapeless_mean_dtypes(dtype):
+def test_shapeless_mean_dtypes(dtype, device):
     g = mx.compile(lambda x: mx.mean(x, axis=0), shapeless=True)
     for i, shape in enumerate([(3, 2), (9, 4), (2, 1)]):
         x = mx.array(np.abs(data(shape, i)) * 10).astype(dtype)
@@ -101,7 +101,7 @@ def test_shapeless_mean_dtypes(dtype):
                                       np.array(want.astype(mx.float32)))
 
 
-def test_shapeless_mean_nan_inf_and_empty():
+def test_shapeless_mean_nan_inf_and_empty(device):
     g = mx.compile(lambda x: mx.mean(x, axis=-1), shapeless=True)
     x = mx.array(np.array([[1.0, np.nan], [np.inf, 1.0]], dtype=np.float32))
     np.testing.assert_array_equal(np.array(g(x)), [np.nan, np.inf])

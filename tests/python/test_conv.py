@@ -6,7 +6,7 @@ import itertools
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import assert_matches, dt, to_np
+from conftest import assert_matches, dt, looser, to_np
 
 # Tolerances of a float32 result of many multiply-adds; halves round every product.
 TOL = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4, "float64": 1e-10}
@@ -57,8 +57,13 @@ def pair(rng, xshape, wshape, dtype="float32"):
     return (mx.array(x, dtype=dt(dtype)), mx.array(w, dtype=dt(dtype))), (to_np(mx.array(x, dtype=dt(dtype))), to_np(mx.array(w, dtype=dt(dtype))))
 
 
-def check(got, want, dtype="float32"):
-    assert_matches(got, want, dtype, rtol=TOL[dtype], atol=TOL[dtype])
+# The GPU's bounds (cuDNN-free implicit GEMM, other summation orders), on top of the CPU's.
+GPU_TOL = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4}
+
+
+def check(got, want, dtype="float32", device=None):
+    tol = looser(device, TOL[dtype], TOL[dtype] + GPU_TOL.get(dtype, 0))
+    assert_matches(got, want, dtype, rtol=tol, atol=tol)
 
 
 # (input shape, weight shape, kwargs) for conv1d
@@ -78,12 +83,12 @@ CONV1D = [
 
 
 @pytest.mark.parametrize("xs,ws,kw", CONV1D)
-def test_conv1d(xs, ws, kw, rng):
+def test_conv1d(xs, ws, kw, rng, device):
     (x, w), (xn, wn) = pair(rng, xs, ws)
     p = kw.get("padding", 0)
     want = conv_ref(xn, wn, [kw.get("stride", 1)], [p], [p], [kw.get("dilation", 1)],
                     groups=kw.get("groups", 1))
-    check(mx.conv1d(x, w, **kw), want)
+    check(mx.conv1d(x, w, **kw), want, device=device)
 
 
 CONV2D = [
@@ -96,23 +101,23 @@ CONV2D = [
 
 
 @pytest.mark.parametrize("xs,ws,kw", CONV2D)
-def test_conv2d(xs, ws, kw, rng):
+def test_conv2d(xs, ws, kw, rng, device):
     (x, w), (xn, wn) = pair(rng, xs, ws)
     two = lambda v, default: list(v) if isinstance(v, tuple) else [v if v is not None else default] * 2  # noqa: E731
     s, p, dl = two(kw.get("stride", 1), 1), two(kw.get("padding", 0), 0), two(kw.get("dilation", 1), 1)
     want = conv_ref(xn, wn, s, p, p, dl, groups=kw.get("groups", 1))
-    check(mx.conv2d(x, w, **kw), want)
+    check(mx.conv2d(x, w, **kw), want, device=device)
 
 
 @pytest.mark.parametrize(
     "kw", [{}, {"stride": 2, "padding": 1}, {"dilation": (1, 2, 1), "padding": (0, 1, 1)}, {"groups": 2}]
 )
-def test_conv3d(kw, rng):
+def test_conv3d(kw, rng, device):
     (x, w), (xn, wn) = pair(rng, (2, 5, 6, 4, 4), (4, 2, 3, 2, 4 // kw.get("groups", 1)))
     three = lambda v: list(v) if isinstance(v, tuple) else [v] * 3  # noqa: E731
     want = conv_ref(xn, wn, three(kw.get("stride", 1)), three(kw.get("padding", 0)),
                     three(kw.get("padding", 0)), three(kw.get("dilation", 1)), groups=kw.get("groups", 1))
-    check(mx.conv3d(x, w, **kw), want)
+    check(mx.conv3d(x, w, **kw), want, device=device)
 
 
 GENERAL = [
@@ -128,7 +133,7 @@ GENERAL = [
 
 
 @pytest.mark.parametrize("xs,ws,kw", GENERAL)
-def test_conv_general(xs, ws, kw, rng):
+def test_conv_general(xs, ws, kw, rng, device):
     (x, w), (xn, wn) = pair(rng, xs, ws)
     d = len(xs) - 2
     per = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * d  # noqa: E731
@@ -136,7 +141,7 @@ def test_conv_general(xs, ws, kw, rng):
     want = conv_ref(xn, wn, per(kw.get("stride", 1)), list(lo), list(hi),
                     per(kw.get("kernel_dilation", 1)), per(kw.get("input_dilation", 1)),
                     kw.get("groups", 1), kw.get("flip", False))
-    check(mx.conv_general(x, w, **kw), want)
+    check(mx.conv_general(x, w, **kw), want, device=device)
 
 
 def test_conv_general_padding_forms(rng):
@@ -148,11 +153,11 @@ def test_conv_general_padding_forms(rng):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
-def test_conv_dtypes(dtype, rng):
+def test_conv_dtypes(dtype, rng, device):
     (x, w), (xn, wn) = pair(rng, (2, 6, 5, 4), (4, 3, 2, 2), dtype)
     out = mx.conv2d(x, w, padding=1, groups=2)
     assert out.dtype == dt(dtype)
-    check(out, conv_ref(xn, wn, lo=[1, 1], hi=[1, 1], groups=2), dtype)
+    check(out, conv_ref(xn, wn, lo=[1, 1], hi=[1, 1], groups=2), dtype, device=device)
 
 
 def test_conv_mixed_dtypes_promote(rng):
@@ -162,7 +167,7 @@ def test_conv_mixed_dtypes_promote(rng):
     check(out, conv_ref(to_np(x.astype(mx.float16)), wn), "float16")
 
 
-def test_conv_strided_views(rng):
+def test_conv_strided_views(rng, device):
     # Inputs that are transposed or negative-step views are read in place.
     xt = rng.standard_normal((3, 9, 2)).astype(np.float32)  # (C, L, N)
     wt = rng.standard_normal((3, 3, 8)).astype(np.float32)
@@ -170,12 +175,12 @@ def test_conv_strided_views(rng):
     w = mx.array(wt)[:, :, ::2].transpose(2, 1, 0)
     xn = xt.transpose(2, 1, 0)[:, ::-1, :]
     wn = wt[:, :, ::2].transpose(2, 1, 0)
-    check(mx.conv1d(x, w, padding=1), conv_ref(xn, wn, lo=[1], hi=[1]))
+    check(mx.conv1d(x, w, padding=1), conv_ref(xn, wn, lo=[1], hi=[1]), device=device)
     xb = mx.broadcast_to(mx.array(xt[:1, :, :1].transpose(2, 1, 0)), (2, 9, 3))
-    check(mx.conv1d(xb, w), conv_ref(np.broadcast_to(xt[:1, :, :1].transpose(2, 1, 0), (2, 9, 3)), wn))
+    check(mx.conv1d(xb, w), conv_ref(np.broadcast_to(xt[:1, :, :1].transpose(2, 1, 0), (2, 9, 3)), wn), device=device)
 
 
-def test_conv_nan_inf():
+def test_conv_nan_inf(device):
     x = mx.array([[[1.0], [np.nan], [2.0], [3.0]]])
     w = mx.array([[[1.0], [1.0]]])
     np.testing.assert_array_equal(np.asarray(mx.conv1d(x, w)).ravel(), [np.nan, np.nan, 5.0])
@@ -183,7 +188,7 @@ def test_conv_nan_inf():
     np.testing.assert_array_equal(np.asarray(mx.conv1d(y, w)).ravel(), [np.inf, 2.0])
 
 
-def test_conv_empty():
+def test_conv_empty(device):
     assert mx.conv1d(mx.zeros((0, 5, 3)), mx.zeros((4, 3, 3))).shape == (0, 3, 4)
     out = mx.conv1d(mx.ones((2, 5, 0)), mx.ones((4, 3, 0)))
     assert out.shape == (2, 3, 4) and np.all(np.asarray(out) == 0)
@@ -208,6 +213,54 @@ ERRORS = [
     (lambda: mx.conv1d(mx.ones((2, 2, 5, 3)), mx.ones((4, 3, 3))), ValueError, "2D convolution"),
     (lambda: mx.conv2d(mx.ones((1, 5, 6, 3)), mx.ones((2, 3, 2, 3)), stride=(2, 1, 1)), TypeError, "stride"),
 ]
+
+
+# The GPU's conv_general cases, in every GPU float dtype.
+GENERAL_DTYPES = [
+    ((2, 9, 3), (4, 3, 3), {}),
+    ((2, 9, 4), (6, 3, 2), {"stride": 2, "padding": 1, "groups": 2}),
+    ((1, 7, 8, 3), (5, 3, 2, 3), {"stride": (2, 1), "padding": ([1, 0], [2, 1])}),
+    ((2, 6, 5, 4), (4, 2, 2, 1), {"kernel_dilation": 2, "groups": 4, "flip": True}),
+    ((1, 5, 5, 2), (3, 3, 3, 2), {"input_dilation": 2, "padding": 2}),
+    ((1, 8, 2), (3, 3, 2), {"padding": ([-1], [-2])}),
+    ((1, 4, 4, 3, 2), (2, 2, 2, 2, 2), {"stride": 2, "padding": 1}),
+    ((0, 5, 2), (3, 2, 2), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("xs,ws,kw", GENERAL_DTYPES, ids=str)
+def test_conv_general_in_every_dtype(xs, ws, kw, dtype, rng, device):
+    (x, w), (xn, wn) = pair(rng, xs, ws, dtype)
+    d = len(xs) - 2
+    per = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * d  # noqa: E731
+    pad = kw.get("padding", 0)
+    lo, hi = (list(pad[0]), list(pad[1])) if isinstance(pad, tuple) and isinstance(pad[0], list) \
+        else (per(pad), per(pad))
+    want = conv_ref(xn, wn, per(kw.get("stride", 1)), lo, hi, per(kw.get("kernel_dilation", 1)),
+                    per(kw.get("input_dilation", 1)), kw.get("groups", 1), kw.get("flip", False))
+    check(mx.conv_general(x, w, **kw), want, dtype, device=device)
+
+
+def test_conv_gradients(rng, device):
+    # The loss sum(conv(x, w)^2) is quadratic: its derivative along t is exactly
+    # 2 <conv(x, w), conv(t, w)> (for x; likewise for w), computed in float64.
+    (x, w), (xn, wn) = pair(rng, (2, 8, 8, 3), (4, 3, 3, 3))
+
+    def loss(x, w):
+        return (mx.conv2d(x, w, stride=2, padding=1) ** 2).sum()
+
+    def ref(x, w):
+        return conv_ref(x, w, [2, 2], [1, 1], [1, 1])
+
+    y = ref(xn, wn)
+    gx, gw = mx.grad(loss, argnums=(0, 1))(x, w)
+    for _ in range(3):
+        tx, tw = rng.standard_normal(xn.shape), rng.standard_normal(wn.shape)
+        np.testing.assert_allclose(float((to_np(gx) * tx).sum()), 2 * (y * ref(tx, wn)).sum(),
+                                   rtol=1e-4)
+        np.testing.assert_allclose(float((to_np(gw) * tw).sum()), 2 * (y * ref(xn, tw)).sum(),
+                                   rtol=1e-4)
 
 
 @pytest.mark.parametrize("i", range(len(ERRORS)))

@@ -1,6 +1,6 @@
 """mx.fast.cuda_kernel's API on any machine: argument checks (made before the GPU is needed,
 so they run here), the RuntimeError on a machine without a GPU, docstrings and the generated
-source (`verbose`). The kernels themselves run in test_gpu_custom.py."""
+source (`verbose`). The kernels themselves run in test_cuda_custom_kernel.py."""
 
 import pytest
 

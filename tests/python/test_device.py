@@ -3,6 +3,7 @@
 import threading
 
 import kiln.core as mx
+import numpy as np
 import pytest
 
 
@@ -53,6 +54,16 @@ def test_eval_pytrees():
     assert mx.eval(a, [b, {"k": (c, "x")}], 1, None) is None
     mx.eval()
     assert a.tolist() == [0, 2, 4] and c.item() == 2
+
+
+def test_conversions_and_async_eval(device):
+    x = np.random.default_rng(3).uniform(-3, 3, (100,)).astype(np.float32)
+    y = mx.exp(mx.array(x))
+    mx.async_eval(y)
+    mx.synchronize()
+    np.testing.assert_allclose(np.array(y), np.exp(x.astype(np.float64)), rtol=2e-6)
+    assert float(mx.sum(y).item()) == pytest.approx(float(np.exp(x.astype(np.float64)).sum()), rel=1e-5)
+    assert "array" in repr(y)
 
 
 def test_eval_errors_are_exceptions():

@@ -25,11 +25,14 @@ def rand(*shape, dtype="float32"):
 
 
 def npy(a):
-    return np.array(a.astype(mx.float64) if a.dtype == mx.bfloat16 else a).astype(np.float64)
+    # bfloat16 through float32 (exact; the GPU has no float64).
+    return np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a).astype(np.float64)
 
 
-def close(a, b, dtype="float32", scale=1.0):
-    tol = TOL[dtype] * scale
+def close(a, b, dtype="float32", scale=1.0, device=None):
+    """Within the dtype's tolerance times `scale` (twice that on the GPU: its bound against
+    the CPU, on top of the CPU's against numpy)."""
+    tol = TOL[dtype] * scale * (2 if device == mx.gpu else 1)
     np.testing.assert_allclose(npy(a) if isinstance(a, mx.array) else a,
                                npy(b) if isinstance(b, mx.array) else b, rtol=tol, atol=tol)
 
@@ -118,28 +121,28 @@ NORM_SHAPES = [(5,), (3, 7), (2, 3, 33), (4, 1), (2, 0)]
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 @pytest.mark.parametrize("affine", [(True, True), (True, False), (False, True), (False, False)])
-def test_layer_norm(dtype, shape, affine):
+def test_layer_norm(dtype, shape, affine, device):
     x = rand(*shape, dtype=dtype)
     w = rand(shape[-1], dtype=dtype) if affine[0] else None
     b = rand(shape[-1], dtype=dtype) if affine[1] else None
     y = mx.fast.layer_norm(x, w, b, 1e-5)
     assert y.dtype == x.dtype and y.shape == x.shape
     ref = np_layer_norm(npy(x), None if w is None else npy(w), None if b is None else npy(b), 1e-5)
-    close(y, ref, dtype, 4)
+    close(y, ref, dtype, 4, device)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 @pytest.mark.parametrize("weighted", [True, False])
-def test_rms_norm(dtype, shape, weighted):
+def test_rms_norm(dtype, shape, weighted, device):
     x = rand(*shape, dtype=dtype)
     w = rand(shape[-1], dtype=dtype) if weighted else None
     y = mx.fast.rms_norm(x, w, 1e-5)
     assert y.dtype == x.dtype and y.shape == x.shape
-    close(y, np_rms_norm(npy(x), None if w is None else npy(w), 1e-5), dtype, 4)
+    close(y, np_rms_norm(npy(x), None if w is None else npy(w), 1e-5), dtype, 4, device)
 
 
-def test_norms_on_views_and_promotion():
+def test_norms_on_views_and_promotion(device):
     x = rand(6, 8)
     for view in [x.T, x[::-1, ::2], mx.broadcast_to(x[:1], (3, 8))]:
         close(mx.fast.rms_norm(view, None, 1e-6), np_rms_norm(npy(view), None, 1e-6))
@@ -150,6 +153,90 @@ def test_norms_on_views_and_promotion():
     nan = mx.array([[1.0, float("nan"), 2.0], [1.0, 2.0, 3.0]])
     out = np.array(mx.fast.layer_norm(nan, None, None, 1e-5))
     assert np.isnan(out[0]).all() and np.isfinite(out[1]).all()
+
+
+# The GPU kernels' row classes: warp rows (<= 256 vectors), block rows in registers,
+# streamed rows (past 2048 vectors: 16-byte loads), odd lengths (scalar loads), empty.
+LONG_NORM_SHAPES = [(0, 8), (9, 1024), (3, 1000), (5, 4096), (2, 8200), (2, 17000), (2, 40000),
+                    (2, 70001)]  # fmt: skip
+GPU_FLOATS = ["float32", "float16", "bfloat16"]
+
+
+def comp_f32_layer_norm(x, w, b, eps):
+    """The composition in float32 (the fused kernels' precision), rounded once."""
+    xf = x.astype(mx.float32)
+    mu = mx.mean(xf, axis=-1, keepdims=True)
+    y = (xf - mu) * mx.rsqrt(mx.var(xf, axis=-1, keepdims=True) + eps)
+    y = y * (1 if w is None else w.astype(mx.float32)) + (0 if b is None else b.astype(mx.float32))
+    return y.astype(x.dtype)
+
+
+def comp_f32_rms_norm(x, w, eps):
+    xf = x.astype(mx.float32)
+    y = xf * mx.rsqrt(mx.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (y * (1 if w is None else w.astype(mx.float32))).astype(x.dtype)
+
+
+def uniform(*shape, dtype="float32", lo=-3.0, hi=3.0):
+    return mx.array(RNG.uniform(lo, hi, size=shape).astype(np.float32)).astype(getattr(mx, dtype))
+
+
+@pytest.mark.parametrize("dtype", GPU_FLOATS)
+@pytest.mark.parametrize("shape", LONG_NORM_SHAPES, ids=str)
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, True), (False, False)])
+def test_layer_norm_rows(dtype, shape, affine, device):
+    x = uniform(*shape, dtype=dtype)
+    d = shape[-1]
+    w = uniform(d, dtype=dtype) if affine[0] else None
+    b = uniform(d, dtype=dtype) if affine[1] else None
+    y = mx.fast.layer_norm(x, w, b, 1e-5)
+    ref = np_layer_norm(npy(x), None if w is None else npy(w), None if b is None else npy(b), 1e-5)
+    close(y, ref, dtype, 4, device)
+    close(y, comp_f32_layer_norm(x, w, b, 1e-5), dtype, 4, device)
+
+
+@pytest.mark.parametrize("dtype", GPU_FLOATS)
+@pytest.mark.parametrize("shape", LONG_NORM_SHAPES, ids=str)
+@pytest.mark.parametrize("weighted", [True, False])
+def test_rms_norm_rows(dtype, shape, weighted, device):
+    x = uniform(*shape, dtype=dtype)
+    w = uniform(shape[-1], dtype=dtype) if weighted else None
+    y = mx.fast.rms_norm(x, w, 1e-6)
+    close(y, np_rms_norm(npy(x), None if w is None else npy(w), 1e-6), dtype, 4, device)
+    close(y, comp_f32_rms_norm(x, w, 1e-6), dtype, 4, device)
+
+
+@pytest.mark.parametrize("dtype", GPU_FLOATS)
+def test_norms_on_strided_and_misaligned_inputs(dtype, device):
+    base = uniform(64, 40, dtype=dtype)
+    w, b = uniform(64, dtype=dtype), uniform(64, dtype=dtype)
+    flat = uniform(1 + 5 * 64, dtype=dtype)
+    views = [
+        base.T,  # transposed: copied to rows first
+        base[::-1, ::2].T,  # negative and 2-steps
+        flat[1:].reshape(5, 64),  # row-major at an odd offset: scalar loads
+        mx.broadcast_to(base[:1, :8], (3, 8)),  # zero strides
+    ]
+    for x in views:
+        d = x.shape[-1]
+        close(mx.fast.layer_norm(x, w[:d], b[:d], 1e-5),
+              np_layer_norm(npy(x), npy(w[:d]), npy(b[:d]), 1e-5), dtype, 4, device)
+        close(mx.fast.rms_norm(x, w[::-1][:d], 1e-5),
+              np_rms_norm(npy(x), npy(w[::-1][:d]), 1e-5), dtype, 4, device)
+
+
+def test_norms_propagate_nan_and_inf(device):
+    x = np.asarray(RNG.uniform(-3, 3, (4, 300)), np.float32)
+    x[[0, 3], 7] = np.nan
+    x = np.concatenate([x, np.full((1, 300), np.inf, np.float32)])
+    with np.errstate(invalid="ignore"):
+        for got, want in [
+            (mx.fast.layer_norm(mx.array(x), None, None, 1e-5), np_layer_norm(x.astype(np.float64), None, None, 1e-5)),
+            (mx.fast.rms_norm(mx.array(x), None, 1e-5), np_rms_norm(x.astype(np.float64), None, 1e-5)),
+        ]:
+            got = np.array(got)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("call,exc,msg", [
@@ -187,14 +274,14 @@ def test_norm_gradients(fast, comp):
     np.testing.assert_allclose(npy(jf[0]), fd, rtol=1e-5, atol=1e-6)
 
 
-def test_norm_gradient_half():
+def test_norm_gradient_half(device):
     x, w = rand(4, 16, dtype="float16"), rand(16, dtype="float16")
     g = mx.grad(lambda x, w: mx.sum(mx.fast.rms_norm(x, w, 1e-5)), argnums=(0, 1))(x, w)
     assert g[0].dtype == mx.float16 and g[1].dtype == mx.float16
     ref = mx.grad(lambda x, w: mx.sum(comp_rms_norm(x, w, 1e-5)), argnums=(0, 1))(
         x.astype(mx.float32), w.astype(mx.float32))
-    close(g[0], ref[0], "float16", 10)
-    close(g[1], ref[1], "float16", 10)
+    close(g[0], ref[0], "float16", 10, device)
+    close(g[1], ref[1], "float16", 10, device)
 
 
 def test_norm_vmap():
@@ -214,16 +301,16 @@ def test_norm_vmap():
 @pytest.mark.parametrize("traditional", [False, True])
 @pytest.mark.parametrize("shape,dims", [((2, 3, 5, 8), 8), ((1, 7, 16), 8), ((2, 4, 6), 2)])
 @pytest.mark.parametrize("offset", [0, 3, "array", "vector"])
-def test_rope(dtype, traditional, shape, dims, offset):
+def test_rope(dtype, traditional, shape, dims, offset, device):
     x = rand(*shape, dtype=dtype)
     off = {"array": mx.array(5), "vector": mx.arange(shape[0]) * 2}.get(offset, offset)
     y = mx.fast.rope(x, dims, traditional=traditional, base=10000.0, scale=0.5, offset=off)
     assert y.dtype == x.dtype and y.shape == x.shape
     ref = np_rope(npy(x), dims, traditional, 10000.0, 0.5, np.array(off))
-    close(y, ref, dtype, 10)
+    close(y, ref, dtype, 10, device)
 
 
-def test_rope_freqs_and_errors():
+def test_rope_freqs_and_errors(device):
     x = rand(2, 3, 6, 8)
     freqs = mx.array(RNG.uniform(1, 100, 4).astype(np.float32))
     y = mx.fast.rope(x, 8, traditional=False, base=None, scale=1.0, offset=2, freqs=freqs)
@@ -241,6 +328,33 @@ def test_rope_freqs_and_errors():
     ]:
         with pytest.raises(ValueError, match=msg):
             call()
+
+
+@pytest.mark.parametrize("dtype", GPU_FLOATS)
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("shape,dims", [((3, 2, 9, 20), 12), ((1, 2, 300, 128), 64)], ids=str)
+@pytest.mark.parametrize("offset", [0, 37, "array", "vector"])
+def test_rope_long_rows_and_partial_dims(dtype, traditional, shape, dims, offset, device):
+    x = uniform(*shape, dtype=dtype)
+    off = {"array": mx.array(5), "vector": mx.arange(shape[0]) * 3}.get(offset, offset)
+    y = mx.fast.rope(x, dims, traditional=traditional, base=10000.0, scale=0.5, offset=off)
+    close(y, np_rope(npy(x), dims, traditional, 10000.0, 0.5, np.array(off)), dtype, 10, device)
+
+
+@pytest.mark.parametrize("dtype", GPU_FLOATS)
+def test_rope_freqs_views_and_gradient(dtype, device):
+    x = uniform(2, 6, 3, 16, dtype=dtype)
+    freqs = mx.array(RNG.uniform(1, 100, 6).astype(np.float32))
+    view = mx.swapaxes(x, 1, 2)[:, :, ::-1]  # (2, 3, 6, 16), strided
+    off = np.array([2, 9])
+    fn = lambda x: mx.fast.rope(x, 12, traditional=True, base=None, scale=1.0,  # noqa: E731
+                                offset=mx.array(off), freqs=freqs)
+    close(fn(view), np_rope(npy(view), 12, True, None, 1.0, off, npy(freqs)), dtype, 10, device)
+    # A rotation: the gradient of <rope(x), ct> is ct rotated back (scale -1 negates every
+    # angle).
+    ct = uniform(*view.shape, dtype=dtype)
+    g = mx.grad(lambda x: mx.sum(fn(x).astype(mx.float32) * ct))(view)
+    close(g, np_rope(npy(ct), 12, True, None, -1.0, off, npy(freqs)), dtype, 10, device)
 
 
 @pytest.mark.parametrize("traditional", [False, True])
@@ -276,7 +390,7 @@ ATTN = [  # B, Hq, Hk, Lq, Lk, D, Dv
 
 @pytest.mark.parametrize("dims", ATTN)
 @pytest.mark.parametrize("mask", [None, "causal", "bool", "additive", "bool_bcast"])
-def test_attention(dims, mask):
+def test_attention(dims, mask, device):
     b, hq, hk, lq, lk, d, dv = dims
     q, k, v = rand(b, hq, lq, d), rand(b, hk, lk, d), rand(b, hk, lk, dv)
     m = {"bool": mx.array(RNG.random((b, hq, lq, lk)) < 0.7),
@@ -286,19 +400,19 @@ def test_attention(dims, mask):
     y = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)
     assert y.shape == (b, hq, lq, dv)
     nm = npy(m) if isinstance(m, mx.array) and m.dtype != mx.bool_ else (np.array(m) if isinstance(m, mx.array) else m)
-    close(y, np_sdpa(npy(q), npy(k), npy(v), scale, nm), "float32", 10)
-    close(y, comp_sdpa(q, k, v, scale, m), "float32", 10)
+    close(y, np_sdpa(npy(q), npy(k), npy(v), scale, nm), "float32", 10, device)
+    close(y, comp_sdpa(q, k, v, scale, m), "float32", 10, device)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
-def test_attention_dtypes(dtype):
+def test_attention_dtypes(dtype, device):
     q, k, v = rand(1, 4, 9, 8, dtype=dtype), rand(1, 2, 11, 8, dtype=dtype), rand(1, 2, 11, 8, dtype=dtype)
     y = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask="causal")
     assert y.dtype == getattr(mx, dtype)
-    close(y, np_sdpa(npy(q), npy(k), npy(v), 0.3, "causal"), dtype, 10)
+    close(y, np_sdpa(npy(q), npy(k), npy(v), 0.3, "causal"), dtype, 10, device)
 
 
-def test_attention_edges_and_errors():
+def test_attention_edges_and_errors(device):
     S = mx.fast.scaled_dot_product_attention
     q, k, v = mx.ones((1, 4, 3, 8)), mx.ones((1, 2, 5, 8)), mx.ones((1, 2, 5, 6))
     assert S(q, k, v, scale=1.0).dtype == mx.float32
@@ -343,7 +457,7 @@ def test_attention_gradients(mask):
     close(jf[0], jc[0], "float64", 1e3)
 
 
-def test_attention_vmap():
+def test_attention_vmap(device):
     q, k, v = rand(3, 1, 4, 5, 8), rand(1, 2, 6, 8), rand(1, 2, 6, 8)
     f = lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.5, mask="causal")  # noqa: E731
     out = mx.vmap(f)(q)
@@ -356,9 +470,52 @@ def test_attention_vmap():
                          for i in range(3)]), "float32", 10)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gradients_of_norms_and_attention(dtype, device):
+    from test_attention_fused_vjp import np_sdpa_vjp
+    from test_fast_norm_vjp import np_norm_vjp
+
+    x, w, b = uniform(6, 96, dtype=dtype), uniform(96, dtype=dtype), uniform(96, dtype=dtype)
+    ct = uniform(6, 96)
+    for rms in (False, True):
+        fn = (lambda x, w, b: mx.fast.rms_norm(x, w, 1e-5) + b) if rms else \
+            (lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5))
+        loss = lambda x, w, b: mx.sum(fn(x, w, b).astype(mx.float32) * ct)  # noqa: E731
+        got = mx.grad(loss, argnums=(0, 1, 2))(x, w, b)
+        want = np_norm_vjp(npy(x), npy(w), npy(ct), 1e-5, rms)
+        for g, r, scale in zip(got, want, (5, 20, 20)):  # dw, db: sums over 6 rows
+            close(g, r, dtype, scale, device)
+    q, k, v = (uniform(*s, dtype=dtype, lo=-1, hi=1) for s in ((1, 4, 40, 64), (1, 2, 50, 64),
+                                                              (1, 2, 50, 64)))
+    cq = uniform(1, 4, 40, 64)
+    for mask in (None, "causal"):
+        loss = lambda q, k, v: mx.sum(mx.fast.scaled_dot_product_attention(  # noqa: E731
+            q, k, v, scale=0.125, mask=mask).astype(mx.float32) * cq)
+        got = mx.grad(loss, argnums=(0, 1, 2))(q, k, v)
+        want = np_sdpa_vjp(npy(q), npy(k), npy(v), npy(cq), 0.125, mask)
+        atol = {"float32": 1e-4, "bfloat16": 4e-2}[dtype] * 5 * (2 if device == mx.gpu else 1)
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(npy(g), r, rtol=atol, atol=atol)
+
+
+def test_fast_ops_inside_compile_in_bfloat16(device):
+    x, w, b = uniform(4, 256, dtype="bfloat16"), uniform(256, dtype="bfloat16"), uniform(256, dtype="bfloat16")
+    q, k, v = (uniform(*s, dtype="bfloat16") for s in ((1, 4, 33, 64), (1, 2, 47, 64), (1, 2, 47, 64)))
+
+    def f(x, q):
+        h = mx.fast.layer_norm(x, w, b, 1e-5) * 2 + 1
+        h = mx.fast.rms_norm(h, w, 1e-5)
+        r = mx.fast.rope(q, 64, traditional=False, base=1e4, scale=1.0, offset=3)
+        a = mx.fast.scaled_dot_product_attention(r, k, v, scale=0.125, mask="causal")
+        return mx.exp(h.astype(mx.float32)), a * 3
+
+    for a, c in zip(f(x, q), mx.compile(f)(x, q)):
+        np.testing.assert_allclose(npy(a), npy(c), rtol=5e-2, atol=5e-2)
+
+
 # ---- compile ------------------------------------------------------------------------------
 
-def test_fast_ops_inside_compile():
+def test_fast_ops_inside_compile(device):
     x, w, b = rand(4, 16), rand(16), rand(16)
     q, k, v = rand(1, 2, 5, 8), rand(1, 1, 7, 8), rand(1, 1, 7, 8)
 

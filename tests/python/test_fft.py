@@ -41,7 +41,7 @@ ONE = [
 
 @pytest.mark.parametrize("name,cplx,n", ONE)
 @pytest.mark.parametrize("shape,axis", [((8,), -1), ((3, 7), 0), ((3, 7), 1), ((2, 3, 5), 1)])
-def test_one_axis(name, cplx, n, shape, axis):
+def test_one_axis(name, cplx, n, shape, axis, device):
     x = rand(np.random.default_rng(0), shape, cplx)
     want = getattr(np.fft, name)(x, n=n, axis=axis)
     got = getattr(mx.fft, name)(mx.array(x), n=n, axis=axis)
@@ -51,7 +51,7 @@ def test_one_axis(name, cplx, n, shape, axis):
 
 @pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
 @pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft", "fftn", "irfftn"])
-def test_norm(name, norm):
+def test_norm(name, norm, device):
     cplx = name not in ("rfft",)
     x = rand(np.random.default_rng(1), (4, 6), cplx)
     close(getattr(mx.fft, name)(mx.array(x), norm=norm), getattr(np.fft, name)(x, norm=norm))
@@ -70,7 +70,7 @@ ND = [
 
 @pytest.mark.parametrize("name", ["fftn", "ifftn", "rfftn", "irfftn"])
 @pytest.mark.parametrize("s,axes", ND)
-def test_n_dims(name, s, axes):
+def test_n_dims(name, s, axes, device):
     cplx = name != "rfftn"
     x = rand(np.random.default_rng(2), (3, 4, 5), cplx)
     if name == "irfftn" and s is None and axes == [1, 0]:
@@ -83,13 +83,13 @@ def test_n_dims(name, s, axes):
 
 @pytest.mark.parametrize("name", ["fft2", "ifft2", "rfft2", "irfft2"])
 @pytest.mark.parametrize("s", [None, [3, 6]])
-def test_two_dims(name, s):
+def test_two_dims(name, s, device):
     cplx = name != "rfft2"
     x = rand(np.random.default_rng(3), (2, 4, 5), cplx)
     close(getattr(mx.fft, name)(mx.array(x), s=s), getattr(np.fft, name)(x, s=s))
 
 
-def test_views_and_input_dtypes():
+def test_views_and_input_dtypes(device):
     rng = np.random.default_rng(4)
     x = rand(rng, (6, 5))
     a = mx.array(np.ascontiguousarray(x.T))
@@ -110,7 +110,7 @@ def test_views_and_input_dtypes():
         close(mx.fft.ifft(mx.fft.fft(mx.array(y))), y, tol=1e-4)
 
 
-def test_empty_axes_and_batches():
+def test_empty_axes_and_batches(device):
     x = rand(np.random.default_rng(5), (0, 4))
     got = mx.fft.fft(mx.array(x), axis=1)
     assert got.shape == (0, 4) and got.dtype == mx.complex64
@@ -123,7 +123,7 @@ def test_empty_axes_and_batches():
     assert same.dtype == mx.float32 and np.array(same).tolist() == r.tolist()
 
 
-def test_errors():
+def test_errors(device):
     x = mx.zeros((3, 4))
     with pytest.raises(ValueError):
         mx.fft.fft(x, n=0)
@@ -147,6 +147,112 @@ def test_errors():
         mx.fft.fft(x, norm="bad")
     with pytest.raises(IndexError):
         mx.fft.fft2(mx.zeros((3,)))
+
+
+# ---- the GPU's plans (cuFFT): sizes, padding, axes, batches, views, compile -------------
+
+SIZES = [1, 2, 5, 7, 8, 13, 16, 30, 97, 128, 1000]  # odd, prime and powers of two
+
+
+def check(fn, ref, x, tol=1e-4):
+    close(fn(mx.array(x)), ref(x), tol)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("name", ["fft", "ifft"])
+def test_complex_sizes(name, n, device):
+    x = rand(np.random.default_rng(n), (3, n))
+    check(getattr(mx.fft, name), getattr(np.fft, name), x)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_real_sizes(n, device):
+    x = rand(np.random.default_rng(n), (4, n), False)
+    check(mx.fft.rfft, np.fft.rfft, x)
+    spec = np.fft.rfft(x).astype(C)
+    check(lambda a: mx.fft.irfft(a, n=n), lambda a: np.fft.irfft(a, n=n), spec)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 11, 20])
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft"])
+def test_n_pads_and_truncates(name, n, device):
+    x = rand(np.random.default_rng(n), (5, 9), name != "rfft")
+    check(lambda a: getattr(mx.fft, name)(a, n=n), lambda a: getattr(np.fft, name)(a, n=n), x)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2])
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft"])
+def test_axes_of_a_batch(name, axis, device):
+    x = rand(np.random.default_rng(9), (6, 7, 10), name != "rfft")
+    check(lambda a: getattr(mx.fft, name)(a, axis=axis),
+          lambda a: getattr(np.fft, name)(a, axis=axis), x)
+
+
+def test_irfft_ignores_dc_and_nyquist_imaginary_parts(device):
+    """A spectrum that is not Hermitian: the result is the real part of the extended
+    inverse, as in numpy (DC and Nyquist imaginary parts drop out)."""
+    for n in [8, 9, 2]:
+        spec = rand(np.random.default_rng(n), (3, n // 2 + 1))
+        check(lambda a: mx.fft.irfft(a, n=n), lambda a: np.fft.irfft(a, n=n), spec)
+
+
+@pytest.mark.parametrize(
+    "name, s, axes",
+    [
+        ("fft2", None, None), ("ifft2", (5, 4), None), ("fftn", None, None),
+        ("fftn", (3, 8, 2), (0, 2, 1)), ("ifftn", None, (0, 2)), ("rfft2", None, None),
+        ("rfft2", (6, 7), (0, 2)), ("irfft2", None, None), ("irfft2", (4, 9), None),
+        ("rfftn", None, None), ("rfftn", (2, 5, 6), (0, 1, 2)), ("irfftn", None, (0, 1)),
+        ("irfftn", (4, 6, 10), (0, 1, 2)),
+    ],
+)  # fmt: skip
+def test_two_and_n_dims_of_a_batch(name, s, axes, device):
+    x = rand(np.random.default_rng(10), (4, 6, 10), not name.startswith("rfft"))
+    kw = {k: v for k, v in (("s", s), ("axes", axes)) if v is not None}
+    check(lambda a: getattr(mx.fft, name)(a, **kw), lambda a: getattr(np.fft, name)(a, **kw), x)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda a: a.T, lambda a: a[::-1, 1::2], lambda a: a[:, ::-3],
+     lambda a: mx.broadcast_to(a[:1], (5, 12))],
+    ids=["transposed", "reversed", "stepped", "broadcast"],
+)
+@pytest.mark.parametrize("name", ["fft", "rfft", "irfft", "fft2"])
+def test_strided_inputs(name, view, device):
+    x = rand(np.random.default_rng(11), (5, 12), name != "rfft")
+    close(getattr(mx.fft, name)(view(mx.array(x))), getattr(np.fft, name)(np.array(view(mx.array(x)))))
+
+
+def test_empty_batches_and_batches_of_one(device):
+    """Empty batches transform nothing; length-1 axes are the identity."""
+    rng = np.random.default_rng(12)
+    for shape in [(0, 8), (3, 0, 4)]:
+        for name in ["fft", "ifft", "rfft", "irfft"]:
+            x = rand(rng, shape, name != "rfft")
+            check(getattr(mx.fft, name), getattr(np.fft, name), x)
+    check(mx.fft.fftn, np.fft.fftn, rand(rng, (1, 1, 16)))
+
+
+def test_large_batch_and_long_prime_axis(device):
+    rng = np.random.default_rng(13)
+    check(mx.fft.fft, np.fft.fft, rand(rng, (64, 4096)), tol=5e-4)
+    check(mx.fft.rfft, np.fft.rfft, rand(rng, (3, 65537), False), tol=5e-4)  # a prime length
+
+
+def test_inside_compile_and_replays(device):
+    def f(x):
+        spec = mx.fft.rfft(x, axis=-1)
+        return mx.fft.irfft(spec * mx.conjugate(spec), n=x.shape[-1]), mx.abs(mx.fft.fft2(x))
+
+    compiled = mx.compile(f)
+    rng = np.random.default_rng(14)
+    for _ in range(5):  # lazy, direct, then (on the GPU) a graph capture and replays
+        x = rand(rng, (6, 20), False)
+        got = compiled(mx.array(x))
+        spec = np.fft.rfft(x, axis=-1)
+        close(got[0], np.fft.irfft(spec * np.conjugate(spec), n=20))
+        close(got[1], np.abs(np.fft.fft2(x)))
 
 
 def test_frequencies_and_shifts():

@@ -8,7 +8,20 @@ clamped by gathers and dropped by scatters (MLX leaves them undefined).
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, INTS, NP, assert_matches, dt, make, to_np, view_variants
+from conftest import (
+    ALL,
+    FLOATS,
+    INTS,
+    NP,
+    RTOL,
+    assert_matches,
+    dt,
+    is_float,
+    looser,
+    make,
+    to_np,
+    view_variants,
+)
 
 
 def same(result, expected):
@@ -32,7 +45,7 @@ def index_array(values, name="int32"):
 
 @pytest.mark.parametrize("name", WIDTHS)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-def test_take(name, index_dtype, rng):
+def test_take(name, index_dtype, rng, device):
     signed = not index_dtype.startswith("u")
     for kind, a, x in view_variants(name, (3, 4), rng, special=True):
         for raw in ([[0, 2], [1, 2]], [2, 0, 0], 1, []):
@@ -91,7 +104,7 @@ def test_take_out_of_range_clamps():
     ids=str,
 )
 @pytest.mark.parametrize("name", WIDTHS)
-def test_take_along_axis(shape, ishape, axis, name, rng):
+def test_take_along_axis(shape, ishape, axis, name, rng, device):
     for kind, a, x in view_variants(name, shape, rng, special=True):
         dim = x.size if axis is None else x.shape[axis]
         vals = rng.integers(-dim, dim, size=ishape)
@@ -246,7 +259,7 @@ VIEW_DTYPES = ["bool_", "uint8", "int8", "uint16", "int16", "float16", "int32", 
 
 @pytest.mark.parametrize("src", VIEW_DTYPES)
 @pytest.mark.parametrize("to", VIEW_DTYPES)
-def test_view(src, to, rng):
+def test_view(src, to, rng, device):
     for kind, a, x in view_variants(src, (2, 8), rng, special=True):
         got = mx.view(a, dt(to))
         want = np.ascontiguousarray(x).view(NP[to])
@@ -273,7 +286,7 @@ def test_view_bfloat16_and_errors():
 
 
 @pytest.mark.parametrize("name", WIDTHS)
-def test_as_strided(name, rng):
+def test_as_strided(name, rng, device):
     for kind, a, x in view_variants(name, (12,), rng):
         flat = np.ascontiguousarray(x)
         item = flat.itemsize
@@ -453,7 +466,7 @@ SETITEMS = [
 
 @pytest.mark.parametrize("key,vshape", SETITEMS, ids=str)
 @pytest.mark.parametrize("name", ALL)
-def test_setitem(key, vshape, name, rng):
+def test_setitem(key, vshape, name, rng, device):
     for kind, a, x in view_variants(name, (3, 4), rng):
         v, vn = make(name, vshape, rng)
         want = x.copy()
@@ -484,7 +497,7 @@ def test_setitem_rebinds_and_python_values():
     assert f.tolist()[0] == float("inf")
 
 
-def test_setitem_duplicates_and_out_of_range():
+def test_setitem_duplicates_and_out_of_range(device):
     a = mx.arange(12).reshape(3, 4)
     a[[0, 0]] += 5  # read once, written twice: +5, as numpy
     assert a.tolist()[0] == [5, 6, 7, 8]
@@ -495,7 +508,7 @@ def test_setitem_duplicates_and_out_of_range():
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_setitem_mask(name, rng):
+def test_setitem_mask(name, rng, device):
     a, x = make(name, (3, 4), rng)
     for mask_np, vshape in [
         (x != x.flat[0], ()),
@@ -513,7 +526,7 @@ def test_setitem_mask(name, rng):
         same(b, want)
 
 
-def test_setitem_mask_rules():
+def test_setitem_mask_rules(device):
     a = mx.arange(12).reshape(3, 4)
     a[a > 5] = mx.arange(7) + 100  # rows (here elements) are taken in order
     assert a.tolist() == [[0, 1, 2, 3], [4, 5, 100, 101], [102, 103, 104, 105]]
@@ -591,8 +604,10 @@ AT_KEYS = [
 
 @pytest.mark.parametrize("key,vshape", AT_KEYS, ids=str)
 @pytest.mark.parametrize("op,ufunc,names", AT_OPS, ids=[o[0] for o in AT_OPS])
-def test_at(key, vshape, op, ufunc, names, rng):
+def test_at(key, vshape, op, ufunc, names, rng, device):
     for name in names:
+        if name == "float64" and device == mx.gpu:
+            continue  # no float64 on the GPU
         low = 1 if op == "divide" else -4
         for kind, a, x in view_variants(name, (3, 4), rng, low=low, high=4):
             v, vn = make(name, vshape, rng, low=1 if op == "divide" else -4, high=4)
@@ -679,7 +694,7 @@ def test_same_as_mlx(code):
     assert _result(mx, code, assign) == _result(mlx, code, assign)
 
 
-def test_cache_style_updates_write_in_place_and_keep_held_values():
+def test_cache_style_updates_write_in_place_and_keep_held_values(device):
     # mlx-lm's KVCache: `keys[..., prev:offset, :] = k` on a preallocated buffer. When nothing
     # else holds the buffer the update writes into it (peak memory stays near one buffer); a
     # view the user still holds keeps its values.
@@ -722,3 +737,128 @@ def test_cache_style_updates_write_in_place_and_keep_held_values():
     b2[0] = 1.0
     np.testing.assert_array_equal(np.array(alias), b2)  # the same Python object, as in MLX
     np.testing.assert_array_equal(np.array(other), b)
+
+
+# ---------------------------------------------------------------------------------------
+# The GPU's gather and scatter kernels: every dtype they take, index dtypes, duplicates
+# ---------------------------------------------------------------------------------------
+
+GPU_DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "uint32",
+              "int64", "bool_"]  # fmt: skip
+
+
+def typed(shape, name, rng):
+    """Values in (-50, 50) converted to `name` by kiln, and their numpy twin."""
+    a = mx.array(rng.uniform(-50, 50, size=shape).astype(np.float32)).astype(dt(name))
+    return a, to_np(a)
+
+
+@pytest.mark.parametrize("name", GPU_DTYPES)
+def test_concatenate_and_slice_update_of_views(name, rng, device):
+    a, x = typed((5, 3, 4), name, rng)
+    b, y = typed((5, 2, 4), name, rng)
+    same(mx.concatenate([a, b.transpose(0, 1, 2)[:, ::-1]], axis=1),
+         np.concatenate([x, y[:, ::-1]], axis=1))
+    same(mx.concatenate([a.T, a.T[::2]], axis=0), np.concatenate([x.T, x.T[::2]], axis=0))
+    c = a + mx.zeros_like(a) if name != "bool_" else a | False
+    c[1:4, 2:0:-1, ::3] = b[1:4, ::-1, ::3]
+    want = x.copy()
+    want[1:4, 2:0:-1, ::3] = y[1:4, ::-1, ::3]
+    same(c, want)
+
+
+@pytest.mark.parametrize("name", GPU_DTYPES)
+@pytest.mark.parametrize("index_dtype", ["int32", "uint8", "int64", "uint64"])
+def test_gather_index_dtypes_and_embedding(name, index_dtype, rng, device):
+    a, x = typed((7, 6, 5), name, rng)
+    raw = rng.integers(0, 7, size=(4, 3))
+    idx = mx.array(raw).astype(dt(index_dtype))
+    same(mx.take(a, idx, axis=0), np.take(x, raw, axis=0))
+    same(mx.take(a, idx % 5, axis=2), np.take(x, raw % 5, axis=2))
+    same(a[idx % 5, :, idx % 5], x[raw % 5, :, raw % 5])
+    lines = mx.broadcast_to((idx % 5)[:1, :1, None], (1, 6, 5))
+    same(mx.take_along_axis(a, lines, 0),
+         np.take_along_axis(x, np.broadcast_to((raw % 5)[:1, :1, None], (1, 6, 5)), 0))
+    neg = [-1, -7, 3, -2]  # negative indices count from the end
+    same(a[mx.array(neg)], x[neg])
+
+
+def round_like(values, name):
+    """float64 values rounded to `name` (bfloat16: to nearest even, through float32)."""
+    if name == "bfloat16":
+        u = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+        return np.where(np.isnan(values), np.float32(np.nan), r)
+    return np.asarray(values).astype(NP[name])
+
+
+@pytest.mark.parametrize("name", GPU_DTYPES)
+@pytest.mark.parametrize("mode", ["add", "multiply", "maximum", "minimum", "set"])
+def test_scatter_reductions_with_duplicates(name, mode, rng, device):
+    if name == "bool_" and mode in ("add", "multiply"):
+        pytest.skip("bool takes no add / multiply updates")
+    a, x = typed((6, 4), name, rng)
+    u, un = typed((5, 4), name, rng)
+    rows = [0, 3, 3, 5, -1] if mode != "set" else [0, 3, 2, 5, 1]  # -1 is row 5: duplicates
+    if mode == "set":
+        got = a + 0 if name != "bool_" else a | False
+        got[mx.array(rows)] = u
+    else:
+        got = getattr(a.at[mx.array(rows)], mode)(u)
+    # Updates one at a time in index order, each rounded to the dtype (integers wrap).
+    want = x.copy()
+    ufunc = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
+             "minimum": np.minimum, "set": lambda old, new: new}[mode]
+    with np.errstate(over="ignore"):
+        for i, r in enumerate(rows):
+            want[r] = round_like(ufunc(want[r], un[i]), name)
+    if is_float(name):
+        # On the GPU duplicates combine in any order (atomics): an intermediate rounding
+        # (the GPU tests' bound, against the CPU's values of up to 50).
+        tol = looser(device, RTOL[name], 4 * {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}[name])
+        assert_matches(got, want, name, rtol=tol, atol=looser(device, None, tol * 50))
+    else:
+        same(got, want)
+
+
+def test_scatter_add_of_an_embedding_gradient(rng, device):
+    # The embedding backward: many rows, few distinct indices, float32 atomics on the GPU.
+    w = rng.uniform(-3, 3, size=(50, 32)).astype(np.float32)
+    ids = rng.integers(0, 50, size=(8, 64))
+    grad = mx.grad(lambda w: (w[mx.array(ids)] * w[mx.array(ids)]).sum())(mx.array(w))
+    counts = np.bincount(ids.ravel(), minlength=50).astype(np.float64)
+    np.testing.assert_allclose(np.array(grad), 2 * w * counts[:, None], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int64"])
+def test_plain_scatter_keeps_the_last_duplicate(name, device):
+    rows = [4, 1, 4, 1, 1, 0, 4]
+    u = mx.array(np.arange(21).reshape(7, 3).astype(np.float32)).astype(dt(name))
+    y = mx.zeros((5, 3), dtype=dt(name)) + 0
+    y[mx.array(rows)] = u
+    want = np.zeros((5, 3))
+    for i, r in enumerate(rows):
+        want[r] = np.arange(21).reshape(7, 3)[i]
+    same(y, want.astype(NP[name]))
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int64", "bool_", "uint8"])
+def test_masked_scatter_shapes(name, rng, device):
+    a = mx.array(rng.integers(0, 9, size=(5, 3, 4))).astype(dt(name))
+    x = to_np(a)
+    for mask, vshape in [(rng.integers(0, 2, size=(5,)).astype(bool), (6, 3, 4)),
+                         (rng.integers(0, 2, size=(5, 3, 4)).astype(bool), (70,)),
+                         (np.zeros((5, 3), dtype=bool), (1, 4))]:
+        v = mx.array(rng.integers(10, 20, size=vshape)).astype(dt(name))
+        y = a[...]
+        y[mx.array(mask)] = v
+        # The values are taken in order, as many as the mask selects.
+        want = x.copy()
+        n = int(mask.sum()) * (x[mask].size // max(1, int(mask.sum())))
+        if mask.any():
+            want[mask] = to_np(v).reshape(-1)[:n].reshape(x[mask].shape)
+        same(y, want)
+    y = a[...]
+    with pytest.raises(RuntimeError, match="enough"):
+        y[mx.array(np.ones((5,), dtype=bool))] = mx.ones((2, 3, 4), dtype=dt(name))
+        mx.eval(y)

@@ -7,9 +7,14 @@ by run) and empty products; every float dtype, against numpy in float64.
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import FLOATS, assert_matches, make
+from conftest import FLOATS, assert_matches, looser, make
 
 TOL = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-5, "float64": 1e-12}
+GPU_TOL = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4}  # cuBLAS against numpy
+
+
+def tol_of(name, device):
+    return looser(device, TOL[name], GPU_TOL.get(name))
 
 
 def views(name, rng):
@@ -39,19 +44,19 @@ def views(name, rng):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_strided_operands(name, rng):
+def test_strided_operands(name, rng, device):
     for label, a, b, x, y in views(name, rng):
         expected = x.astype(np.float64) @ y.astype(np.float64)
         out = a @ b
         assert out.dtype == getattr(mx, name), label
         assert out.shape == expected.shape, label
-        tol = TOL[name]
+        tol = tol_of(name, device)
         assert_matches(out, expected, name, rtol=tol, atol=tol * 8)
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_batched_views(name, rng):
-    tol = TOL[name]
+def test_batched_views(name, rng, device):
+    tol = tol_of(name, device)
     # Attention-style: (B, L, H, D) split into heads by a transpose, scores q @ k^T.
     q, qn = make(name, (2, 5, 3, 4), rng, high=3)
     k, kn = make(name, (2, 6, 3, 4), rng, high=3)
@@ -68,17 +73,17 @@ def test_batched_views(name, rng):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_many_small_products(name, rng):
+def test_many_small_products(name, rng, device):
     # 300 products of 8x16x8: spread over threads by batch element, with strided operands.
     a, x = make(name, (300, 16, 8), rng, high=3)
     b, y = make(name, (300, 16, 8), rng, high=3)
     expected = np.swapaxes(x, -1, -2).astype(np.float64) @ y.astype(np.float64)
-    tol = TOL[name]
+    tol = tol_of(name, device)
     assert_matches(mx.swapaxes(a, -1, -2) @ b, expected, name, rtol=tol, atol=tol * 8)
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_empty_and_nonfinite(name, rng):
+def test_empty_and_nonfinite(name, rng, device):
     a, x = make(name, (4, 6), rng, high=3)
     assert (a[:0] @ a.T).shape == (0, 4)
     out = a[:, :0] @ a.T[:0]
@@ -88,5 +93,29 @@ def test_empty_and_nonfinite(name, rng):
     x[1, 2], x[2, 4] = np.nan, np.inf
     a = mx.array(x, dtype=getattr(mx, name))
     expected = x[::-1] @ np.abs(x.T[:, ::-1])
-    tol = TOL[name]
+    tol = tol_of(name, device)
     assert_matches(a[::-1] @ mx.abs(a.T[:, ::-1]), expected, name, rtol=tol, atol=tol * 8)
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_batches_without_one_stride(name, rng, device):
+    """Attention's heads split out of a fused qkv row: batch dims (B, H) with no single
+    stride (the GPU reads them in place through pointer arrays); also a broadcast and a
+    reversed batch."""
+    B, T, H, D = 3, 10, 4, 8
+    qkv = mx.array(rng.uniform(-1, 1, (B, T, 3, H, D)).astype(np.float32)).astype(getattr(mx, name))
+    w = mx.array(rng.uniform(-1, 1, (1, H, D, 5)).astype(np.float32)).astype(getattr(mx, name))
+    q, k, v = (qkv.transpose(2, 0, 3, 1, 4)[i] for i in range(3))  # (B, H, T, D) views
+
+    def ref(x):
+        return np.array(x.astype(mx.float32)).astype(np.float64)
+
+    cases = [
+        (lambda: q @ k.swapaxes(-1, -2), ref(q) @ ref(k).swapaxes(-1, -2)),
+        (lambda: (q @ k.swapaxes(-1, -2)) @ v, (ref(q) @ ref(k).swapaxes(-1, -2)) @ ref(v)),
+        (lambda: q @ w, ref(q) @ ref(w)),
+        (lambda: q[::-1] @ k.swapaxes(-1, -2)[::-1], ref(q)[::-1] @ ref(k).swapaxes(-1, -2)[::-1]),
+    ]
+    tol = looser(device, TOL[name], GPU_TOL[name]) * 4
+    for fn, want in cases:
+        assert_matches(fn(), want, name, rtol=tol, atol=tol)

@@ -3,7 +3,7 @@
 import kiln.core as mx
 
 
-def test_active_memory_tracks_arrays():
+def test_active_memory_tracks_arrays(device):
     base = mx.get_active_memory()
     x = mx.arange(1 << 16, dtype=mx.float32) * 2
     assert mx.get_active_memory() - base < 1024  # recorded, not computed
@@ -15,7 +15,7 @@ def test_active_memory_tracks_arrays():
     assert mx.get_active_memory() - base < 1024
 
 
-def test_cache_keeps_and_clears_freed_memory():
+def test_cache_keeps_and_clears_freed_memory(device):
     mx.clear_cache()
     assert mx.get_cache_memory() == 0
     x = mx.ones((1 << 14,)) * 3
@@ -26,7 +26,7 @@ def test_cache_keeps_and_clears_freed_memory():
     assert mx.get_cache_memory() == 0
 
 
-def test_limits_return_previous_values():
+def test_limits_return_previous_values(device):
     previous = mx.set_cache_limit(0)
     try:
         x = mx.ones((1 << 14,)) * 3

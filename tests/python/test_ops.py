@@ -18,10 +18,12 @@ from conftest import (
     INTS,
     NP,
     PAIRS,
+    RTOL,
     SHAPES,
     assert_matches,
     dt,
     is_float,
+    looser,
     make,
     name_of,
     to_np,
@@ -99,10 +101,15 @@ UNARY = [
 ]
 
 
+# The GPU's bounds, on top of the CPU's (its math functions differ by an ulp or two, and
+# half results are rounded from float32 math that differs there).
+GPU_TOL = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5}
+
+
 @pytest.mark.parametrize("op", UNARY, ids=[u[0] for u in UNARY])
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_unary(op, name, shape, rng):
+def test_unary(op, name, shape, rng, device):
     fname, ref, float_math, options, tol = op
     fn = getattr(mx, fname)
     if fname == "negative" and name == "bool_":
@@ -125,7 +132,8 @@ def test_unary(op, name, shape, rng):
         with np.errstate(all="ignore"):
             expected = ref(x.astype(np.float64)) if float_math else ref(x)
         rtol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-13}.get(want, 0)
-        assert_matches(out, expected, want, rtol=rtol * tol, atol=rtol * tol)
+        rtol = looser(device, rtol * tol, rtol * tol + GPU_TOL.get(want, 0) * 4)
+        assert_matches(out, expected, want, rtol=rtol, atol=rtol)
 
 
 def test_unary_accepts_python_scalars():
@@ -187,7 +195,7 @@ def binary_expected(fname, ref, result, x, y, na, nb):
     return out, ("bool_" if result == "bool" else compute)
 
 
-def check_binary(op, na, nb, sa, sb, rng, views=False):
+def check_binary(op, na, nb, sa, sb, rng, views=False, device=None):
     fname, ref, result, options = op
     fn = getattr(mx, fname)
     left = (
@@ -202,19 +210,20 @@ def check_binary(op, na, nb, sa, sb, rng, views=False):
         expected, want = binary_expected(fname, ref, result, x, y, na, nb)
         out = fn(a, b)
         assert name_of(out.dtype) == want, (kind, out.dtype, want)
-        assert_matches(
-            out,
-            expected,
-            want,
-            rtol=None if fname != "power" else 1e-2 if want in ("float16", "bfloat16") else 1e-5,
-        )
+        if want in GPU_TOL:
+            rtol = 1e-2 if want in ("float16", "bfloat16") else 1e-5
+            rtol = rtol if fname == "power" else RTOL[want]
+            gpu = looser(device, rtol, rtol + GPU_TOL[want] * 4)
+            assert_matches(out, expected, want, rtol=gpu, atol=looser(device, None, gpu))
+        else:
+            assert_matches(out, expected, want)
 
 
 @pytest.mark.parametrize("op", BINARY, ids=[b[0] for b in BINARY])
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shapes", PAIRS, ids=str)
-def test_binary_same_dtype(op, name, shapes, rng):
-    check_binary(op, name, name, *shapes, rng, views=True)
+def test_binary_same_dtype(op, name, shapes, rng, device):
+    check_binary(op, name, name, *shapes, rng, views=True, device=device)
 
 
 @pytest.mark.parametrize("op", BINARY, ids=[b[0] for b in BINARY])
@@ -222,6 +231,83 @@ def test_binary_same_dtype(op, name, shapes, rng):
 @pytest.mark.parametrize("nb", ALL)
 def test_binary_promotion(op, na, nb, rng):
     check_binary(op, na, nb, (3, 1), (4,), rng)
+
+
+# Shapes of more than one GPU block with a tail (the GPU's vectorised and unrolled
+# elementwise kernels), float dtypes: every unary op of the GPU tests, and binary ops on a
+# (5, 1, 33) x (4, 33) broadcast.
+ROW_UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+    "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "erf": _erf, "abs": np.abs,
+    "negative": np.negative, "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "log1p": np.log1p, "expm1": np.expm1,
+    "square": np.square, "sign": np.sign, "arctan": np.arctan,
+}  # fmt: skip
+ROW_FLOATS = ["float32", "float16", "bfloat16"]
+
+
+def uniform(rng, shape, name, lo=-3.0, hi=3.0):
+    a = mx.array(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dt(name))
+    return a, to_np(a).astype(np.float64)
+
+
+@pytest.mark.parametrize("fname", list(ROW_UNARY))
+@pytest.mark.parametrize("name", ROW_FLOATS)
+def test_unary_rows_of_blocks(fname, name, rng, device):
+    lo = 0.1 if fname in ("log", "sqrt", "rsqrt", "log1p") else -3.0
+    a, x = uniform(rng, (37, 129), name, lo=lo)
+    tol = RTOL[name] * 4
+    tol = looser(device, tol, tol + GPU_TOL[name] * 4)
+    assert_matches(getattr(mx, fname)(a), ROW_UNARY[fname](x), name, rtol=tol, atol=tol)
+
+
+ROW_BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power,
+    "logaddexp": np.logaddexp, "arctan2": np.arctan2,
+    # MLX: floor(a / b) and a - b * floor(a / b), computed in float32 for half floats.
+    "floor_divide": lambda x, y: np.floor((x.astype(np.float32) / y.astype(np.float32))),
+    "remainder": lambda x, y: np.remainder(x.astype(np.float32), y.astype(np.float32)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fname", list(ROW_BINARY))
+@pytest.mark.parametrize("name", ROW_FLOATS)
+def test_binary_broadcast_rows(fname, name, rng, device):
+    a, x = uniform(rng, (5, 1, 33), name, lo=0.5)
+    b, y = uniform(rng, (4, 33), name, lo=0.5)
+    tol = RTOL[name] * 4
+    tol = looser(device, tol, tol + GPU_TOL[name] * 4)
+    assert_matches(getattr(mx, fname)(a, b), ROW_BINARY[fname](x, y), name, rtol=tol, atol=tol)
+
+
+def test_nan_inf_and_casts(device):
+    values = [np.nan, np.inf, -np.inf, 3.7, -2.5, 1e20, -0.0]
+    x = mx.array(values, dtype=mx.float32)
+    xn = np.array(values, dtype=np.float32)
+    np.testing.assert_array_equal(np.array(mx.maximum(x, 0.0)), np.maximum(xn, np.float32(0)))
+    np.testing.assert_array_equal(np.array(mx.isnan(x)), np.isnan(xn))
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(np.array(mx.exp(x)), np.exp(xn.astype(np.float64)), rtol=2e-6)
+    # Out-of-range float to integer: x86's conversion (INT_MIN), as numpy gives here.
+    np.testing.assert_array_equal(np.array(x.astype(mx.int32)),
+                                  [-(2**31), -(2**31), -(2**31), 3, -2, -(2**31), 0])
+    np.testing.assert_array_equal(np.array(x.astype(mx.uint8)), [0, 0, 0, 3, 254, 0, 0])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(np.array(x.astype(mx.float16)), xn.astype(np.float16))
+    assert to_np(x.astype(mx.bfloat16)).tolist()[3:6] == [3.703125, -2.5, 9.972771014849226e19]
+    got = to_np(x.astype(mx.bfloat16))
+    np.testing.assert_array_equal(got[:3], xn[:3])
+    assert np.signbit(got[6]) and got[6] == 0
+
+
+def test_strided_views_and_where(rng, device):
+    x, xn = uniform(rng, (8, 6, 10), "float32")
+    y, yn = uniform(rng, (10, 6), "float32")
+    out = x[::-2, :, 1::3] * y.T[None, :, 1::3] + x.transpose(0, 2, 1)[1::2, 1::3, :].swapaxes(1, 2)
+    want = xn[::-2, :, 1::3] * yn.T[None, :, 1::3] + xn.transpose(0, 2, 1)[1::2, 1::3, :].swapaxes(1, 2)
+    assert_matches(out, want, "float32", rtol=1e-5, atol=1e-5)
+    assert_matches(mx.where(x > 0, x, y.T[None]), np.where(xn > 0, xn, yn.T[None]), "float32")
 
 
 def test_binary_shape_mismatch():
@@ -356,7 +442,7 @@ def test_unsupported_operands():
     ],
     ids=str,
 )
-def test_where(name, shapes, rng):
+def test_where(name, shapes, rng, device):
     sc, sx, sy = shapes
     c, cn = make("bool_", sc, rng)
     for kind, x, xn in view_variants(name, sx, rng, special=True):
@@ -424,7 +510,7 @@ def reduce_reference(fname, ref, x, axis, keepdims, want):
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape,axis", AXES, ids=str)
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_reductions(op, name, shape, axis, keepdims, rng):
+def test_reductions(op, name, shape, axis, keepdims, rng, device):
     fname, ref, rule = op
     # A reduction over no axes (0-d input) returns its input, dtype included, as in MLX.
     want = rule(name) if shape or fname == "mean" else name
@@ -444,6 +530,8 @@ def test_reductions(op, name, shape, axis, keepdims, rng):
         assert name_of(out.dtype) == want, kind
         expected = reduce_reference(fname, ref, x, axis, keepdims, want)
         tol = REDUCE_TOL.get(want)
+        if want in GPU_TOL:  # the GPU's accumulation order
+            tol = looser(device, tol, tol + GPU_TOL[want] * 8)
         assert_matches(out, np.asarray(expected), want, rtol=tol, atol=tol)
         # The method spelling agrees.
         method = getattr(a, fname)(axis=axis, keepdims=keepdims)
@@ -451,7 +539,7 @@ def test_reductions(op, name, shape, axis, keepdims, rng):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_reductions_nan_and_inf(name):
+def test_reductions_nan_and_inf(name, device):
     a = mx.array([1.0, np.nan, 3.0], dtype=dt(name))
     assert np.isnan(mx.sum(a).item()) and np.isnan(mx.max(a).item()) and np.isnan(mx.min(a).item())
     assert np.isnan(mx.mean(a).item())
@@ -485,7 +573,7 @@ def test_reduction_errors():
     ids=str,
 )
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_arg_reductions(fname, name, shape, axis, keepdims, rng):
+def test_arg_reductions(fname, name, shape, axis, keepdims, rng, device):
     for kind, a, x in view_variants(name, shape, rng, low=-3, high=3):
         out = getattr(mx, fname)(a, axis=axis, keepdims=keepdims)
         assert out.dtype == mx.uint32
@@ -587,19 +675,21 @@ def test_astype_to_bool_and_wrapping():
 MATMUL_SHAPES = [
     ((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
     ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (4, 1)), ((0, 4), (4, 3)), ((3, 0), (0, 2)),
+    # The GPU's: through cuBLAS, batched, broadcast batches, a 1 x 1 result.
+    ((64, 32), (32, 48)), ((3, 17, 5), (3, 5, 9)), ((2, 1, 8, 4), (1, 3, 4, 6)), ((1, 7), (7, 1)),
 ]  # fmt: skip
 MATMUL_TOL = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 
 
 @pytest.mark.parametrize("name", FLOATS)
 @pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=str)
-def test_matmul(name, sa, sb, rng):
+def test_matmul(name, sa, sb, rng, device):
     for kind, a, x in view_variants(name, sa, rng, high=3):
         b, y = make(name, sb, rng, high=3)
         expected = x.astype(np.float64) @ y.astype(np.float64)
         out = mx.matmul(a, b)
         assert out.dtype == dt(name), kind
-        tol = MATMUL_TOL[name]
+        tol = looser(device, MATMUL_TOL[name], 1e-4 if name == "float32" else None)
         assert_matches(out, expected, name, rtol=tol, atol=tol * 4)
         assert_matches(a @ b, expected, name, rtol=tol, atol=tol * 4)
 
@@ -661,10 +751,23 @@ ARANGE = [
 
 
 @pytest.mark.parametrize("args,kwargs,expected,want", ARANGE, ids=str)
-def test_arange(args, kwargs, expected, want):
+def test_arange(args, kwargs, expected, want, device):
     out = mx.arange(*args, **kwargs)
     assert name_of(out.dtype) == want
     assert_matches(out, expected, want)
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "int32", "uint8", "int64",
+                                  "int16"])
+def test_arange_of_every_gpu_dtype(name, device):
+    # start + i * step in float64, then rounded to the dtype (integers wrap, as numpy).
+    step = 0.7 if is_float(name) else 3
+    out = mx.arange(-3, 40, step, dtype=dt(name))
+    assert out.dtype == dt(name)
+    want = np.arange(-3, 40, step).astype(np.float32 if is_float(name) else NP[name])
+    if is_float(name):
+        want = to_np(mx.array(want).astype(dt(name)))
+    np.testing.assert_array_equal(to_np(out), want)
 
 
 def test_arange_errors():

@@ -25,7 +25,7 @@ SHAPES = [(5, 7), (3, 40_000), (70_000, 2), (1, 1)]
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
-def test_arg_reductions_with_ties_and_nan(shape, op):
+def test_arg_reductions_with_ties_and_nan(shape, op, device):
     # Few distinct values: many ties, and the first index must win; NaN wins over numbers.
     a = RNG.integers(0, 5, shape).astype(np.float32)
     a.flat[RNG.integers(0, a.size, max(1, a.size // 5000))] = np.nan
@@ -38,12 +38,51 @@ def test_arg_reductions_with_ties_and_nan(shape, op):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float16, np.bool_])
-def test_arg_reductions_other_dtypes(dtype):
+def test_arg_reductions_other_dtypes(dtype, device):
     a = RNG.integers(0, 3, (4, 50_000)).astype(dtype)
     for axis in (0, 1, None):
         k = mx.array(a)
         np.testing.assert_array_equal(np.array(mx.argmax(k, axis=axis)), np.argmax(a, axis=axis))
         np.testing.assert_array_equal(np.array(mx.argmin(k, axis=axis)), np.argmin(a, axis=axis))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "int32", "uint8", "int64"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_arg_reductions_along_every_axis(name, axis, device):
+    rng = np.random.default_rng(axis)
+    if name in ("float32", "float16", "bfloat16"):
+        x = rng.uniform(-3, 3, size=(7, 300, 5)).astype(np.float32)
+    else:
+        x = rng.integers(0, 5, size=(7, 300, 5))  # many ties
+    a = mx.array(x).astype(getattr(mx, name))
+    xn = np.array(a.astype(mx.float32) if name == "bfloat16" else a)
+    for op in ("argmax", "argmin"):
+        np.testing.assert_array_equal(np.array(getattr(mx, op)(a, axis=axis)),
+                                      getattr(np, op)(xn, axis=axis))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "int32", "uint32", "int64"])
+@pytest.mark.parametrize("shape", [(1, 128256), (3, 20001), (64, 16384), (65, 16384), (2, 40000, 3)],
+                         ids=str)
+def test_arg_reductions_of_long_rows(name, shape, device):
+    # Few long rows (a vocabulary's log-probabilities) are split across blocks on the GPU;
+    # the chunk boundaries must keep NaN-first and lowest-index ties.
+    rng = np.random.default_rng(sum(shape))
+    if name in ("float32", "float16", "bfloat16"):
+        x = np.round(rng.uniform(-3, 3, size=shape), 1).astype(np.float32)  # many ties
+    else:
+        x = rng.integers(0, 50, size=shape)
+    a = mx.array(x).astype(getattr(mx, name))
+    xn = np.array(a.astype(mx.float32) if name == "bfloat16" else a)
+    for op in ("argmax", "argmin"):
+        np.testing.assert_array_equal(np.array(getattr(mx, op)(a, axis=1)),
+                                      getattr(np, op)(xn, axis=1))
+    if name in ("float32", "float16", "bfloat16"):
+        x[0, shape[1] - 5] = np.nan
+        x[0, 2049] = np.nan  # the first NaN, in the second chunk
+        got = np.array(mx.argmax(mx.array(x).astype(getattr(mx, name)), axis=1))
+        np.testing.assert_array_equal(got, np.argmax(x, axis=1))
+        assert got.flatten()[0] == 2049
 
 
 def test_arg_reductions_of_empty_arrays_raise():
@@ -55,7 +94,7 @@ def test_arg_reductions_of_empty_arrays_raise():
 
 @pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax", "cummin"])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_cumulative_ops_nan_and_views(op, reverse):
+def test_cumulative_ops_nan_and_views(op, reverse, device):
     a = RNG.uniform(0.5, 1.5, (6, 9)).astype(np.float32)
     a[2, 3] = np.nan
     ref = {"cumsum": np.cumsum, "cumprod": np.cumprod,

@@ -9,7 +9,18 @@ import warnings
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, assert_matches, dt, is_float, make, name_of, to_np, view_variants
+from conftest import (
+    ALL,
+    FLOATS,
+    assert_matches,
+    dt,
+    is_float,
+    looser,
+    make,
+    name_of,
+    to_np,
+    view_variants,
+)
 from mlx_parity import assert_same_as_mlx
 
 # (shape, axis) pairs: None, ints, negatives, lists/tuples, the empty tuple, empty axes.
@@ -42,7 +53,7 @@ def reduced_axes(shape, axis):
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape,axis", AXES, ids=str)
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_all_any(fname, name, shape, axis, keepdims, rng):
+def test_all_any(fname, name, shape, axis, keepdims, rng, device):
     for kind, a, x in view_variants(name, shape, rng, low=0, high=2, special=True):
         out = getattr(mx, fname)(a, axis=axis, keepdims=keepdims)
         assert out.dtype == mx.bool_, kind
@@ -207,17 +218,17 @@ SOFTMAX_AXES = [((), None), ((), ()), ((5,), None), ((5,), -1), ((3, 4), 0), ((3
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape,axis", SOFTMAX_AXES, ids=str)
 @pytest.mark.parametrize("precise", [False, True])
-def test_softmax(name, shape, axis, precise, rng):
+def test_softmax(name, shape, axis, precise, rng, device):
     want = name if is_float(name) else "float32"
     for kind, a, x in view_variants(name, shape, rng):
         out = mx.softmax(a, axis=axis, precise=precise)
         assert name_of(out.dtype) == want, kind
-        tol = MOMENT_TOL[want]
+        tol = looser(device, MOMENT_TOL[want], MOMENT_TOL[want] + GPU_TOL.get(want, 0) * 4)
         assert_matches(out, softmax_reference(x, axis), want, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_softmax_special(name):
+def test_softmax_special(name, device):
     def sm(values, **kw):
         return to_np(mx.softmax(mx.array(values, dtype=dt(name)), **kw)).tolist()
 
@@ -231,6 +242,74 @@ def test_softmax_special(name):
     x = mx.array(np.linspace(-3, 3, 50), dtype=dt(name))
     p = to_np(mx.softmax(x, precise=True)).astype(np.float64)
     assert abs(p.sum() - 1) < 0.05
+
+
+# The GPU kernels' bounds (GPU against the CPU), on top of the CPU's against numpy.
+GPU_TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
+ROW_FLOATS = ["float32", "float16", "bfloat16"]
+
+
+def uniform(rng, shape, name, lo=-3.0, hi=3.0):
+    a = mx.array(rng.uniform(lo, hi, size=shape).astype(np.float32)).astype(dt(name))
+    return a, to_np(a).astype(np.float64)
+
+
+@pytest.mark.parametrize("name", ROW_FLOATS)
+def test_softmax_rows(name, rng, device):
+    """Rows of every length class of the GPU kernel (a warp per row up to 1024, blocks past
+    it), the reduced axis moved last through a copy, and NaN / inf rows."""
+    tol = looser(device, MOMENT_TOL[name], MOMENT_TOL[name] + GPU_TOL[name] * 4)
+    x, xn = uniform(rng, (33, 1000), name, -20, 20)
+    assert_matches(mx.softmax(x, axis=-1), softmax_reference(xn, -1), name, rtol=tol, atol=tol)
+    assert_matches(mx.softmax(x, axis=0), softmax_reference(xn, 0), name, rtol=tol, atol=tol)
+    for length in (1, 31, 32, 64, 256, 257, 1024, 1025, 5000):
+        x, xn = uniform(rng, (7, length), name, -20, 20)
+        assert_matches(mx.softmax(x, axis=-1), softmax_reference(xn, -1), name, rtol=tol,
+                       atol=tol)
+    n = mx.array([[1.0, np.nan], [np.inf, 1.0], [2.0, 3.0]])
+    got = np.array(mx.softmax(n, axis=-1))
+    assert np.isnan(got[:2]).all() and np.isfinite(got[2]).all()
+
+
+# (shape, axes) of each kind of work of the GPU's reduction kernels.
+WORK_SHAPES = [
+    ((4096, 64), 0),  # few columns: chunked column reduction, two stages
+    ((3, 50_000), 0),  # short columns, many of them
+    ((16, 40, 33), (0, 1)),  # leading axes (a weight gradient's batch sum)
+    ((50_000, 5), 1),  # short rows: a warp per row
+    ((7, 3000), 1),  # rows longer than a warp's stride
+    ((2, 2000, 3), 1),  # a middle axis: transposed copy, then rows
+    ((4, 1, 5, 6), 1),  # a size-1 axis: one copy
+    ((3, 7, 1, 1), (2, 3)),  # several size-1 axes, trailing
+]
+# sum in float32, rounded once (the CPU's); the GPU's bounds were against the CPU.
+WORK_TOL = {"float32": 1e-4, "bfloat16": 8e-3}
+
+
+@pytest.mark.parametrize("shape,axes", WORK_SHAPES, ids=str)
+@pytest.mark.parametrize("fname", ["sum", "max", "min"])
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int32"])
+def test_reduction_shapes_of_work(shape, axes, fname, name, rng, device):
+    if name == "int32":
+        x = rng.integers(-50, 50, size=shape).astype(np.int32)
+        out = getattr(mx, fname)(mx.array(x), axis=axes)
+        np.testing.assert_array_equal(np.array(out), getattr(np, fname)(x, axis=axes))
+        return
+    a, x = uniform(rng, shape, name)
+    tol = WORK_TOL[name] if fname == "sum" else 0
+    tol = looser(device, tol, tol + GPU_TOL[name] * (200 if fname == "sum" else 1))
+    want = getattr(np, fname)(x, axis=axes)
+    assert_matches(getattr(mx, fname)(a, axis=axes), want, name, rtol=tol, atol=tol)
+
+
+def test_large_full_reduction_nan_and_bool(rng, device):
+    x, xn = uniform(rng, (3_000_001,), "float32")
+    np.testing.assert_allclose(mx.sum(x).item(), xn.sum(), rtol=1e-4)
+    assert np.isnan(mx.max(mx.array([1.0, np.nan, 3.0])).item())
+    b = rng.integers(0, 2, size=(1000, 3)).astype(bool)
+    for fname in ("all", "any"):
+        out = getattr(mx, fname)(mx.array(b), axis=0)
+        np.testing.assert_array_equal(np.array(out), getattr(np, fname)(b, axis=0))
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def sort_inputs(name, shape, rng):
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape,axis", SORT_AXES, ids=str)
-def test_sort_argsort(name, shape, axis, rng):
+def test_sort_argsort(name, shape, axis, rng, device):
     for kind, a, x in sort_inputs(name, shape, rng):
         y, ax = np_axis(x, axis)
         out = call(mx.sort, a, axis)
@@ -80,7 +80,7 @@ PARTITION_CASES = [
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape,axis,kth", PARTITION_CASES, ids=str)
-def test_partition(name, shape, axis, kth, rng):
+def test_partition(name, shape, axis, kth, rng, device):
     for kind, a, x in sort_inputs(name, shape, rng):
         y, ax = np_axis(x, axis)
         k = kth % y.shape[ax] if y.shape[ax] else kth
@@ -120,7 +120,7 @@ SEARCH_VALUES = [(), (4,), (3, 4), (0,), (2, 0, 3)]
 @pytest.mark.parametrize("n", [0, 1, 6])
 @pytest.mark.parametrize("vshape", SEARCH_VALUES, ids=str)
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_searchsorted(name, n, vshape, side, rng):
+def test_searchsorted(name, n, vshape, side, rng, device):
     s, seq = make(name, (n,), rng, low=-3, high=3, special=True)
     seq_sorted = np.sort(seq)  # NaN last, as kiln orders it
     s = mx.sort(s)
@@ -153,7 +153,7 @@ def test_searchsorted_promotion_and_values():
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_special_values(name):
+def test_special_values(name, device):
     nan, inf = np.nan, np.inf
     a = mx.array([3.0, nan, 1.0, -inf, nan, inf, -0.0, 0.0], dtype=dt(name))
     s = to_np(mx.sort(a))
@@ -166,7 +166,7 @@ def test_special_values(name):
     assert p[5] == inf and np.isnan(p[6:]).all()
 
 
-def test_stability_and_shapes():
+def test_stability_and_shapes(device):
     x = mx.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0])
     assert mx.argsort(x).tolist() == [4, 5, 6, 7, 11, 12, 13, 0, 1, 2, 3, 8, 9, 10]
     m = mx.array([[3, 1], [2, 0]])
@@ -186,6 +186,39 @@ def test_stability_and_shapes():
     b = mx.array([True, False, True, False])
     assert mx.sort(b).tolist() == [False, False, True, True]
     assert mx.argsort(b).tolist() == [1, 3, 0, 2]
+
+
+# Rows the GPU sorts in shared memory (up to 2048) and in global memory, along the last
+# axis and across others; few distinct values, so ties test stability.
+GPU_SORT_SHAPES = [((7, 300), 1), ((300, 5), 0), ((3, 2049), -1), ((2, 5000), 1), ((4, 1), 1),
+                   ((6, 7, 8), 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "int32", "uint8", "int64",
+                                  "bool_"])
+@pytest.mark.parametrize("shape,axis", GPU_SORT_SHAPES, ids=str)
+def test_sort_row_lengths(name, shape, axis, rng, device):
+    a = mx.array(rng.integers(-5, 6, size=shape).astype(np.float32)).astype(dt(name))
+    x = to_np(a)
+    assert_matches(mx.sort(a, axis=axis), np.sort(x, axis=axis, kind="stable"))
+    assert_matches(mx.argsort(a, axis=axis), np.argsort(x, axis=axis, kind="stable"), "uint32")
+    k = shape[axis] // 2
+    assert_partitioned(to_np(mx.partition(a, k, axis=axis)), x, k, axis % len(shape))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "int32", "uint8", "int64"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_longer_sequences(name, side, rng, device):
+    seq = mx.sort(mx.array(rng.integers(0, 20, size=(50,)).astype(np.float32)).astype(dt(name)))
+    vals = mx.array(rng.integers(-2, 23, size=(7, 9)).astype(np.float32)).astype(dt(name))
+    assert_matches(mx.searchsorted(seq, vals, side=side),
+                   np.searchsorted(to_np(seq), to_np(vals), side=side), "uint32")
+    if name in FLOATS:
+        s2 = [-np.inf, -0.0, 0.0, 1.0, 1.0, np.inf, np.nan, np.nan]
+        v2 = [np.nan, 0.0, -0.0, 1.0, np.inf, -np.inf, 5.0]
+        got = mx.searchsorted(mx.array(s2).astype(dt(name)), mx.array(v2).astype(dt(name)),
+                              side=side)
+        assert_matches(got, np.searchsorted(np.array(s2), np.array(v2), side=side), "uint32")
 
 
 def test_large_integers_keep_their_bits():

@@ -13,6 +13,12 @@
 //! `scale * (d - OFFSET * sum(x)) + bias * sum(x)` per group, in float32. A group whose x holds
 //! an inf or NaN is summed weight by weight as dequantize rounds them (the factored form would
 //! turn `0 * inf` into a NaN where the definition has `bias * inf`).
+//!
+//! Off by default (`KILN_QMV_MMA=1` turns it on): correct on the H200 (test_cuda_gemv's
+//! products) but slower there than the CUDA-core kernel in its first form, 49.7 against
+//! 35.9 us for 14336x4096 and 60.7 against 38.4 for 4096x14336 (`bench/gathered_gpu.py`, one
+//! run, launch and sync included). Each lane's per-group scale and bias loads (four scalar
+//! loads for one 8-byte weight load) are the first suspect; measure with ncu before tuning.
 
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -176,14 +182,14 @@ fn source(key: &Key) -> String {
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
 
-/// Whether this kernel takes a product: 4 bits, groups of 32/64/128, half-float x, and not
-/// switched off (`KILN_QMV_MMA=0` sends 4-bit products to the CUDA-core kernel, to compare).
+/// Whether this kernel takes a product: 4 bits, groups of 32/64/128, half-float x, and
+/// switched on (`KILN_QMV_MMA=1`; the CUDA-core kernel takes them otherwise).
 pub(crate) fn applies(dtype: DType, group: usize, bits: u32) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bits == 4
         && matches!(dtype, DType::BF16 | DType::F16)
         && matches!(group, 32 | 64 | 128)
-        && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").map_or(true, |v| v != "0"))
+        && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").is_ok_and(|v| v == "1"))
 }
 
 /// The product for `rows` (<= 8) rows of x at `x` times the `n` packed rows of W (`ldw` words

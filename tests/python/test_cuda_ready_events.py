@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 
 def step(x, w):

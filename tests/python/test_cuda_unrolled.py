@@ -4,18 +4,16 @@ before the math, a block per four block-wide spans (kiln-codegen's contiguous va
 tail. Sizes around the tile (256 threads x 16 bytes x 4) and odd ones, eager and compiled:
 compiled equals eager bit for bit in the half dtypes (the same rounding per step), within
 float32's rounding in float32, both near numpy. Skipped
-without a GPU; run on the GPU machine with `python -m pytest tests/python/test_gpu_unrolled.py`."""
+without a GPU; run on the GPU machine with `python -m pytest tests/python/test_cuda_unrolled.py`."""
 
 import math
 
 import kiln.core as mx
 import numpy as np
 import pytest
-from conftest import bits
+from conftest import GPU_ONLY, bits
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 
 def gelu_erf(x):

@@ -1,16 +1,15 @@
 """mx.fast.cuda_kernel on the GPU: user kernels against numpy (elementwise, templated dtypes,
 a shared-memory reduction, several outputs, init_value, strided inputs, 2-d grids, inside
 compile) and NVRTC's errors as RuntimeError. Skipped without a GPU; run them on the GPU
-machine with `python -m pytest tests/python/test_gpu_custom.py`."""
+machine with `python -m pytest tests/python/test_cuda_custom_kernel.py`."""
 
 import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 RNG = np.random.default_rng(11)
 FLOATS = [mx.float32, mx.float16, mx.bfloat16]

@@ -5,7 +5,7 @@ fused kernel the call launches, a second call builds nothing, and a second proce
 same disk cache builds nothing at all.
 
 Skipped where no GPU is available; on the GPU machine:
-`python -m pytest tests/python/test_gpu_nvrtc_parallel.py`."""
+`python -m pytest tests/python/test_cuda_nvrtc_parallel.py`."""
 
 import json
 import os
@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 RNG = np.random.default_rng(11)
 
@@ -136,7 +135,7 @@ import json, sys
 import numpy as np
 import kiln.core as mx
 sys.path.insert(0, {here!r})
-from test_gpu_nvrtc_parallel import regions, regions_np
+from test_cuda_nvrtc_parallel import regions, regions_np
 rng = np.random.default_rng(3)
 x, y = (rng.uniform(-2, 2, (20, 48)).astype(np.float32) for _ in range(2))
 w = rng.uniform(-2, 2, (48, 20)).astype(np.float32)

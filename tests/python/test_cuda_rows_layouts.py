@@ -3,17 +3,15 @@
 eager and compiled, in every float dtype and some integer ones, against the CPU bit for bit
 (arithmetic) or numpy within tolerance (math functions). Rows that are not a multiple of the
 vector, or start off it, take the element-wise kernel: both must agree. Skipped without a
-GPU; run on the GPU machine with `python -m pytest tests/python/test_gpu_rows_layouts.py`."""
+GPU; run on the GPU machine with `python -m pytest tests/python/test_cuda_rows_layouts.py`."""
 
 import numpy as np
 import pytest
 
 import kiln.core as mx
-from conftest import bits
+from conftest import GPU_ONLY, bits
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 DTYPES = ["float32", "bfloat16", "float16", "int32", "complex64"]
 

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 RNG = np.random.default_rng(31)
 TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}

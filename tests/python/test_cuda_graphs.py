@@ -4,7 +4,7 @@ captured graph. Results must equal eager evaluation and the lazy replay
 must never be overwritten by later calls.
 
 Skipped where no GPU is available; run on the GPU machine with
-`python -m pytest tests/python/test_gpu_graphs.py`."""
+`python -m pytest tests/python/test_cuda_graphs.py`."""
 
 import os
 
@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 RNG = np.random.default_rng(11)
 CALLS = 6  # lazy, direct, capture, then graph launches

@@ -3,7 +3,10 @@ preamble.cu) compiled for the host with the system C++ compiler and compared bit
 with kiln's CPU kernels: with the same libm, every formula (special values, signed zeros,
 branch cuts, Annex G division) must give the CPU's exact bits. Runs without a GPU, so a
 transcription slip in the GPU's complex math is caught here; on the GPU only the float
-functions themselves (sinf, expf...) may differ by an ulp or two."""
+functions themselves (sinf, expf...) may differ by an ulp or two, which the last tests
+check there: every complex elementwise op of NaN / inf / signed-zero components on the GPU
+against the CPU's formulas (numpy's differ from them, so it cannot be the oracle). Those
+are marked gpu and skipped where no GPU is available."""
 
 import ctypes
 import json
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
+from conftest import GPU_ONLY
 
 PREAMBLE = pathlib.Path(__file__).resolve().parents[2] / "crates/kiln-codegen/src/preamble.cu"
 CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
@@ -131,3 +135,50 @@ def test_magnitude(lib):
     out = np.empty(VALUES.size, dtype=np.float32)
     lib.cabs(0, ptr(VALUES), ptr(out), ctypes.c_long(VALUES.size))
     same_bits(out, cpu("abs", VALUES))
+
+
+# ---- on the GPU: special values against the CPU's formulas ---------------------------------
+
+GPU_PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan]
+GPU_SPECIAL = np.array([complex(r, i) for r in GPU_PARTS for i in GPU_PARTS], dtype=np.complex64)
+GPU_UNARY = sorted(list(UNARY) + ["abs", "square", "reciprocal", "conjugate", "real", "imag"])
+GPU_BINARY = sorted(list(BINARY) + list(COMPARE))
+
+
+def on(device, name, *xs):
+    with mx.stream(device):
+        out = getattr(mx, name)(*[mx.array(x) for x in xs])
+        mx.eval(out)
+    return np.array(out)
+
+
+def parts(x):
+    x = np.asarray(x)
+    return np.stack([x.real, x.imag]) if np.iscomplexobj(x) else x
+
+
+def gpu_only(test):
+    for mark in GPU_ONLY:
+        test = mark(test)
+    return test
+
+
+@gpu_only
+@pytest.mark.parametrize("name", GPU_UNARY)
+def test_gpu_special_values_follow_the_cpu_unary(name):
+    g, c = on(mx.gpu, name, GPU_SPECIAL), on(mx.cpu, name, GPU_SPECIAL)
+    assert g.dtype == c.dtype
+    np.testing.assert_allclose(parts(g), parts(c), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("name", GPU_BINARY)
+def test_gpu_special_values_follow_the_cpu_binary(name):
+    a = np.repeat(GPU_SPECIAL, GPU_SPECIAL.size)
+    b = np.tile(GPU_SPECIAL, GPU_SPECIAL.size)
+    g, c = on(mx.gpu, name, a, b), on(mx.cpu, name, a, b)
+    assert g.dtype == c.dtype
+    if g.dtype == np.bool_:
+        np.testing.assert_array_equal(g, c)
+    else:
+        np.testing.assert_allclose(parts(g), parts(c), rtol=1e-5, atol=1e-6, equal_nan=True)

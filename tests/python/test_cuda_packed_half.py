@@ -3,7 +3,7 @@ computed two elements at a time must give eager's bits exactly (every node round
 dtype), so compiled on mx.gpu == eager on mx.gpu == the per-element kernels
 (KILN_CUDA_PACKED=0, run in a subprocess) bit for bit, NaN payloads aside; pure arithmetic
 also equals the CPU bit for bit. Skipped without a GPU; run on the GPU machine with
-`python -m pytest tests/python/test_gpu_packed_half.py`."""
+`python -m pytest tests/python/test_cuda_packed_half.py`."""
 
 import math
 import os
@@ -14,11 +14,9 @@ import numpy as np
 import pytest
 
 import kiln.core as mx
-from conftest import bits
+from conftest import GPU_ONLY, bits
 
-pytestmark = pytest.mark.skipif(
-    not mx.is_available(mx.gpu), reason="no GPU is available on this machine"
-)
+pytestmark = GPU_ONLY  # the gpu mark, and skipped where no GPU is available
 
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
 # Element counts: below one vector, one vector, odd tails, several blocks.

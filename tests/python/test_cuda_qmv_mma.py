@@ -1,0 +1,51 @@
+"""kiln-cuda's tensor-core 4-bit decode product (`qmv_mma.rs`, on with `KILN_QMV_MMA=1`, read
+once per process, so the products run in a child process): bfloat16 and float16 x of 1 to 8
+rows, groups 32/64/128, odd feature counts, NaN and inf (a group with an inf in x is summed
+weight by weight, as dequantize defines it), against the float64 dequantized product."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import GPU_ONLY
+
+pytestmark = GPU_ONLY
+
+CHILD = textwrap.dedent(
+    """
+    import numpy as np
+    import kiln.core as mx
+    rng = np.random.default_rng(3)
+    def f64(a):
+        return np.array(a.astype(mx.float32), np.float64)
+    with mx.stream(mx.gpu):
+        for dtype, tol in [(mx.bfloat16, 3e-2), (mx.float16, 4e-3)]:
+            for group in [32, 64, 128]:
+                for n, k in [(37, 384), (1030, 2048), (8, 4096)]:
+                    w = mx.array(rng.normal(size=(n, k)).astype(np.float32)).astype(dtype)
+                    wq, s, b = mx.quantize(w, group, 4)
+                    dense = f64(mx.dequantize(wq, s, b, group, 4))
+                    for rows in [1, 3, 8]:
+                        x = rng.normal(size=(rows, k)).astype(np.float32)
+                        if rows == 3:
+                            x[1, 5] = np.inf
+                            x[2, k - 1] = np.nan
+                        xa = mx.array(x).astype(dtype)
+                        out = f64(mx.quantized_matmul(xa, wq, s, b, True, group, 4))
+                        want = f64(xa) @ dense.T
+                        np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+                        np.testing.assert_array_equal(np.isinf(out), np.isinf(want))
+                        fin = np.isfinite(want)
+                        scale = np.abs(want[fin]).max() + 1
+                        np.testing.assert_allclose(out[fin], want[fin], atol=tol * scale)
+    print("ok")
+    """
+)
+
+
+def test_tensor_core_products_match_the_definition():
+    env = dict(os.environ, KILN_QMV_MMA="1")
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
