@@ -6,11 +6,33 @@
 use crate::array::PyArray;
 use crate::convert::{operand_pair, to_array};
 use crate::device::with_stream;
-use kiln::ops as kops;
+use kiln::{ops as kops, Array};
 use kiln_base::{BinaryOp, ComplexSupport, UnaryOp};
 use pyo3::prelude::*;
 
 type Stream<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
+
+/// A unary op on anything `array(...)` accepts, under `stream`.
+fn apply1(
+    a: &Bound<'_, PyAny>,
+    stream: Stream<'_, '_>,
+    f: fn(&Array) -> kiln_base::Result<Array>,
+) -> PyResult<PyArray> {
+    let a = to_array(a, None)?;
+    with_stream(stream, || f(&a)).map(PyArray)
+}
+
+/// A binary op on two operands (weak Python scalars), under `stream`.
+fn apply2(
+    name: &'static str,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    stream: Stream<'_, '_>,
+    f: fn(&Array, &Array) -> kiln_base::Result<Array>,
+) -> PyResult<PyArray> {
+    let (a, b) = operand_pair(name, a, b)?;
+    with_stream(stream, || f(&a, &b)).map(PyArray)
+}
 
 /// One `#[pyfunction]` per unary row, in the row's signature form.
 macro_rules! unary_bindings {
@@ -29,8 +51,7 @@ macro_rules! unary_binding {
         #[pyfunction]
         #[pyo3(signature = (a, /, *, stream = None))]
         fn $name(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let a = to_array(a, None)?;
-            with_stream(stream, || kops::$name(&a)).map(PyArray)
+            apply1(a, stream, kops::$name)
         }
     };
     (kw $name:ident) => {
@@ -38,8 +59,7 @@ macro_rules! unary_binding {
         #[pyfunction]
         #[pyo3(signature = (a, stream = None))]
         fn $name(a: &Bound<'_, PyAny>, stream: Stream<'_, '_>) -> PyResult<PyArray> {
-            let a = to_array(a, None)?;
-            with_stream(stream, || kops::$name(&a)).map(PyArray)
+            apply1(a, stream, kops::$name)
         }
     };
     (@add hand $name:ident $m:ident) => {};
@@ -68,8 +88,7 @@ macro_rules! binary_binding {
             b: &Bound<'_, PyAny>,
             stream: Stream<'_, '_>,
         ) -> PyResult<PyArray> {
-            let (a, b) = operand_pair(stringify!($name), a, b)?;
-            with_stream(stream, || kops::$name(&a, &b)).map(PyArray)
+            apply2(stringify!($name), a, b, stream, kops::$name)
         }
     };
     (kw $name:ident) => {
@@ -81,8 +100,7 @@ macro_rules! binary_binding {
             b: &Bound<'_, PyAny>,
             stream: Stream<'_, '_>,
         ) -> PyResult<PyArray> {
-            let (a, b) = operand_pair(stringify!($name), a, b)?;
-            with_stream(stream, || kops::$name(&a, &b)).map(PyArray)
+            apply2(stringify!($name), a, b, stream, kops::$name)
         }
     };
 }
