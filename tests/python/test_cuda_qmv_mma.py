@@ -1,5 +1,6 @@
-"""kiln-cuda's tensor-core 4-bit decode product (`qmv_mma.rs`, on with `KILN_QMV_MMA=1`, read
-once per process, so the products run in a child process): bfloat16 and float16 x of 1 to 8
+"""kiln-cuda's 4-bit decode products, the tensor-core one (`qmv_mma.rs`, on with
+`KILN_QMV_MMA=1`, read once per process, so the products run in a child process) and the
+CUDA-core one (`gemv.rs`, the default): bfloat16 and float16 x of 1 to 8
 rows, groups 32/64/128, odd feature counts, NaN and inf (a group with an inf in x is summed
 weight by weight, as dequantize defines it), against the float64 dequantized product."""
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import GPU_ONLY
 
 pytestmark = GPU_ONLY
@@ -44,8 +46,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_tensor_core_products_match_the_definition():
-    env = dict(os.environ, KILN_QMV_MMA="1")
+@pytest.mark.parametrize("mma", ["1", "0"], ids=["tensor_cores", "cuda_cores"])
+def test_decode_products_match_the_definition(mma):
+    env = dict(os.environ, KILN_QMV_MMA=mma)
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

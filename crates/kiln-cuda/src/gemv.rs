@@ -199,14 +199,14 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
                             }
                         } else {
                             /* inf or NaN in x: each weight first, rounded as dequantize
-                               rounds it (a product, then a sum: a weight of exactly 0 gives
-                               0 * inf = NaN as the definition does; the factored form and a
-                               fused multiply-add would not). */
+                               rounds it (a product, then a sum, each in S: a weight of
+                               exactly 0 gives 0 * inf = NaN as the definition does; the
+                               factored form and a fused multiply-add would not). */
                             #pragma unroll
                             for (int j = 0; j < FPB; ++j)
                                 #pragma unroll
                                 for (int t = 0; t < VPU; ++t) {
-                                    const float wt = __fadd_rn(__fmul_rn(sc[s][j], k_wval(wq[s][j], t)), bi[s][j]);
+                                    const float wt = k_dequant(sc[s][j], k_wval(wq[s][j], t), bi[s][j]);
                                     acc[j][r] = fmaf(xv[t], wt, acc[j][r]);
                                 }
                         }

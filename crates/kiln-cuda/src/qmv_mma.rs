@@ -85,7 +85,7 @@ K_INLINE float k_exact_group(const S *__restrict__ xg, const uint32_t *__restric
     float a = 0.0f;
     for (int t = 0; t < GROUP; ++t) {
         const uint32_t q = (__ldg(wg + t / 8) >> (4 * (t % 8))) & 15u;
-        a = fmaf(k_load(xg[t]), __fadd_rn(__fmul_rn(sc, (float)q), bi), a);
+        a = fmaf(k_load(xg[t]), k_dequant(sc, (float)q, bi), a);
     }
     return a;
 }

@@ -35,7 +35,10 @@ pub(crate) fn header(dtype: DType) -> String {
     };
     format!(
         "{}\ntypedef {storage} S;\nK_INLINE float k_load(S x) {{ return {load}; }}\n\
-         K_INLINE S k_store(float v) {{ return {store}; }}\n",
+         K_INLINE S k_store(float v) {{ return {store}; }}\n\
+         /* One weight as dequantize computes it: product and sum each rounded to S. */\n\
+         K_INLINE float k_dequant(float scale, float q, float bias) {{\n\
+             return k_load(k_store(__fadd_rn(k_load(k_store(__fmul_rn(scale, q))), bias))); }}\n",
         kiln_codegen::cuda::preamble()
     )
 }
