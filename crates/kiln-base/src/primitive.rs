@@ -224,6 +224,10 @@ pub enum Primitive {
     /// array of `dtype`; the input's data is never read. `mean` divides by it inside
     /// compile traces, so shapeless replay counts the new shape (as MLX's primitive).
     NumberOfElements { axes: Vec<usize>, inverted: bool, dtype: DType },
+    /// A collective between the processes of a group (see `distributed.rs`).
+    // Not serialisable: the group is a number in this process's table.
+    #[serde(skip)]
+    Collective(crate::distributed::Collective),
 }
 
 impl Primitive {
@@ -300,6 +304,7 @@ impl Primitive {
             Primitive::MaskedScatter => "masked_scatter",
             Primitive::View(_) => "view",
             Primitive::AsStrided { .. } => "as_strided",
+            Primitive::Collective(c) => c.name(),
         }
     }
 
@@ -328,6 +333,7 @@ impl Primitive {
             Primitive::Custom { num_primals, .. } => inputs.len().max(num_primals + 1),
             Primitive::Fused(p) => p.inputs.len(),
             Primitive::Fast(f) => f.num_inputs(),
+            Primitive::Collective(c) => c.num_inputs(),
             Primitive::Concatenate { .. } => inputs.len().max(1),
             Primitive::Gather { axes, .. } => axes.len() + 1,
             Primitive::Scatter { axes, .. } => axes.len() + 2,
@@ -524,6 +530,7 @@ impl Primitive {
             }
             Primitive::Linalg(l) => l.output_shapes(inputs),
             Primitive::Fast(f) => f.output_shapes(inputs),
+            Primitive::Collective(c) => c.output_shapes(inputs),
             Primitive::Custom { num_primals, .. } => {
                 Ok(inputs[*num_primals..].iter().map(|&(s, d)| (Shape::from(s), d)).collect())
             }

@@ -7,6 +7,7 @@ mod binary;
 mod bitcast;
 mod c64;
 mod cast;
+mod collective;
 mod complex;
 mod complex_linalg;
 mod conv;
@@ -184,6 +185,7 @@ impl CpuBackend {
                 scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
             }
             Primitive::View(to) => bitcast::view(&inputs[0], *to, shape),
+            Primitive::Collective(c) => collective::collective(c, inputs, shape, *dtype),
             Primitive::Complex(op) => complex::complex_part(*op, &inputs[0], shape),
             Primitive::Fft { axes, inverse, kind } => {
                 fft::fft(axes, *inverse, *kind, &inputs[0], shape)

@@ -16,6 +16,7 @@ mod conv;
 mod convert;
 mod creation;
 mod device;
+mod distributed;
 mod dtype;
 mod elementwise;
 mod error;
@@ -76,5 +77,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     complex::register(m)?;
     fft::register(m)?;
     fast::register(m)?;
+    distributed::register(m)?;
     Ok(())
 }

@@ -17,6 +17,7 @@ pub use kiln_core::ops::random;
 pub use kiln_core::*;
 pub use kiln_cpu as cpu;
 pub use kiln_cuda as cuda;
+pub use kiln_distributed as distributed;
 
 static CPU: kiln_cpu::CpuBackend = kiln_cpu::CpuBackend;
 static GPU: kiln_cuda::CudaBackend = kiln_cuda::CudaBackend;

@@ -1,12 +1,20 @@
 """``mx.distributed``: process groups and collectives, following ``mlx.core.distributed``.
 
-No communication backend is built in yet, so every group is the singleton group of this
-process (size 1, rank 0), as MLX gives when nothing was launched: collectives return their
-input, ``send``/``recv`` raise (there is nobody to talk to), ``init(strict=True)`` raises.
+The collectives are graph primitives (lazy, inside ``grad``, ``vmap`` and ``compile``). A
+group comes from ``init``: over MPI when the process was started by ``mpirun`` (or
+``python -m kiln.launch``, which sets ``KILN_DISTRIBUTED_BACKEND``) or when
+``backend="mpi"`` is asked for; otherwise this process alone (size 1, rank 0), as MLX gives
+when nothing was launched: collectives then return their input, ``send``/``recv`` raise.
+
+Every process must call the same collectives in the same order. Before moving data each
+checks that the others agree on the op, dtype and shape, and waits for them at most
+``KILN_DISTRIBUTED_TIMEOUT`` seconds (default 300): a mismatch or a missing process is an
+error on every process, not a hang.
 """
 
 from __future__ import annotations
 
+import atexit
 from typing import Optional, Sequence
 
 from kiln import _core
@@ -15,11 +23,13 @@ BACKENDS = ("any", "mpi", "nccl", "jaccl", "ring")
 
 
 class Group:
-    """A group of processes that communicate (here: this process alone)."""
+    """A group of processes that communicate."""
 
-    def __init__(self, rank: int = 0, size: int = 1):
+    def __init__(self, _id: int, rank: int, size: int, backend: str):
+        self._id = _id
         self._rank = rank
         self._size = size
+        self._backend = backend
 
     def rank(self) -> int:
         """This process's rank in the group."""
@@ -30,16 +40,17 @@ class Group:
         return self._size
 
     def split(self, color: int, key: int = -1) -> "Group":
-        """Splits the group into subgroups by ``color``, ordered by ``key``."""
-        if self._size == 1:
-            raise RuntimeError("Cannot split the distributed group further.")
-        raise RuntimeError("[distributed] split needs a communication backend.")
+        """Splits the group into subgroups of the processes that pass the same ``color``,
+        ordered by ``key`` (this process's rank when negative). Every process of the group
+        must call it."""
+        return Group(*_core._distributed_split(self._id, int(color), int(key)))
 
     def __repr__(self) -> str:
-        return f"Group(rank={self._rank}, size={self._size})"
+        return f"Group(rank={self._rank}, size={self._size}, backend={self._backend!r})"
 
 
 _WORLD: Optional[Group] = None
+_FINALIZER_REGISTERED = False
 
 
 def _check_backend(backend: str) -> None:
@@ -53,33 +64,36 @@ def _check_backend(backend: str) -> None:
 def is_available(backend: str = "any") -> bool:
     """Whether a communication backend (``backend``, or any) can be initialised."""
     _check_backend(backend)
-    return False
+    return _core._distributed_is_available(backend)
 
 
 def init(strict: bool = False, backend: str = "any", **kwargs) -> Group:
-    """The global group. With no backend available it is this process alone, unless
-    ``strict``, which raises instead."""
-    global _WORLD
+    """The global group: the backend's world, or this process alone when nothing was
+    launched (an error instead when ``strict``)."""
+    global _WORLD, _FINALIZER_REGISTERED
     _check_backend(backend)
-    if strict:
-        raise RuntimeError("[distributed] Couldn't initialize any backend")
-    if _WORLD is None:
-        _WORLD = Group()
-    return _WORLD
+    group = Group(*_core._distributed_init(backend, bool(strict)))
+    if _WORLD is not None and _WORLD._id == group._id:
+        return _WORLD
+    if group._backend != "singleton" and not _FINALIZER_REGISTERED:
+        # MPI counts a process that exits without MPI_Finalize as failed.
+        atexit.register(_core._distributed_finalize)
+        _FINALIZER_REGISTERED = True
+    if _WORLD is None or backend == "any":
+        _WORLD = group
+    return group
 
 
 def _group(group: Optional[Group]) -> Group:
-    return init() if group is None else group
+    if group is None:
+        return _WORLD if _WORLD is not None else init()
+    if not isinstance(group, Group):
+        raise TypeError(f"[distributed] group must be a Group, got {type(group).__name__}.")
+    return group
 
 
 def _collective(name: str, x, group: Optional[Group], stream):
-    g = _group(group)
-    if not isinstance(x, _core.array):
-        x = _core.array(x)
-    if g.size() != 1:
-        raise RuntimeError(f"[{name}] groups larger than one process need a backend.")
-    # One process: the reduction (or gather) of a single contribution is that contribution.
-    return x
+    return _core._distributed_collective(name, x, _group(group)._id, stream)
 
 
 def all_sum(x, *, group: Optional[Group] = None, stream=None):
@@ -98,32 +112,26 @@ def all_min(x, *, group: Optional[Group] = None, stream=None):
 
 
 def all_gather(x, *, group: Optional[Group] = None, stream=None):
-    """Every process's ``x`` concatenated along the first axis."""
+    """Every process's ``x`` concatenated along the first axis, in rank order."""
     return _collective("all_gather", x, group, stream)
 
 
 def sum_scatter(x, *, group: Optional[Group] = None, stream=None):
-    """The sum over processes of ``x``, of which each process keeps its slice of the first
+    """The sum over processes of ``x``, of which each process keeps its block of the first
     axis."""
     return _collective("sum_scatter", x, group, stream)
 
 
-def _no_peer(verb: str, group: Optional[Group]):
-    if _group(group).size() == 1:
-        raise ValueError(f"Cannot {verb} a singleton group")
-    raise RuntimeError(f"[{verb}] groups larger than one process need a backend.")
-
-
 def send(x, dst: int, *, group: Optional[Group] = None, stream=None):
-    """Sends ``x`` to process ``dst``; returns ``x`` once sent."""
-    _no_peer("send to", group)
+    """Sends ``x`` to process ``dst`` when the result (``x`` itself) is evaluated."""
+    return _core._distributed_send(x, int(dst), _group(group)._id, stream)
 
 
 def recv(shape: Sequence[int], dtype, src: int, *, group: Optional[Group] = None, stream=None):
-    """Receives an array of ``shape`` and ``dtype`` from process ``src``."""
-    _no_peer("recv from", group)
+    """An array of ``shape`` and ``dtype`` received from process ``src`` when evaluated."""
+    return _core._distributed_recv(list(shape), dtype, int(src), _group(group)._id, stream)
 
 
 def recv_like(x, src: int, *, group: Optional[Group] = None, stream=None):
-    """Receives an array shaped like ``x`` from process ``src``."""
-    _no_peer("recv from", group)
+    """Receives an array shaped and typed like ``x`` from process ``src``."""
+    return recv(x.shape, x.dtype, src, group=group, stream=stream)

@@ -2,7 +2,8 @@
 //! - no-ops (`identity`, `stop_gradient`, `copy`) forward their input;
 //! - equal scalar constants (0-d, same dtype and bits) merge into one;
 //! - common subexpressions merge: same primitive with the same parameters (so `log` and
-//!   `log2`, or `equal` with and without `equal_nan`, stay apart) on the same inputs;
+//!   `log2`, or `equal` with and without `equal_nan`, stay apart) on the same inputs
+//!   (collectives excepted: each is an exchange the other processes make too);
 //! - dead nodes (no path to an output) go;
 //! - (`fold_counts`, for graphs replayed at their traced shapes) element counts become
 //!   constants.
@@ -103,7 +104,9 @@ fn merge(graph: &Graph) -> Graph {
             continue;
         }
         let key = (node.prim.clone(), inputs.clone());
-        if let Some(&n) = seen.get(&key) {
+        // Each collective is its own exchange with the other processes: never merged.
+        let exchange = matches!(node.prim, Primitive::Collective(_));
+        if let Some(&n) = seen.get(&key).filter(|_| !exchange) {
             if out.nodes[n].stream == node.stream {
                 node_map.push((0..node.outputs.len()).map(|k| Value::Node(n, k)).collect());
                 continue;

@@ -8,6 +8,7 @@ mod conv;
 mod creation;
 mod cuda_kernel;
 mod diag;
+pub mod distributed;
 mod einsum;
 mod elementwise;
 pub mod fast;

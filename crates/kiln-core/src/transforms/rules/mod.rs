@@ -3,6 +3,7 @@
 
 mod complex;
 mod conv;
+mod distributed;
 mod elementwise;
 pub(crate) mod fast;
 mod fast_train;
@@ -139,6 +140,7 @@ impl Rules for Primitive {
             Primitive::Linalg(op) => linalg::jvp(*op, primals, tangents, argnums, outputs)?,
             Primitive::Fused(_) => return Err(missing("jvp", self)),
             Primitive::Fast(op) => fast::jvp(op, primals, tangents, argnums)?,
+            Primitive::Collective(c) => distributed::jvp(c, &tangents[0])?,
             Primitive::Complex(_) | Primitive::Fft { .. } => {
                 vec![complex::jvp(self, &primals[0], &tangents[0], &outputs[0])?]
             }
@@ -174,6 +176,9 @@ impl Rules for Primitive {
         }
         if let Primitive::Fast(op) = self {
             return fast::vmap(op, inputs, axes);
+        }
+        if let Primitive::Collective(c) = self {
+            return distributed::vmap(c, inputs, axes);
         }
         vmap::vmap(self, inputs, axes)
     }
@@ -237,6 +242,9 @@ fn real_vjp(
         Primitive::Conv(_) => conv::vjp(prim, primals, &cotangents[0], argnums)?,
         Primitive::Linalg(op) => linalg::vjp(*op, primals, cotangents, argnums, outputs)?,
         Primitive::Fast(op) => fast::vjp(op, primals, cotangents, argnums, outputs)?,
+        Primitive::Collective(c) => {
+            distributed::vjp(c, primals, &cotangents[0], argnums, &outputs[0])?
+        }
         // Fused kernels exist only in compiled graphs, which transforms never walk.
         Primitive::Fused(_) => return Err(missing("vjp", prim)),
         Primitive::Complex(_) | Primitive::Fft { .. } => {

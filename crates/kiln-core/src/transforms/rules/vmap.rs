@@ -158,7 +158,7 @@ pub(super) fn vmap(
         | Primitive::Scatter { .. }
         | Primitive::MaskedScatter
         | Primitive::AsStrided { .. } => super::vmap_index::vmap(prim, inputs, axes)?,
-        Primitive::Fused(_) | Primitive::Fast(_) => return Err(super::missing("vmap", prim)),
+        Primitive::Fused(_) | Primitive::Fast(_) | Primitive::Collective(_) => return Err(super::missing("vmap", prim)),
         Primitive::Linalg(_) | Primitive::Custom { .. } => unreachable!("handled above"),
         Primitive::Arange { .. } => record(prim.clone(), vec![])?, // no inputs: never batched
         // A count of the per-example shape, the same for every example (the driver wants

@@ -1,0 +1,135 @@
+//! kiln-distributed: the communication backends behind kiln-base's `Communicator`, and the
+//! choice between them. Groups live in kiln-base's table; a primitive names its group by
+//! number there, and backends' kernels (kiln-cpu's `collective.rs`) call it.
+//!
+//! - `mpi.rs`: OpenMPI, loaded at run time (`mpi_lib.rs`), for host arrays; GPU arrays reach
+//!   it through the core's CPU fallback. `half_ops.rs`: its float16/bfloat16 reductions.
+//! - `Singleton`: the group of this process alone, when nothing was launched (as MLX).
+
+mod half_ops;
+mod mpi;
+mod mpi_lib;
+
+use kiln_base::distributed::{register_group, Communicator, Reduction};
+use kiln_base::{bail, DType, Result};
+use std::sync::{Arc, Mutex};
+
+/// The backends `init` knows, by MLX's names.
+pub const BACKENDS: [&str; 5] = ["any", "mpi", "nccl", "jaccl", "ring"];
+
+/// Whether `backend` can be initialised in this process.
+pub fn is_available(backend: &str) -> bool {
+    match backend {
+        "mpi" => mpi::is_available(),
+        "any" => mpi::is_available(),
+        _ => false,
+    }
+}
+
+/// The backend a launcher asked for: `KILN_DISTRIBUTED_BACKEND`, or MPI when this process
+/// runs under mpirun.
+fn launched_backend() -> Option<String> {
+    if let Ok(b) = std::env::var("KILN_DISTRIBUTED_BACKEND") {
+        return Some(b);
+    }
+    std::env::var_os("OMPI_COMM_WORLD_SIZE").map(|_| "mpi".to_string())
+}
+
+static WORLD: Mutex<Option<(String, usize)>> = Mutex::new(None);
+
+/// The world group's number in kiln-base's table: the backend's world for `backend` (for
+/// "any": the one this process was launched with, else this process alone). `strict` turns
+/// "nothing to initialise" into an error, as MLX's `init(strict=True)`.
+pub fn init(backend: &str, strict: bool) -> Result<usize> {
+    let mut world = WORLD.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((b, id)) = world.as_ref() {
+        if (backend == "any" && !(strict && b == "singleton")) || b == backend {
+            return Ok(*id);
+        }
+    }
+    let chosen = match backend {
+        "any" => launched_backend(),
+        b => Some(b.to_string()),
+    };
+    let group: Arc<dyn Communicator> = match chosen.as_deref() {
+        Some("mpi") => match mpi::world() {
+            Ok(g) => g,
+            Err(e) if strict || backend != "any" => return Err(e),
+            Err(_) => Arc::new(Singleton),
+        },
+        Some(other) if backend != "any" || strict => bail!(
+            Runtime,
+            "distributed",
+            "[distributed] The {other} backend is not available in this build."
+        ),
+        _ if strict => {
+            bail!(Runtime, "distributed", "[distributed] Couldn't initialize any backend")
+        }
+        _ => Arc::new(Singleton),
+    };
+    let name = group.backend().to_string();
+    let id = register_group(group);
+    *world = Some((if backend == "any" { name } else { backend.to_string() }, id));
+    Ok(id)
+}
+
+/// Ends the backends' sessions (MPI_Finalize when kiln began it); called at exit.
+pub fn finalize() {
+    mpi::finalize();
+}
+
+/// Splits group `id` (every process of it calls this) and returns the new group's number.
+pub fn split(id: usize, color: i32, key: i32) -> Result<usize> {
+    let g = kiln_base::distributed::group(id)?;
+    Ok(register_group(g.split(color, key)?))
+}
+
+/// This process alone: collectives over it are their input (the ops never call it), and
+/// there is no peer to split off, send to or receive from.
+struct Singleton;
+
+impl Singleton {
+    fn alone<T>(&self, verb: &'static str) -> Result<T> {
+        bail!(Value, verb, "Cannot {verb} a singleton group")
+    }
+}
+
+impl Communicator for Singleton {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn backend(&self) -> &'static str {
+        "singleton"
+    }
+    fn split(&self, _color: i32, _key: i32) -> Result<Arc<dyn Communicator>> {
+        bail!(Runtime, "split", "Cannot split the distributed group further.")
+    }
+    fn all_reduce(
+        &self,
+        _: Reduction,
+        input: &[u8],
+        output: &mut [u8],
+        _: DType,
+        _: &[usize],
+    ) -> Result<()> {
+        output.copy_from_slice(input);
+        Ok(())
+    }
+    fn all_gather(&self, input: &[u8], output: &mut [u8], _: DType, _: &[usize]) -> Result<()> {
+        output.copy_from_slice(input);
+        Ok(())
+    }
+    fn sum_scatter(&self, input: &[u8], output: &mut [u8], _: DType, _: &[usize]) -> Result<()> {
+        output.copy_from_slice(input);
+        Ok(())
+    }
+    fn send(&self, _: &[u8], _: usize, _: DType, _: &[usize]) -> Result<()> {
+        self.alone("send to")
+    }
+    fn recv(&self, _: &mut [u8], _: usize, _: DType, _: &[usize]) -> Result<()> {
+        self.alone("recv from")
+    }
+}
