@@ -1,0 +1,129 @@
+"""all_sum bandwidth and a data-parallel training step on local MPI ranks, beside mpi4py.
+
+    python -m kiln.launch -n 2 bench/distributed.py            # CPU ranks over MPI
+    python -m kiln.launch -n 2 bench/distributed.py --sizes 1e6,1e7 --reps 20
+
+Rank 0 prints, per message size (float32 bytes): kiln's `mx.distributed.all_sum` (eager,
+evaluated) and mpi4py's `Allreduce` on the same ranks, their bus bandwidth (2 (n-1)/n bytes
+over time, as nccl-tests count) and the ratio; then a compiled data-parallel step (an MLP's
+loss, grad, `nn.average_gradients`, Adam) against the one-process step on half the batch plus
+an all_sum of the gradients' size. Times are medians; run on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import kiln.core as mx
+import kiln.nn as nn
+import kiln.optimizers as optim
+from kiln.utils import tree_flatten
+
+
+def median_time(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def barrier(world):
+    mx.eval(mx.distributed.all_sum(mx.zeros((1,)), group=world))
+
+
+def bandwidth(world, sizes, reps):
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        MPI = None
+    n, rows = world.size(), []
+    for nbytes in sizes:
+        count = max(1, int(nbytes) // 4)
+        x = mx.array(np.random.default_rng(0).normal(size=count).astype(np.float32))
+        mx.eval(x)
+        barrier(world)
+        t_kiln = median_time(lambda: mx.eval(mx.distributed.all_sum(x, group=world)), reps)
+        t_mpi = None
+        if MPI is not None:
+            a, b = np.array(x), np.empty(count, np.float32)
+            MPI.COMM_WORLD.Barrier()
+            t_mpi = median_time(lambda: MPI.COMM_WORLD.Allreduce(a, b, op=MPI.SUM), reps)
+        bus = 2 * (n - 1) / n * count * 4
+        rows.append((count * 4, t_kiln, t_mpi, bus))
+    return rows
+
+
+def mlp(width):
+    return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+
+def train_step(world, batch, width, reps, data_parallel):
+    mx.random.seed(0)
+    model = mlp(width)
+    opt = optim.Adam(learning_rate=1e-3)
+    state = [model.state, opt.state]
+    grad_fn = nn.value_and_grad(model, lambda m, x, y: ((m(x) - y) ** 2).mean())
+
+    def step(x, y):
+        loss, grads = grad_fn(model, x, y)
+        if data_parallel:
+            grads = nn.average_gradients(grads, group=world)
+        opt.update(model, grads)
+        return loss
+
+    step = mx.compile(step, inputs=state, outputs=state)
+    x = mx.random.normal((batch, width))
+    y = mx.random.normal((batch, width))
+
+    def run():
+        mx.eval(step(x, y), state)
+
+    barrier(world)
+    return median_time(run, reps), sum(p.size for _, p in tree_flatten(model.parameters()))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1e4,1e5,1e6,4e6,1.6e7,6.4e7")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--width", type=int, default=512)
+    args = ap.parse_args()
+    world = mx.distributed.init()
+    r, n = world.rank(), world.size()
+    sizes = [float(s) for s in args.sizes.split(",")]
+    rows = bandwidth(world, sizes, args.reps)
+    if r == 0:
+        print(f"all_sum on {n} ranks ({world!r}); bus GB/s = 2(n-1)/n bytes / time")
+        print(f"{'bytes':>12} {'kiln us':>10} {'mpi4py us':>10} {'kiln GB/s':>10} "
+              f"{'mpi4py GB/s':>12} {'kiln/mpi4py time':>17}")
+        for nbytes, tk, tm, bus in rows:
+            mpi = f"{tm * 1e6:10.1f}" if tm else f"{'-':>10}"
+            mbw = f"{bus / tm / 1e9:12.2f}" if tm else f"{'-':>12}"
+            ratio = f"{tk / tm:17.2f}" if tm else f"{'-':>17}"
+            print(f"{nbytes:12d} {tk * 1e6:10.1f} {mpi} {bus / tk / 1e9:10.2f} {mbw} {ratio}")
+    # The data-parallel step against one process on its share of the batch plus the all_sum
+    # of the gradients (the cost the target allows).
+    share = args.batch // n
+    t_dp, params = train_step(world, share, args.width, args.reps, True)
+    t_one, _ = train_step(world, share, args.width, args.reps, False)
+    grads = mx.zeros((params,))
+    mx.eval(grads)
+    t_sum = median_time(lambda: mx.eval(mx.distributed.all_sum(grads, group=world)), args.reps)
+    if r == 0:
+        print(f"\ntraining step, MLP width {args.width}, {params} parameters, batch {args.batch}"
+              f" over {n} ranks ({share} each), compiled")
+        print(f"  data-parallel step      {t_dp * 1e3:8.2f} ms")
+        print(f"  one-process step ({share:3d}) {t_one * 1e3:8.2f} ms")
+        print(f"  all_sum of the gradients {t_sum * 1e3:7.2f} ms")
+        print(f"  data-parallel / (step + all_sum) = {t_dp / (t_one + t_sum):.3f}")
+
+
+if __name__ == "__main__":
+    main()
