@@ -35,7 +35,7 @@ def section(fn):
 def run(fn):
     try:
         fn()
-        print(f"ok {fn.__name__}", flush=True)
+        print(f"ok {fn.__name__} rank {R}", flush=True)
     except Exception:
         FAILED.append(fn.__name__)
         print(f"FAIL {fn.__name__} (rank {R})\n{traceback.format_exc()}", flush=True)
