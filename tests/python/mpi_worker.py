@@ -259,6 +259,38 @@ def sharded_layers():
         close(np.array(qs(x)), full[:, R * block:(R + 1) * block], 1e-5)
 
 
+@section
+def fully_sharded():
+    from kiln.nn.layers.distributed import fully_shard
+    from kiln.nn.utils import clip_grad_norm_sharded
+    from kiln.utils import tree_flatten
+
+    def make():
+        mx.random.seed(3)
+        return nn.Sequential(nn.Linear(6, 4 * N), nn.ReLU(), nn.Linear(4 * N, 2 * N))
+
+    def loss_fn(m, x):
+        return (m(x) ** 2).mean()
+
+    xs = [mx.array(data(r, (5, 6), np.float32, seed=9)) for r in range(N)]
+    full = make()
+    sharded = fully_shard(make(), group=world)
+    close(np.array(sharded(xs[R])), np.array(full(xs[R])), 1e-5)
+    # The sharded gradient is this rank's block of the gradient averaged over the ranks.
+    g_full = [nn.value_and_grad(full, loss_fn)(full, x)[1] for x in xs]
+    _, g_shard = nn.value_and_grad(sharded, loss_fn)(sharded, xs[R])
+    flat_full = [dict(tree_flatten(g)) for g in g_full]
+    for path, g in tree_flatten(g_shard):
+        key = path.removeprefix("module.")
+        mean = sum(np.array(f[key]) for f in flat_full) / N
+        block = mean.shape[0] // N
+        close(np.array(g), mean[R * block:(R + 1) * block], 1e-5)
+    _, norm = clip_grad_norm_sharded(g_shard, 1e-3, group=world)
+    want = np.sqrt(sum((sum(np.array(f[k]) for f in flat_full) / N).__pow__(2).sum()
+                       for k in flat_full[0]))
+    close(np.array(norm), want, 1e-5)
+
+
 def mismatch():
     shape = (3,) if R == 0 else (4,)
     try:

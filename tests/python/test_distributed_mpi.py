@@ -38,7 +38,8 @@ def test_collectives_on_mpi_ranks(n):
     assert "FAIL" not in out, out[-6000:]
     assert r.returncode == 0, out[-6000:]
     for section in ["collectives", "views_and_special_values", "send_and_recv", "split_groups",
-                    "gradients", "vmapped", "data_parallel_step", "sharded_layers"]:
+                    "gradients", "vmapped", "data_parallel_step", "sharded_layers",
+                    "fully_sharded"]:
         for rank in range(n):
             assert f"ok {section} rank {rank}" in out, (section, rank, out[-4000:])
 

@@ -102,3 +102,14 @@ def average_gradients(
         for i, part in zip(run, mx.split(joined, offsets)):
             out.append((flat[i][0], part.reshape(flat[i][1].shape)))
     return tree_unflatten(out)
+
+
+def clip_grad_norm_sharded(gradients: Any, max_norm: float, group: Optional[Any] = None):
+    """``optimizers.clip_grad_norm`` for gradients sharded over ``group`` (a module wrapped by
+    ``nn.fully_shard``): the global norm adds every process's squared norm. Returns the
+    rescaled local gradients and the global norm."""
+    squares = [g.square().sum() for _, g in tree_flatten(gradients)]
+    local = sum(squares[1:], squares[0]) if squares else mx.array(0.0)
+    norm = mx.sqrt(mx.distributed.all_sum(local, group=group))
+    scale = mx.minimum(max_norm / (norm + 1e-6), 1.0)
+    return tree_map(lambda g: g * scale, gradients), norm

@@ -64,9 +64,11 @@ from kiln.nn.layers.convolution_transpose import (  # noqa: F401
 )
 from kiln.nn.layers.distributed import (  # noqa: F401
     AllToShardedLinear,
+    FullyShardedModule,
     QuantizedAllToShardedLinear,
     QuantizedShardedToAllLinear,
     ShardedToAllLinear,
+    fully_shard,
 )
 from kiln.nn.layers.dropout import Dropout, Dropout2d, Dropout3d  # noqa: F401
 from kiln.nn.layers.embedding import Embedding  # noqa: F401

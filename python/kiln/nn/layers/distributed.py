@@ -17,7 +17,7 @@ import kiln.core as mx
 from kiln.nn.layers.base import Module
 from kiln.nn.layers.linear import Linear
 from kiln.nn.layers.quantized import _defaults, _quantize
-from kiln.utils import tree_map_with_path
+from kiln.utils import tree_flatten, tree_map_with_path, tree_unflatten
 
 SHARDINGS = ("all-to-sharded", "sharded-to-all")
 
@@ -298,3 +298,96 @@ class QuantizedShardedToAllLinear(_QuantizedSharded):
         if "bias" in self:
             x = x + self["bias"]
         return x
+
+
+def _shardable(module: Module, key: str, value) -> bool:
+    """Parameters to shard: the trainable-parameter filter, minus nested sharded modules
+    (they shard their own)."""
+    return not isinstance(value, FullyShardedModule) and Module.valid_parameter_filter(
+        module, key, value
+    )
+
+
+def _gatherer(group, shapes: list, dtype) -> Callable:
+    """``shards -> full parameters``: the shards flattened into one row, one all_gather, then
+    split and reshaped; its vjp sums each rank's cotangents over the group and keeps this
+    rank's block, averaged (every rank's loss counts once), in the shard's dtype."""
+    n = group.size()
+    counts = [math.prod(s) // n for s in shapes]
+    cuts = [sum(counts[:i]) for i in range(1, len(counts))]
+
+    def cast(x, to):
+        return x if to is None or x.dtype == to else x.astype(to)
+
+    @mx.custom_function
+    def gather(*shards):
+        row = mx.concatenate([cast(s.reshape(1, -1), dtype) for s in shards], axis=1)
+        rows = mx.distributed.all_gather(row, group=group)  # (n, total / n)
+        return [p.reshape(s) for p, s in zip(mx.split(rows, cuts, axis=1), shapes)]
+
+    @gather.vjp
+    def gather_vjp(shards, cotangents, _):
+        # Full parameter i's rows of rank r are row r of its (n, count) reshape.
+        rows = mx.concatenate([c.reshape(n, -1) for c in cotangents], axis=1)
+        mine = mx.distributed.sum_scatter(rows, group=group) / n
+        parts = mx.split(mine, cuts, axis=1)
+        return tuple(cast(p.reshape(s.shape), s.dtype) for p, s in zip(parts, shards))
+
+    return gather
+
+
+class FullyShardedModule(Module):
+    """``module`` with each of its parameters split along axis 0 over ``group``: each process
+    stores (and its optimizer updates) only its block; the whole parameters are gathered for
+    each call, and the gradients reach each block summed over the group and averaged.
+
+    Each parameter's first axis must divide by the group's size. ``compute_dtype`` casts the
+    gathered parameters for the call. Use :func:`fully_shard` to wrap a module."""
+
+    def __init__(self, module: Module, group=None, compute_dtype=None):
+        super().__init__()
+        group = group or mx.distributed.init()
+        n = group.size()
+        params = module.filter_and_map(_shardable)
+        flat = tree_flatten(params)
+        for path, a in flat:
+            if a.ndim == 0:
+                raise ValueError(f"Cannot shard parameter '{path}' because it is a scalar.")
+            if a.shape[0] % n:
+                raise ValueError(
+                    f"Cannot shard parameter '{path}' with shape {a.shape} across {n} "
+                    f"devices: axis 0 must be divisible by {n}."
+                )
+        # Plain attributes (not parameters or children): set past Module's __setattr__.
+        object.__setattr__(self, "_paths", [p for p, _ in flat])
+        module.update(_shard(params, lambda path, w: 0, group))
+        self.module = module
+        object.__setattr__(self, "_gather", _gatherer(group, [a.shape for _, a in flat], compute_dtype))
+
+    def _extra_repr(self) -> str:
+        return f"num_sharded_params={len(self._paths)}"
+
+    def _with_full_parameters(self, fn, *args, **kwargs):
+        shards = self.module.filter_and_map(_shardable)
+        full = self._gather(*[a for _, a in tree_flatten(shards)])
+        self.module.update(tree_unflatten(list(zip(self._paths, full))))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.module.update(shards)
+
+    def __call__(self, *args, **kwargs):
+        return self._with_full_parameters(self.module, *args, **kwargs)
+
+    def as_linear(self, *args, **kwargs):
+        return self._with_full_parameters(self.module.as_linear, *args, **kwargs)
+
+
+def fully_shard(module: Module, *, group=None, compute_dtype=None) -> Module:
+    """``module`` wrapped in a :class:`FullyShardedModule` (``module`` itself over one
+    process, when it is already wrapped, or when it has no parameters)."""
+    group = group or mx.distributed.init()
+    if group.size() == 1 or isinstance(module, FullyShardedModule):
+        return module
+    wrapped = FullyShardedModule(module, group=group, compute_dtype=compute_dtype)
+    return wrapped if wrapped._paths else module
