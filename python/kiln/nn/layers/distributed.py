@@ -380,6 +380,8 @@ class FullyShardedModule(Module):
         return self._with_full_parameters(self.module, *args, **kwargs)
 
     def as_linear(self, *args, **kwargs):
+        """The wrapped module's ``as_linear`` (a tied embedding's output projection) with
+        the whole parameters."""
         return self._with_full_parameters(self.module.as_linear, *args, **kwargs)
 
 
