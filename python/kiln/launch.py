@@ -1,136 +1,361 @@
-"""``python -m kiln.launch``: start N local processes of one program (as ``mlx.launch``).
+"""``python -m kiln.launch``: start N local processes of one program for ``mx.distributed``.
 
-    python -m kiln.launch -n 2 script.py [args...]          # MPI ranks, through mpirun
-    python -m kiln.launch -n 2 --mlx script.py [args...]    # each rank with the mlx alias
-    python -m kiln.launch -n 2 -m module [args...]          # a module, as python -m runs it
-    python -m kiln.launch -n 2 --backend nccl script.py     # one process per GPU
+    python -m kiln.launch -n 4 train.py --lr 1e-3          # 4 CPU ranks through OpenMPI's mpirun
+    python -m kiln.launch -n 2 --mlx -m mlx_lm lora ...    # `import mlx...` on kiln in every rank
+    python -m kiln.launch -n 8 --backend nccl train.py     # one rank per GPU, NCCL collectives
 
-MPI ranks run under OpenMPI's ``mpirun`` (oversubscribing cores, allowing root); each gets
-``KILN_DISTRIBUTED_BACKEND=mpi`` so ``mx.distributed.init()`` joins them. NCCL ranks are
-started here, each with ``KILN_RANK``, ``KILN_WORLD_SIZE``, ``KILN_NCCL_DIR`` (where rank 0
-leaves its unique id) and one GPU in ``CUDA_VISIBLE_DEVICES``. When a rank fails the others
-are stopped and the launcher exits with its code.
+MPI ranks run under ``mpirun``; NCCL ranks are spawned here, each with its rank, the world size,
+one GPU and a shared directory where rank 0 leaves its NCCL unique id. The launcher waits for
+every rank; when one fails it stops the others and exits with that rank's code.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from typing import Optional
+
+USAGE = (
+    "python -m kiln.launch -n N [--backend {mpi,nccl,any}] [--mlx] [--timeout SECONDS] "
+    "(script.py | -m module) [args...]"
+)
+# Seconds between SIGTERM and SIGKILL when ranks are stopped.
+GRACE = 3.0
+# Set to 1 to spawn NCCL ranks without checking that the GPUs exist (tests on CPU machines).
+SKIP_GPU_CHECK = "KILN_LAUNCH_SKIP_GPU_CHECK"
+# Options of the launcher that take a value (the rest are flags).
+_VALUED = {"-n", "--np", "--backend", "--timeout"}
 
 
-def _program(args) -> list:
-    run = ["-m", "kiln", "run"] if args.mlx else []
-    target = ["-m", args.module] if args.module else [args.script]
-    return [sys.executable, *run, *target, *args.args]
+class _Stop(Exception):
+    """Ctrl-C or SIGTERM reached the launcher: stop every rank."""
 
 
-def _mpi(args) -> int:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        print("kiln.launch: the MPI backend needs OpenMPI's `mpirun`, which is not on PATH "
-              "(install OpenMPI, for example `apt-get install openmpi-bin`).", file=sys.stderr)
-        return 2
-    env = dict(os.environ, KILN_DISTRIBUTED_BACKEND="mpi")
-    # Shared-memory single copy (CMA) is often refused inside containers.
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    cmd = [mpirun, "-np", str(args.n), "--oversubscribe", "--bind-to", "none"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
+class LaunchError(Exception):
+    """A problem found before any rank starts (printed, exit code 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kiln.launch",
+        usage=USAGE,
+        description="Start N local processes of a Python program for mx.distributed and wait "
+        "for them. Options come before the program; everything after it is its arguments.",
+    )
+    p.add_argument("-n", "--np", dest="n", type=int, required=True, help="number of processes")
+    p.add_argument(
+        "--backend",
+        choices=["mpi", "nccl", "any"],
+        default="any",
+        help="mpi: CPU ranks through OpenMPI's mpirun; nccl: one rank per GPU; any: mpi "
+        "(default)",
+    )
+    p.add_argument(
+        "--mlx", action="store_true", help="run as `python -m kiln run`: `import mlx` is kiln"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS",
+        help="stop every rank after this long (exit code 124)",
+    )
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as `python -m`")
+    return p
+
+
+def split_argv(argv: list) -> tuple:
+    """The launcher's own options, and the program with its arguments (its first word is the
+    script, or ``-m``); the program starts at the first word that is not an option."""
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return argv[:i], argv[i + 1:]
+        if tok == "-m":
+            return argv[:i], argv[i:]
+        if not tok.startswith("-") or tok == "-":
+            return argv[:i], argv[i:]
+        i += 2 if tok in _VALUED else 1
+    return argv, []
+
+
+def parse(argv: list) -> tuple:
+    """``(options, program)``: program is ``["script.py", *args]`` or ``["-m", mod, *args]``."""
+    parser = _parser()
+    own, program = split_argv(argv)
+    if program[:1] == ["-m"]:
+        own, program = own + program[:2], program
+    opts = parser.parse_args(own)
+    if opts.n < 1:
+        parser.error(f"-n must be at least 1 (got {opts.n})")
+    if opts.timeout is not None and opts.timeout <= 0:
+        parser.error("--timeout must be positive")
+    if program[:1] == ["-m"]:
+        if len(program) < 2:
+            parser.error("-m needs a module name")
+    elif not program:
+        parser.error("no program given: name a script or -m module")
+    elif not os.path.exists(program[0]):
+        parser.error(f"no such script: {program[0]}")
+    return opts, program
+
+
+def child_argv(program: list, mlx: bool) -> list:
+    """The command each rank runs."""
+    if mlx:
+        return [sys.executable, "-m", "kiln", "run", *program]
+    return [sys.executable, *program]
+
+
+def mpi_command(n: int, argv: list, env: dict, mpirun: str = "mpirun") -> list:
+    """``mpirun`` with the flags local runs need, exporting the variables ranks rely on."""
+    cmd = [mpirun, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    for name in sorted(env):
-        if name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH") or name.startswith(("KILN_", "OMPI_MCA_")):
-            cmd += ["-x", name]
-    return _wait([subprocess.Popen(cmd + _program(args), env=env)], args.timeout, mpi=True)
+    names = [k for k in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH") if k in env]
+    names += sorted(k for k in env if k.startswith("KILN_"))
+    for name in names:
+        cmd += ["-x", name]
+    return cmd + argv
 
 
-def _gpu_count() -> int:
+def mpi_env(base: dict) -> dict:
+    env = dict(base)
+    env["KILN_DISTRIBUTED_BACKEND"] = "mpi"
+    # CMA/XPMEM single-copy transfers are often forbidden in containers (ptrace limits).
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    return env
+
+
+def _gpu_count() -> Optional[int]:
+    """GPUs nvidia-smi lists, or None where it is missing or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return -1
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        return None
+    if out.returncode != 0:
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.strip().startswith("GPU"))
 
 
-def _nccl(args) -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = visible.split(",") if visible else [str(i) for i in range(args.n)]
-    have = len(devices) if visible else _gpu_count()
-    if os.environ.get("KILN_LAUNCH_SKIP_GPU_CHECK") != "1" and 0 <= have < args.n:
-        print(f"kiln.launch: --backend nccl runs one process per GPU: {args.n} asked for, "
-              f"{have} GPUs visible.", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="kiln-nccl-") as rendezvous:
-        procs = []
-        for rank in range(args.n):
-            env = dict(os.environ, KILN_DISTRIBUTED_BACKEND="nccl", KILN_RANK=str(rank),
-                       KILN_WORLD_SIZE=str(args.n), KILN_NCCL_DIR=rendezvous,
-                       CUDA_VISIBLE_DEVICES=devices[rank % len(devices)])
-            procs.append(subprocess.Popen(_program(args), env=env))
-        return _wait(procs, args.timeout, mpi=False)
+def nccl_devices(n: int, env: dict) -> list:
+    """The CUDA_VISIBLE_DEVICES value of each rank; raises LaunchError when there are too few
+    GPUs."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+        if len(devices) < n:
+            raise LaunchError(
+                f"-n {n} with --backend nccl needs {n} GPUs, but CUDA_VISIBLE_DEVICES={visible!r} "
+                f"names {len(devices)}"
+            )
+    else:
+        devices = [str(r) for r in range(n)]
+    if env.get(SKIP_GPU_CHECK) != "1":
+        count = _gpu_count()
+        if count is not None and count < n:
+            raise LaunchError(
+                f"-n {n} with --backend nccl needs {n} GPUs, but nvidia-smi -L lists {count} "
+                f"(use --backend mpi for CPU ranks)"
+            )
+    return devices[:n]
 
 
-def _stop(procs) -> None:
+def _stop(procs: list) -> None:
+    """SIGTERM every live process, then SIGKILL what is left after GRACE seconds."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + 5
+            try:
+                p.terminate()
+            except OSError:
+                pass
+    deadline = time.monotonic() + GRACE
     for p in procs:
         try:
-            p.wait(max(0.0, deadline - time.monotonic()))
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            p.wait()
+    for p in procs:
+        try:
+            p.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            pass
 
 
-def _wait(procs, timeout, mpi: bool) -> int:
-    start = time.monotonic()
+def _interrupted(procs: list) -> int:
+    """Ctrl-C: from a terminal the ranks got SIGINT too, so they have a moment to exit on
+    their own (Python ranks print their traceback) before they are stopped."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    _stop(procs)
+    _say("interrupted; stopped every rank")
+    return 130
+
+
+def _code(returncode: int) -> int:
+    """The launcher's exit code for a child's return code (a signal N gives 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+def _say(msg: str) -> None:
+    print(f"kiln.launch: {msg}", file=sys.stderr, flush=True)
+
+
+def _timed_out(timeout: float) -> int:
+    _say(f"timed out after {timeout:g} s (--timeout); stopped every rank")
+    return 124
+
+
+def run_nccl(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int:
+    devices = nccl_devices(n, base_env)
+    nccl_dir = tempfile.mkdtemp(prefix="kiln-nccl-")
+    procs: list = []
     try:
+        for r in range(n):
+            env = dict(base_env)
+            env.update(
+                KILN_DISTRIBUTED_BACKEND="nccl",
+                KILN_RANK=str(r),
+                KILN_WORLD_SIZE=str(n),
+                KILN_NCCL_DIR=nccl_dir,
+                CUDA_VISIBLE_DEVICES=devices[r],
+            )
+            # Only rank 0 reads the terminal's stdin, as under mpirun.
+            stdin = None if r == 0 else subprocess.DEVNULL
+            procs.append(subprocess.Popen(argv, env=env, stdin=stdin))
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                _stop(procs)
-                who = "mpirun" if mpi else f"rank {rank}"
-                print(f"kiln.launch: {who} exited with code {code}", file=sys.stderr)
-                return code if code > 0 else 1
-            if all(c == 0 for c in codes):
+            alive = False
+            for r, p in enumerate(procs):
+                rc = p.poll()
+                if rc is None:
+                    alive = True
+                elif rc != 0:
+                    _say(f"rank {r} {_describe(rc)}; stopping the other ranks")
+                    _stop(procs)
+                    return _code(rc)
+            if not alive:
                 return 0
-            if timeout and time.monotonic() - start > timeout:
+            if deadline is not None and time.monotonic() > deadline:
                 _stop(procs)
-                print(f"kiln.launch: stopped after the {timeout:g} s timeout", file=sys.stderr)
-                return 124
+                return _timed_out(timeout)
             time.sleep(0.05)
     except KeyboardInterrupt:
+        return _interrupted(procs)
+    except _Stop:
+        _stop(procs)
+        return 143
+    finally:
+        # Every path above has stopped the ranks already unless a second signal cut it short.
         for p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        _stop(procs)
-        return 130
+                p.kill()
+        shutil.rmtree(nccl_dir, ignore_errors=True)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kiln.launch", description=__doc__.split("\n")[0])
-    ap.add_argument("-n", type=int, required=True, help="number of processes")
-    ap.add_argument("--backend", choices=["any", "mpi", "nccl"], default="any")
-    ap.add_argument("--mlx", action="store_true", help="run each rank with the mlx alias")
-    ap.add_argument("--timeout", type=float, default=None, help="stop everything after this long")
-    ap.add_argument("-m", dest="module", help="run a module instead of a script")
-    ap.add_argument("script", nargs="?")
-    ap.add_argument("args", nargs=argparse.REMAINDER)
-    args = ap.parse_args(argv)
-    if args.module and args.script is not None:
-        args.args = [args.script, *args.args]
-    if args.n < 1:
-        ap.error("-n must be at least 1")
-    if not args.module and not args.script:
-        ap.error("a script (or -m module) is needed")
-    return _nccl(args) if args.backend == "nccl" else _mpi(args)
+# mpirun's report of the first failing process: "Process name: [[job,1],RANK]" then
+# "Exit code: CODE".
+_MPI_RANK = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_MPI_CODE = re.compile(r"Exit code:\s*(-?\d+)")
+
+
+def _relay(src, tail: list) -> None:
+    """Copies mpirun's stderr through unchanged as it comes, keeping its last 64 KiB."""
+    fd = src.fileno()
+    kept = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out = getattr(sys.stderr, "buffer", None)
+        if out is not None:
+            out.write(chunk)
+        else:  # a replaced sys.stderr (an embedding, a test's capture) takes text
+            sys.stderr.write(chunk.decode("utf-8", "replace"))
+        sys.stderr.flush()
+        kept = (kept + chunk)[-65536:]
+    tail.append(kept.decode("utf-8", "replace"))
+
+
+def run_mpi(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int:
+    mpirun = shutil.which("mpirun", path=base_env.get("PATH"))
+    if mpirun is None:
+        raise LaunchError(
+            "`mpirun` was not found on PATH: the MPI backend needs OpenMPI (e.g. "
+            "`apt-get install openmpi-bin libopenmpi-dev`); for GPU ranks use --backend nccl"
+        )
+    env = mpi_env(base_env)
+    # stderr goes through a pipe only so that the failing rank can be named at the end.
+    proc = subprocess.Popen(mpi_command(n, argv, env, mpirun), env=env, stderr=subprocess.PIPE)
+    tail: list = []
+    relay = threading.Thread(target=_relay, args=(proc.stderr, tail), daemon=True)
+    relay.start()
+    try:
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop([proc])
+            return _timed_out(timeout)
+    except KeyboardInterrupt:
+        return _interrupted([proc])
+    except _Stop:
+        _stop([proc])
+        return 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        relay.join(timeout=GRACE)
+    if rc != 0:
+        text = tail[0] if tail else ""
+        rank, code = _MPI_RANK.search(text), _MPI_CODE.search(text)
+        if rank and code:
+            _say(f"rank {rank.group(1)} exited with code {code.group(1)}")
+        else:
+            _say(f"mpirun {_describe(rc)}")
+    return _code(rc)
+
+
+def main(argv: Optional[list] = None) -> int:
+    opts, program = parse(sys.argv[1:] if argv is None else argv)
+    child = child_argv(program, opts.mlx)
+    env = dict(os.environ)
+
+    def on_term(signum, frame):
+        raise _Stop()
+
+    # SIGTERM to the launcher stops the ranks too (Ctrl-C arrives as KeyboardInterrupt).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if in_main else None
+    try:
+        if opts.backend == "nccl":
+            return run_nccl(opts.n, child, opts.timeout, env)
+        return run_mpi(opts.n, child, opts.timeout, env)
+    except LaunchError as e:
+        _say(str(e))
+        return 2
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+import kiln
+
+# The ranks import the kiln this test imported (a build in python/, or the installed wheel).
+KILN_HOME = str(Path(kiln.__file__).resolve().parents[1])
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
@@ -25,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 def launch(n, *args, timeout_env="30", limit=240):
     env = dict(os.environ, KILN_DISTRIBUTED_TIMEOUT=timeout_env)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(ROOT / "python"), env.get("PYTHONPATH", "")] if p
+        p for p in [KILN_HOME, env.get("PYTHONPATH", "")] if p
     )
     cmd = [sys.executable, "-m", "kiln.launch", "-n", str(n), *map(str, args)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit)

@@ -10,12 +10,17 @@ from pathlib import Path
 
 import pytest
 
+import kiln
+
+# The ranks import the kiln this test imported (a build in python/, or the installed wheel).
+KILN_HOME = str(Path(kiln.__file__).resolve().parents[1])
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch(*args, env=None, timeout=120):
     env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "python"), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [KILN_HOME, env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "kiln.launch", *map(str, args)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
