@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Optional
 
 USAGE = (
     "python -m kiln.launch -n N [--backend {mpi,nccl,any}] [--mlx] [--timeout SECONDS] "
@@ -55,14 +54,16 @@ def _parser() -> argparse.ArgumentParser:
         "--backend",
         choices=["mpi", "nccl", "any"],
         default="any",
-        help="mpi: CPU ranks through OpenMPI's mpirun; nccl: one rank per GPU; any: mpi "
-        "(default)",
+        help="mpi: CPU ranks through OpenMPI's mpirun; nccl: one rank per GPU; any: mpi (default)",
     )
     p.add_argument(
         "--mlx", action="store_true", help="run as `python -m kiln run`: `import mlx` is kiln"
     )
     p.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS",
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
         help="stop every rank after this long (exit code 124)",
     )
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as `python -m`")
@@ -76,7 +77,7 @@ def split_argv(argv: list) -> tuple:
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            return argv[:i], argv[i + 1:]
+            return argv[:i], argv[i + 1 :]
         if tok == "-m":
             return argv[:i], argv[i:]
         if not tok.startswith("-") or tok == "-":
@@ -90,7 +91,7 @@ def parse(argv: list) -> tuple:
     parser = _parser()
     own, program = split_argv(argv)
     if program[:1] == ["-m"]:
-        own, program = own + program[:2], program
+        own = own + program[:2]  # argparse checks that -m has its module
     opts = parser.parse_args(own)
     if opts.n < 1:
         parser.error(f"-n must be at least 1 (got {opts.n})")
@@ -133,13 +134,13 @@ def mpi_env(base: dict) -> dict:
     return env
 
 
-def _gpu_count() -> Optional[int]:
+def _gpu_count() -> int | None:
     """GPUs nvidia-smi lists, or None where it is missing or fails."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([smi, "-L"], check=False, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -226,7 +227,7 @@ def _timed_out(timeout: float) -> int:
     return 124
 
 
-def run_nccl(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int:
+def run_nccl(n: int, argv: list, timeout: float | None, base_env: dict) -> int:
     devices = nccl_devices(n, base_env)
     nccl_dir = tempfile.mkdtemp(prefix="kiln-nccl-")
     procs: list = []
@@ -264,6 +265,7 @@ def run_nccl(n: int, argv: list, timeout: Optional[float], base_env: dict) -> in
         return _interrupted(procs)
     except _Stop:
         _stop(procs)
+        _say("got SIGTERM; stopped every rank")
         return 143
     finally:
         # Every path above has stopped the ranks already unless a second signal cut it short.
@@ -297,7 +299,7 @@ def _relay(src, tail: list) -> None:
     tail.append(kept.decode("utf-8", "replace"))
 
 
-def run_mpi(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int:
+def run_mpi(n: int, argv: list, timeout: float | None, base_env: dict) -> int:
     mpirun = shutil.which("mpirun", path=base_env.get("PATH"))
     if mpirun is None:
         raise LaunchError(
@@ -320,6 +322,7 @@ def run_mpi(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int
         return _interrupted([proc])
     except _Stop:
         _stop([proc])
+        _say("got SIGTERM; stopped every rank")
         return 143
     finally:
         if proc.poll() is None:
@@ -335,7 +338,7 @@ def run_mpi(n: int, argv: list, timeout: Optional[float], base_env: dict) -> int
     return _code(rc)
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     opts, program = parse(sys.argv[1:] if argv is None else argv)
     child = child_argv(program, opts.mlx)
     env = dict(os.environ)
