@@ -52,12 +52,10 @@ pub fn init(backend: &str, strict: bool) -> Result<usize> {
         b => Some(b.to_string()),
     };
     let group: Arc<dyn Communicator> = match chosen.as_deref() {
-        Some("mpi") => match mpi::world() {
-            Ok(g) => g,
-            Err(e) if strict || backend != "any" => return Err(e),
-            Err(_) => Arc::new(Singleton),
-        },
-        Some(other) if backend != "any" || strict => bail!(
+        Some("mpi") => mpi::world()?,
+        // Asked for, or set by a launcher that started several processes: running them as
+        // independent singletons would be wrong.
+        Some(other) => bail!(
             Runtime,
             "distributed",
             "[distributed] The {other} backend is not available in this build."
@@ -131,5 +129,25 @@ impl Communicator for Singleton {
     }
     fn recv(&self, _: &mut [u8], _: usize, _: DType, _: &[usize]) -> Result<()> {
         self.alone("recv from")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_launched_is_the_singleton_group() {
+        if launched_backend().is_some() {
+            return; // under a launcher: the world is real
+        }
+        let id = init("any", false).unwrap();
+        let g = kiln_base::distributed::group(id).unwrap();
+        assert_eq!((g.rank(), g.size(), g.backend()), (0, 1, "singleton"));
+        assert_eq!(init("any", false).unwrap(), id);
+        assert!(init("any", true).is_err());
+        assert!(init("nccl", false).is_err());
+        assert!(split(id, 0, 0).is_err());
+        assert!(g.send(&[], 0, DType::F32, &[]).is_err());
     }
 }
