@@ -240,6 +240,8 @@ def run_nccl(n: int, argv: list, timeout: float | None, base_env: dict) -> int:
                 KILN_WORLD_SIZE=str(n),
                 KILN_NCCL_DIR=nccl_dir,
                 CUDA_VISIBLE_DEVICES=devices[r],
+                # NVLink multicast can take a host's shared GPUs out of service.
+                NCCL_NVLS_ENABLE="0",
             )
             # Only rank 0 reads the terminal's stdin, as under mpirun.
             stdin = None if r == 0 else subprocess.DEVNULL

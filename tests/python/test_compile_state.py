@@ -174,3 +174,37 @@ def test_failed_trace_leaves_no_placeholder_and_retries():
     assert f(mx.array(1.0)).item() == 2.0
     mx.eval(state)
     assert state["m"].item() == 2.0
+
+
+def test_lazy_weights_captured_by_a_trace_are_constants():
+    """A layer's weights never evaluated before the first compiled call are lazy constants
+    of the trace: their initialising math (random bits and scalars alone) must come out
+    with the weights' shape, as eagerly."""
+    b = mx.random.uniform(low=-0.4, high=0.4, shape=(1,), key=mx.random.key(3))
+    f = mx.compile(lambda x: x + b)
+    want = np.ones(3, np.float32) + np.array(b)
+    np.testing.assert_allclose(np.array(f(mx.ones((3,)))), want, rtol=1e-6)
+    model = nn.Linear(5, 1)
+    x = mx.array(X[:6, :5])
+    loss = mx.compile(lambda a: ((model(a) - 1.0) ** 2).mean())
+    eager = ((model(x) - 1.0) ** 2).mean().item()
+    assert abs(loss(x).item() - eager) < 1e-5
+
+
+def test_undeclared_state_updated_inside_compile_matches_mlx():
+    """`opt.update` inside a compiled step whose state is not declared (a common slip): the
+    model is not updated across calls, and the loss stays the same, as in MLX."""
+    x = mx.random.normal((6, 5), key=mx.random.key(0))
+    y = x.sum(axis=1, keepdims=True)
+    model = nn.Linear(5, 1)
+    opt = optim.SGD(learning_rate=0.1)
+
+    def step(a, b):
+        loss, grads = nn.value_and_grad(model, lambda m, a, b: ((m(a) - b) ** 2).mean())(
+            model, a, b)
+        opt.update(model, grads)
+        return loss
+
+    step = mx.compile(step)
+    losses = [step(x, y).item() for _ in range(3)]
+    assert losses[0] == losses[1] == losses[2], losses

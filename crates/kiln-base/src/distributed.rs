@@ -1,5 +1,6 @@
 //! Collectives between processes: the parameters of `Primitive::Collective`, the
-//! `Communicator` a backend (MPI, NCCL) implements, and the process-wide table of groups that
+//! `Communicator` a backend (MPI, NCCL) implements (with `DeviceCollectives` where it moves
+//! GPU memory itself), and the process-wide table of groups that
 //! primitives name by number (a primitive must stay hashable and comparable).
 
 use crate::{bail, ensure, DType, Result, Shape};
@@ -160,6 +161,59 @@ pub trait Communicator: Send + Sync {
     ) -> Result<()>;
     fn send(&self, input: &[u8], dst: usize, dtype: DType, shape: &[usize]) -> Result<()>;
     fn recv(&self, output: &mut [u8], src: usize, dtype: DType, shape: &[usize]) -> Result<()>;
+    /// The same operations on device memory, where the backend moves it itself (NCCL);
+    /// `None` sends device arrays through the host.
+    fn device(&self) -> Option<&dyn DeviceCollectives> {
+        None
+    }
+}
+
+/// A `Communicator`'s operations on GPU memory: raw device addresses of row-major buffers,
+/// issued on the CUDA stream `stream` (a `CUstream` as an address), so that they queue
+/// behind the kernels that made their inputs and can be captured into a CUDA graph. The
+/// caller keeps the buffers alive until the stream has passed the work.
+pub trait DeviceCollectives: Send + Sync {
+    fn all_reduce(
+        &self,
+        r: Reduction,
+        input: u64,
+        output: u64,
+        dtype: DType,
+        shape: &[usize],
+        stream: usize,
+    ) -> Result<()>;
+    fn all_gather(
+        &self,
+        input: u64,
+        output: u64,
+        dtype: DType,
+        shape: &[usize],
+        stream: usize,
+    ) -> Result<()>;
+    fn sum_scatter(
+        &self,
+        input: u64,
+        output: u64,
+        dtype: DType,
+        shape: &[usize],
+        stream: usize,
+    ) -> Result<()>;
+    fn send(
+        &self,
+        input: u64,
+        dst: usize,
+        dtype: DType,
+        shape: &[usize],
+        stream: usize,
+    ) -> Result<()>;
+    fn recv(
+        &self,
+        output: u64,
+        src: usize,
+        dtype: DType,
+        shape: &[usize],
+        stream: usize,
+    ) -> Result<()>;
 }
 
 static GROUPS: RwLock<Vec<Arc<dyn Communicator>>> = RwLock::new(Vec::new());

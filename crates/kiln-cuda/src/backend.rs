@@ -27,6 +27,9 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
         // float32 and the half floats (float64 and complex stay on the CPU).
         return crate::fast::supports(op) && dtypes.all(|d| !matches!(d, DType::F64 | DType::C64));
     }
+    if let Primitive::Collective(c) = prim {
+        return crate::collective::on_device(c);
+    }
     let dtypes: Vec<DType> = dtypes.collect();
     if dtypes.contains(&DType::C64) || matches!(prim, Primitive::Fft { .. }) {
         return supports_complex(prim);
@@ -240,6 +243,10 @@ impl Backend for CudaBackend {
             }
             Primitive::Softmax { .. } => Ok(vec![rows::softmax(&inputs[0], &outputs[0].0)?]),
             Primitive::Fast(op) => crate::fast::eval(op, inputs, outputs),
+            Primitive::Collective(c) => {
+                let (shape, dtype) = &outputs[0];
+                Ok(vec![crate::collective::collective(c, inputs, shape, *dtype)?])
+            }
             _ => {
                 let (shape, dtype) = &outputs[0];
                 let out = match prim {

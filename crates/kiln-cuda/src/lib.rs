@@ -21,7 +21,8 @@
 //!    stable by index), `matmul` (cuBLAS), `gemv` and `qmv_mma` (4-bit on tensor cores), `complex` (parts of complex values,
 //!    `NumberOfElements`), `fft` (cuFFT, loaded at run time, probed first), `conv` (im2col
 //!    gather + cuBLAS), `indexing` (gather, scatter), `masked` (masked scatter), `creation`
-//!    (arange, random bits), `fast` (mx.fast's fused kernels: norms, RoPE, attention,
+//!    (arange, random bits), `collective` (NCCL's exchanges of GPU arrays, through kiln-base's
+//!    `DeviceCollectives`), `fast` (mx.fast's fused kernels: norms, RoPE, attention,
 //!    quantized products, user kernels).
 //! 6. What the core reaches through the trait: `prebuild` (the kernels a compiled function
 //!    will need, built on several threads at once), `cuda_graph` (capture and launch for
@@ -33,6 +34,7 @@ pub mod alloc;
 mod backend;
 mod build_threads;
 mod collapse;
+mod collective;
 mod complex;
 mod conv;
 mod copy;

@@ -4,15 +4,21 @@
 //!
 //! - `mpi.rs`: OpenMPI, loaded at run time (`mpi_lib.rs`), for host arrays; GPU arrays reach
 //!   it through the core's CPU fallback. `half_ops.rs`: its float16/bfloat16 reductions.
+//! - `nccl.rs`: NVIDIA's NCCL, loaded at run time (`nccl_lib.rs`), one process per GPU: GPU
+//!   arrays move on the device (kiln-cuda's `collective.rs` calls its `DeviceCollectives`),
+//!   host arrays through it.
 //! - `Singleton`: the group of this process alone, when nothing was launched (as MLX).
 
 mod half_ops;
 mod mpi;
 mod mpi_lib;
+mod nccl;
+mod nccl_lib;
 
 use kiln_base::distributed::{register_group, Communicator, Reduction};
 use kiln_base::{bail, DType, Result};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The backends `init` knows, by MLX's names.
 pub const BACKENDS: [&str; 5] = ["any", "mpi", "nccl", "jaccl", "ring"];
@@ -21,7 +27,8 @@ pub const BACKENDS: [&str; 5] = ["any", "mpi", "nccl", "jaccl", "ring"];
 pub fn is_available(backend: &str) -> bool {
     match backend {
         "mpi" => mpi::is_available(),
-        "any" => mpi::is_available(),
+        "nccl" => nccl::is_available(),
+        "any" => mpi::is_available() || nccl::is_available(),
         _ => false,
     }
 }
@@ -33,6 +40,13 @@ fn launched_backend() -> Option<String> {
         return Some(b);
     }
     std::env::var_os("OMPI_COMM_WORLD_SIZE").map(|_| "mpi".to_string())
+}
+
+/// How long a collective waits for the other processes (`KILN_DISTRIBUTED_TIMEOUT`, seconds;
+/// 300 by default) before it fails instead of hanging.
+fn timeout() -> Duration {
+    let secs = std::env::var("KILN_DISTRIBUTED_TIMEOUT").ok().and_then(|s| s.parse::<f64>().ok());
+    Duration::from_secs_f64(secs.filter(|s| *s > 0.0).unwrap_or(300.0))
 }
 
 static WORLD: Mutex<Option<(String, usize)>> = Mutex::new(None);
@@ -53,6 +67,7 @@ pub fn init(backend: &str, strict: bool) -> Result<usize> {
     };
     let group: Arc<dyn Communicator> = match chosen.as_deref() {
         Some("mpi") => mpi::world()?,
+        Some("nccl") => nccl::world()?,
         // Asked for, or set by a launcher that started several processes: running them as
         // independent singletons would be wrong.
         Some(other) => bail!(
@@ -146,7 +161,9 @@ mod tests {
         assert_eq!((g.rank(), g.size(), g.backend()), (0, 1, "singleton"));
         assert_eq!(init("any", false).unwrap(), id);
         assert!(init("any", true).is_err());
-        assert!(init("nccl", false).is_err());
+        if !nccl::is_available() {
+            assert!(init("nccl", false).is_err());
+        }
         assert!(split(id, 0, 0).is_err());
         assert!(g.send(&[], 0, DType::F32, &[]).is_err());
     }

@@ -99,11 +99,6 @@ pub fn world() -> Result<Arc<dyn Communicator>> {
 }
 
 /// How long a process waits for the others to reach the same operation.
-fn timeout() -> Duration {
-    let secs = std::env::var("KILN_DISTRIBUTED_TIMEOUT").ok().and_then(|s| s.parse::<f64>().ok());
-    Duration::from_secs_f64(secs.filter(|s| *s > 0.0).unwrap_or(300.0))
-}
-
 struct MpiGroup {
     rt: &'static Runtime,
     comm: Handle,
@@ -168,7 +163,7 @@ impl MpiGroup {
     /// Polls a request until it completes, or fails after the timeout (its buffers are then
     /// leaked: MPI may still write them).
     fn wait(&self, op: &'static str, request: &mut Handle, what: &str) -> Result<bool> {
-        let (start, limit) = (Instant::now(), timeout());
+        let (start, limit) = (Instant::now(), crate::timeout());
         let mut spins = 0u32;
         loop {
             let (mut done, mut status) = (0, Status::default());

@@ -3,7 +3,9 @@
 The collectives are graph primitives (lazy, inside ``grad``, ``vmap`` and ``compile``). A
 group comes from ``init``: over MPI when the process was started by ``mpirun`` (or
 ``python -m kiln.launch``, which sets ``KILN_DISTRIBUTED_BACKEND``) or when
-``backend="mpi"`` is asked for; otherwise this process alone (size 1, rank 0), as MLX gives
+``backend="mpi"`` is asked for; over NCCL, one process per GPU, when
+``kiln.launch --backend nccl`` started it or ``backend="nccl"`` is asked for (GPU arrays
+then move on the device, inside CUDA graphs too); otherwise this process alone (size 1, rank 0), as MLX gives
 when nothing was launched: collectives then return their input, ``send``/``recv`` raise.
 
 Every process must call the same collectives in the same order. Before moving data each
@@ -15,6 +17,7 @@ error on every process, not a hang.
 from __future__ import annotations
 
 import atexit
+import os
 from typing import Optional, Sequence
 
 from kiln import _core
@@ -61,9 +64,30 @@ def _check_backend(backend: str) -> None:
         )
 
 
+def _prepare_nccl() -> None:
+    """NCCL's library from an installed ``nvidia-nccl`` wheel (as torch ships it) when none
+    was named, and NVLink multicast off (it can take shared GPUs out of service)."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if "KILN_NCCL_LIBRARY" in os.environ:
+        return
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return
+    for root in list(getattr(spec, "submodule_search_locations", None) or []):
+        lib = os.path.join(root, "lib", "libnccl.so.2")
+        if os.path.exists(lib):
+            os.environ["KILN_NCCL_LIBRARY"] = lib
+            return
+
+
 def is_available(backend: str = "any") -> bool:
     """Whether a communication backend (``backend``, or any) can be initialised."""
     _check_backend(backend)
+    if backend in ("nccl", "any"):
+        _prepare_nccl()
     return _core._distributed_is_available(backend)
 
 
@@ -72,6 +96,7 @@ def init(strict: bool = False, backend: str = "any", **kwargs) -> Group:
     launched (an error instead when ``strict``)."""
     global _WORLD, _FINALIZER_REGISTERED
     _check_backend(backend)
+    _prepare_nccl()
     group = Group(*_core._distributed_init(backend, bool(strict)))
     if _WORLD is not None and _WORLD._id == group._id:
         return _WORLD

@@ -179,8 +179,12 @@ pub fn fuse(graph: &Graph) -> (Graph, Vec<Region>) {
                 }
             }
         }
-        if members.len() < 2 {
-            region_of[root] = usize::MAX;
+        // A kernel of literals alone would have no input to take its shape from (a lazy
+        // constant captured by the trace, such as a layer's initial weights): left eager.
+        if members.len() < 2 || ins.is_empty() {
+            for &m in &members {
+                region_of[m] = usize::MAX;
+            }
             continue;
         }
         members.sort_unstable();
