@@ -7,7 +7,8 @@ Rank 0 prints, per message size (float32 bytes): kiln's `mx.distributed.all_sum`
 evaluated) and mpi4py's `Allreduce` on the same ranks, their bus bandwidth (2 (n-1)/n bytes
 over time, as nccl-tests count) and the ratio; then a compiled data-parallel step (an MLP's
 loss, grad, `nn.average_gradients`, Adam) against the one-process step on half the batch plus
-an all_sum of the gradients' size. Times are medians; run on a quiet machine.
+an all_sum of the gradients' size, measured in alternating rounds. Times are medians; run on a
+quiet machine.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def mlp(width):
     return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
 
-def train_step(world, batch, width, reps, data_parallel):
+def train_step(world, batch, width, data_parallel):
+    """A compiled step's runner (evaluated, state included) and the parameter count."""
     mx.random.seed(0)
     model = mlp(width)
     opt = optim.Adam(learning_rate=1e-3)
@@ -84,8 +86,22 @@ def train_step(world, batch, width, reps, data_parallel):
     def run():
         mx.eval(step(x, y), state)
 
-    barrier(world)
-    return median_time(run, reps), sum(p.size for _, p in tree_flatten(model.parameters()))
+    run()
+    return run, sum(p.size for _, p in tree_flatten(model.parameters()))
+
+
+def interleaved(world, runners, reps, rounds=5):
+    """Median time of each runner, measured in alternating rounds so that drift in the
+    machine's speed falls on all of them alike."""
+    times = [[] for _ in runners]
+    for _ in range(rounds):
+        for t, run in zip(times, runners):
+            barrier(world)
+            for _ in range(reps):
+                start = time.perf_counter()
+                run()
+                t.append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
 
 
 def main():
@@ -111,11 +127,15 @@ def main():
     # The data-parallel step against one process on its share of the batch plus the all_sum
     # of the gradients (the cost the target allows).
     share = args.batch // n
-    t_dp, params = train_step(world, share, args.width, args.reps, True)
-    t_one, _ = train_step(world, share, args.width, args.reps, False)
+    dp, params = train_step(world, share, args.width, True)
+    one, _ = train_step(world, share, args.width, False)
     grads = mx.zeros((params,))
     mx.eval(grads)
-    t_sum = median_time(lambda: mx.eval(mx.distributed.all_sum(grads, group=world)), args.reps)
+
+    def all_sum():
+        mx.eval(mx.distributed.all_sum(grads, group=world))
+
+    t_dp, t_one, t_sum = interleaved(world, [dp, one, all_sum], args.reps)
     if r == 0:
         print(f"\ntraining step, MLP width {args.width}, {params} parameters, batch {args.batch}"
               f" over {n} ranks ({share} each), compiled")

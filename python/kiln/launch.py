@@ -6,7 +6,8 @@
 
 MPI ranks run under ``mpirun``; NCCL ranks are spawned here, each with its rank, the world size,
 one GPU and a shared directory where rank 0 leaves its NCCL unique id. The launcher waits for
-every rank; when one fails it stops the others and exits with that rank's code.
+every rank; when one fails it stops the others and exits with that rank's code. Each rank's
+CPU thread pool gets its share of the cores (``RAYON_NUM_THREADS``, unless already set).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def mpi_command(n: int, argv: list, env: dict, mpirun: str = "mpirun") -> list:
     cmd = [mpirun, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    names = [k for k in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH") if k in env]
+    names = [k for k in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "RAYON_NUM_THREADS") if k in env]
     names += sorted(k for k in env if k.startswith("KILN_"))
     for name in names:
         cmd += ["-x", name]
@@ -340,10 +341,21 @@ def run_mpi(n: int, argv: list, timeout: float | None, base_env: dict) -> int:
     return _code(rc)
 
 
+def share_cores(n: int, env: dict) -> dict:
+    """Each rank's CPU thread pool sized to its share of the cores (as torchrun sets
+    OMP_NUM_THREADS), unless the caller chose: ranks whose pools each take every core
+    oversubscribe them, and a rank waiting in a collective then slows the one computing."""
+    env = dict(env)
+    if "RAYON_NUM_THREADS" not in env:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        env["RAYON_NUM_THREADS"] = str(max(1, (cores or os.cpu_count() or 1) // n))
+    return env
+
+
 def main(argv: list | None = None) -> int:
     opts, program = parse(sys.argv[1:] if argv is None else argv)
     child = child_argv(program, opts.mlx)
-    env = dict(os.environ)
+    env = share_cores(opts.n, dict(os.environ))
 
     def on_term(signum, frame):
         raise _Stop()

@@ -370,3 +370,39 @@ def test_captured_state_in_objects_lists_and_subclasses():
     assert np.array_equal(np.array(h.params["w"]), np.full(3, 8.0))
     assert np.array_equal(np.array(h.items[0]), np.full(3, 3.0))
     assert np.array_equal(np.array(t["b"]), np.full(3, -1.0))
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [((5, 3), (3, 4)), ((2, 5, 3), (3, 4)), ((5, 3), (2, 3, 4)), ((2, 1, 5, 3), (3, 3, 4))],
+)
+def test_transposed_products_are_computed_transposed(a_shape, b_shape):
+    """simplify rewrites (A @ B)^T as B^T @ A^T; results and Linear weight gradients are
+    unchanged, and the product's output is row-major."""
+    rng = np.random.default_rng(0)
+    # Small integers: every sum is exact in float32, whatever the order.
+    a = rng.integers(-4, 5, a_shape).astype(np.float32)
+    b = rng.integers(-4, 5, b_shape).astype(np.float32)
+    f = mx.compile(lambda x, y: mx.swapaxes(x @ y, -1, -2) + 1)
+    want = np.swapaxes(a @ b, -1, -2) + 1
+    np.testing.assert_array_equal(np.array(f(mx.array(a), mx.array(b))), want)
+    # The product also read untransposed: not rewritten, still right.
+    g = mx.compile(lambda x, y: (mx.swapaxes(x @ y, -1, -2), x @ y))
+    got = g(mx.array(a), mx.array(b))
+    np.testing.assert_array_equal(np.array(got[0]), np.swapaxes(a @ b, -1, -2))
+    np.testing.assert_array_equal(np.array(got[1]), a @ b)
+
+
+def test_linear_weight_gradient_compiled_equals_eager():
+    import kiln.nn as nn
+
+    mx.random.seed(0)
+    layer = nn.Linear(6, 4)
+    x = mx.random.normal((3, 6))
+    loss = lambda m, x: (m(x) ** 2).sum()
+    eager = nn.value_and_grad(layer, loss)(layer, x)[1]["weight"]
+    compiled = mx.compile(lambda x: nn.value_and_grad(layer, loss)(layer, x)[1]["weight"])(x)
+    np.testing.assert_allclose(np.array(compiled), np.array(eager), rtol=1e-5, atol=1e-6)
+    flat = mx.compile(lambda x: nn.value_and_grad(layer, loss)(layer, x)[1]["weight"].reshape(-1))
+    np.testing.assert_allclose(np.array(flat(x)), np.array(eager).reshape(-1), rtol=1e-5,
+                               atol=1e-6)

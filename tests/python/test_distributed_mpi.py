@@ -73,3 +73,19 @@ def test_mlx_lm_trainer_data_parallel_matches_one_process(tmp_path):
     l2 = json.loads((tmp_path / "losses-2.json").read_text())
     assert len(l1) == len(l2) == 3
     assert max(abs(a - b) for a, b in zip(l1, l2)) < 1e-4, (l1, l2)
+
+
+def test_mlx_lm_tensor_parallel_generation_matches_one_process(tmp_path):
+    """mlx-lm's ``model.shard()`` on 2 ranks: the same greedy tokens, and log-probabilities
+    within float32 rounding of the one-process model's."""
+    pytest.importorskip("mlx_lm")
+    script = ROOT / "tests" / "clients" / "mlx_lm_tensor_parallel.py"
+    one = launch(1, "--mlx", script, tmp_path)
+    two = launch(2, "--mlx", script, tmp_path)
+    for r in (one, two):
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    t1 = json.loads((tmp_path / "tp-1.json").read_text())
+    t2 = json.loads((tmp_path / "tp-2.json").read_text())
+    assert len(t1["tokens"]) == 12 and t1["tokens"] == t2["tokens"], (t1["tokens"], t2["tokens"])
+    import numpy as np
+    np.testing.assert_allclose(np.array(t2["logprobs"]), np.array(t1["logprobs"]), atol=1e-4)

@@ -32,7 +32,7 @@ e = os.environ
 rank = e.get("OMPI_COMM_WORLD_RANK", e.get("KILN_RANK"))
 keys = ["OMPI_COMM_WORLD_SIZE", "KILN_DISTRIBUTED_BACKEND", "KILN_RANK", "KILN_WORLD_SIZE",
         "CUDA_VISIBLE_DEVICES", "KILN_NCCL_DIR", "OMPI_MCA_btl_vader_single_copy_mechanism",
-        "KILN_LAUNCH_TEST_MARK"]
+        "KILN_LAUNCH_TEST_MARK", "RAYON_NUM_THREADS"]
 rec = {k: e.get(k) for k in keys}
 rec["argv"] = sys.argv[2:]
 rec["nccl_dir_exists"] = os.path.isdir(e.get("KILN_NCCL_DIR", "/nonexistent"))
@@ -56,6 +56,7 @@ time.sleep(60)
 def _env(**extra):
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("RAYON_NUM_THREADS", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [KILN_HOME, env.get("PYTHONPATH", "")] if p)
     env.update(extra)
     return env
@@ -96,6 +97,8 @@ def test_mpi_ranks_see_their_rank_size_and_backend(tmp_path, n):
         assert rec["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"
         assert rec["KILN_LAUNCH_TEST_MARK"] == "m"  # KILN_* variables reach the ranks
         assert rec["argv"] == ["-n", "x"]  # options after the script are the script's
+        # Each rank's thread pool gets its share of the cores.
+        assert rec["RAYON_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // n))
 
 
 @needs_mpirun

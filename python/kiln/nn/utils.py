@@ -57,6 +57,10 @@ def checkpoint(module: Module, fn: Optional[Callable] = None) -> Callable:
     return wrapped
 
 
+# Gradients of at least this many bytes are all-summed alone (see average_gradients).
+_ALONE_BYTES = 1 << 20
+
+
 def _buckets(sizes: list, itemsize: int, limit: int) -> list:
     """Consecutive runs of indices whose bytes reach ``limit`` (the last run may be
     smaller), so that many small gradients travel in few messages."""
@@ -79,8 +83,9 @@ def average_gradients(
     communication_stream: Optional[Any] = None,
 ) -> Any:
     """The mean of ``gradients`` (a tree, the same structure on every process) over the
-    processes of ``group`` (default: the global group). Arrays are concatenated into
-    messages of at least ``all_reduce_size`` bytes (0 or less: one message per array)."""
+    processes of ``group`` (default: the global group). Small arrays are concatenated into
+    messages of at least ``all_reduce_size`` bytes (0 or less: one message per array);
+    arrays of 1 MiB or more travel alone. The result is the same either way."""
     group = group or mx.distributed.init()
     n = group.size()
     if n == 1:
@@ -94,13 +99,30 @@ def average_gradients(
         return tree_map(mean, gradients)
     if len({v.dtype for _, v in flat}) > 1:
         return average_gradients(gradients, group, 0, communication_stream)
-    sizes = [v.size for _, v in flat]
-    out = []
-    for run in _buckets(sizes, flat[0][1].dtype.size, all_reduce_size):
-        joined = mean(mx.concatenate([flat[i][1].reshape(-1) for i in run]))
-        offsets = list(itertools.accumulate(sizes[i] for i in run))[:-1]
-        for i, part in zip(run, mx.split(joined, offsets)):
-            out.append((flat[i][0], part.reshape(flat[i][1].shape)))
+    itemsize = flat[0][1].dtype.size
+    # An array this large is a bandwidth-bound message on its own: sent as it is, it costs
+    # no copy into (and out of) a concatenation. The rest travel in buckets.
+    alone = min(all_reduce_size, _ALONE_BYTES)
+    out = [None] * len(flat)
+    small = []
+    for i, (k, v) in enumerate(flat):
+        if v.size * itemsize >= alone:
+            out[i] = (k, mx.distributed.all_sum(v, group=group, stream=communication_stream) / n)
+        else:
+            small.append(i)
+    sizes = [flat[i][1].size for i in small]
+    for run in _buckets(sizes, itemsize, all_reduce_size):
+        idx = [small[j] for j in run]
+        joined = mx.distributed.all_sum(
+            mx.concatenate([flat[i][1].reshape(-1) for i in idx]),
+            group=group,
+            stream=communication_stream,
+        )
+        offsets = list(itertools.accumulate(flat[i][1].size for i in idx))[:-1]
+        # Divided part by part: each division fuses into what consumes the part (the
+        # optimizer's update) instead of a pass of its own over the whole message.
+        for i, part in zip(idx, mx.split(joined, offsets)):
+            out[i] = (flat[i][0], part.reshape(flat[i][1].shape) / n)
     return tree_unflatten(out)
 
 

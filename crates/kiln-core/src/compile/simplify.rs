@@ -5,6 +5,10 @@
 //!   `log2`, or `equal` with and without `equal_nan`, stay apart) on the same inputs
 //!   (collectives excepted: each is an exchange the other processes make too);
 //! - dead nodes (no path to an output) go;
+//! - a matrix product read only transposed is computed transposed, `(A @ B)^T = B^T @ A^T`
+//!   (transposed operands cost a product nothing), so its result is row-major: a Linear
+//!   layer's weight gradient is `transpose(x^T @ g)`, which the optimizer and
+//!   `average_gradients`' flattening would otherwise read, or copy, across strides;
 //! - (`fold_counts`, for graphs replayed at their traced shapes) element counts become
 //!   constants.
 
@@ -14,8 +18,100 @@ use kiln_base::{DType, Primitive, Scalar};
 use rustc_hash::FxHashMap;
 
 pub fn simplify(graph: &Graph) -> Graph {
-    let merged = merge(graph);
-    remove_dead(&merged)
+    let merged = remove_dead(&merge(graph));
+    transpose_products(&merged)
+}
+
+/// Whether `perm` swaps the last two axes and keeps the others.
+fn swaps_last_two(perm: &[usize]) -> bool {
+    let n = perm.len();
+    n >= 2
+        && perm[n - 2] == n - 1
+        && perm[n - 1] == n - 2
+        && perm[..n - 2].iter().enumerate().all(|(i, &p)| p == i)
+}
+
+/// `transpose(matmul(A, B))`, where the product has no other reader, becomes
+/// `matmul(transpose(B), transpose(A))` (see the module's comment).
+fn transpose_products(graph: &Graph) -> Graph {
+    let mut readers = vec![0usize; graph.nodes.len()];
+    for v in graph.nodes.iter().flat_map(|n| n.inputs.iter()).chain(graph.outputs.iter()) {
+        if let Value::Node(n, _) = v {
+            readers[*n] += 1;
+        }
+    }
+    // Transpose node -> the product it reads, for each rewrite.
+    let mut rewrites: FxHashMap<usize, usize> = FxHashMap::default();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let (Primitive::Transpose { perm }, [Value::Node(m, 0)]) = (&node.prim, &node.inputs[..])
+        else {
+            continue;
+        };
+        let product = &graph.nodes[*m];
+        let matrices = product.inputs.iter().all(|v| graph.meta(*v).0.len() >= 2);
+        if matches!(product.prim, Primitive::Matmul)
+            && readers[*m] == 1
+            && product.stream == node.stream
+            && matrices
+            && swaps_last_two(perm)
+        {
+            rewrites.insert(i, *m);
+        }
+    }
+    if rewrites.is_empty() {
+        return graph.clone();
+    }
+    let products: rustc_hash::FxHashSet<usize> = rewrites.values().copied().collect();
+    let mut out = Graph {
+        inputs: graph.inputs.clone(),
+        consts: graph.consts.clone(),
+        nodes: Vec::new(),
+        outputs: Vec::new(),
+    };
+    let mut node_map: Vec<Vec<Value>> = Vec::with_capacity(graph.nodes.len());
+    let map = |v: Value, node_map: &Vec<Vec<Value>>| match v {
+        Value::Node(n, k) => node_map[n][k],
+        other => other,
+    };
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if products.contains(&i) {
+            node_map.push(Vec::new()); // read only by its transpose, rewritten below
+            continue;
+        }
+        let Some(&m) = rewrites.get(&i) else {
+            let inputs = node.inputs.iter().map(|&v| map(v, &node_map)).collect();
+            out.nodes.push(Node { inputs, ..node.clone() });
+            let n = out.nodes.len() - 1;
+            node_map.push((0..node.outputs.len()).map(|k| Value::Node(n, k)).collect());
+            continue;
+        };
+        let swapped = |v: Value, out: &mut Graph| {
+            let (shape, dtype) = graph.meta(v);
+            let mut t_shape = kiln_base::Shape::from(shape);
+            let r = t_shape.len();
+            t_shape.swap(r - 2, r - 1);
+            let perm = (0..r - 2).chain([r - 1, r - 2]).collect();
+            out.nodes.push(Node {
+                prim: Primitive::Transpose { perm },
+                inputs: vec![map(v, &node_map)],
+                outputs: vec![(t_shape, dtype)],
+                stream: node.stream,
+            });
+            Value::Node(out.nodes.len() - 1, 0)
+        };
+        let [a, b] = [graph.nodes[m].inputs[0], graph.nodes[m].inputs[1]];
+        let bt = swapped(b, &mut out);
+        let at = swapped(a, &mut out);
+        out.nodes.push(Node {
+            prim: Primitive::Matmul,
+            inputs: vec![bt, at],
+            outputs: node.outputs.clone(),
+            stream: node.stream,
+        });
+        node_map.push(vec![Value::Node(out.nodes.len() - 1, 0)]);
+    }
+    out.outputs = graph.outputs.iter().map(|&v| map(v, &node_map)).collect();
+    out
 }
 
 /// Replaces each `NumberOfElements` node by the constant its traced input shape gives, so
