@@ -487,14 +487,17 @@ TRAIN_SIZE = "small"  # --train-size
 TRAIN_STEPS, TRAIN_WARM = 20, 3  # as train_anchors.py (20 timed, after warm-up)
 
 
-def train_step_bench(lib: str, compiled: bool) -> dict:
+def train_step_bench(lib: str, compiled: bool, group=None) -> dict:
     """Times the step in ``lib`` ("kiln" or "mlx"): median seconds, tokens per step, and
-    the first call (trace and compile included)."""
+    the first call (trace and compile included). With ``group`` (an ``mx.distributed``
+    group) the step is data-parallel: ``nn.average_gradients`` over it before the update,
+    each process on its own batch of the same size."""
     import importlib
 
     mx = importlib.import_module(f"{lib}.core")
     nn = importlib.import_module(f"{lib}.nn")
     optim = importlib.import_module(f"{lib}.optimizers")
+    utils = importlib.import_module(f"{lib}.utils")
     fast = getattr(mx, "fast", None)
     sdpa = getattr(fast, "scaled_dot_product_attention", None)
     if sdpa is None:
@@ -547,6 +550,8 @@ def train_step_bench(lib: str, compiled: bool) -> dict:
 
     def step(a, b):
         loss, g = lg(m, a, b)
+        if group is not None:
+            g = nn.average_gradients(g, group=group)
         opt.update(m, g)
         return loss
 
@@ -561,7 +566,8 @@ def train_step_bench(lib: str, compiled: bool) -> dict:
         t = time.perf_counter()
         mx.eval(f(x, y), state)
         times.append(time.perf_counter() - t)
-    return {"sec": statistics.median(times), "tokens": B * T, "first": first}
+    return {"sec": statistics.median(times), "tokens": B * T, "first": first,
+            "params": sum(v.size for _, v in utils.tree_flatten(m.trainable_parameters()))}
 
 # ---- end of train_step ------------------------------------------------------------------------
 

@@ -142,6 +142,18 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         shape: &[usize],
     ) -> Result<()>;
+    /// `all_reduce` with `data` as both input and output (a donated buffer: no copy, no
+    /// fresh allocation).
+    fn all_reduce_in_place(
+        &self,
+        r: Reduction,
+        data: &mut [u8],
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<()> {
+        let input = data.to_vec();
+        self.all_reduce(r, &input, data, dtype, shape)
+    }
     /// Every process's `input` (`shape`) concatenated in rank order into `output`.
     fn all_gather(
         &self,

@@ -1,5 +1,7 @@
 //! Collectives on host arrays: the input's row-major bytes go to the group's communicator
-//! (MPI), which writes a fresh output. A send's output is its input.
+//! (MPI), which writes a fresh output, or reduces a donated input in place (a gradient the
+//! step reads only through its all_sum: no allocation, and the data stays in cache). A
+//! send's output is its input.
 
 use crate::copy::copy;
 use kiln_base::distributed::{group, Collective, CollectiveOp};
@@ -11,8 +13,20 @@ pub(crate) fn collective(
     inputs: &[ArrayData],
     shape: &[usize],
     dtype: DType,
+    donated: &[bool],
 ) -> Result<ArrayData> {
     let g = group(c.group)?;
+    if let (Some(r), [x], [true]) = (c.reduction(), inputs, donated) {
+        let n = size_of(shape) * dtype.size();
+        let whole = x.layout == Layout::contiguous(shape) && x.dtype == dtype;
+        if c.op != CollectiveOp::SumScatter && whole && x.buffer.host_slice::<u8>().len() >= n {
+            // SAFETY: n bytes of x's host buffer (checked above); the buffer is donated, so
+            // no other handle reads or writes it while the communicator does.
+            let data = unsafe { std::slice::from_raw_parts_mut(x.buffer.as_ptr() as *mut u8, n) };
+            g.all_reduce_in_place(r, data, dtype, shape)?;
+            return Ok(x.clone());
+        }
+    }
     let input = inputs.first().map(row_major).transpose()?;
     let in_bytes = input.as_ref().map(bytes).unwrap_or(&[]);
     let in_shape = inputs.first().map(|x| x.layout.shape.as_slice()).unwrap_or(&[]);

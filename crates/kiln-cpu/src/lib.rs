@@ -185,7 +185,7 @@ impl CpuBackend {
                 scatter::masked_scatter(&inputs[0], &inputs[1], &inputs[2], shape)
             }
             Primitive::View(to) => bitcast::view(&inputs[0], *to, shape),
-            Primitive::Collective(c) => collective::collective(c, inputs, shape, *dtype),
+            Primitive::Collective(c) => collective::collective(c, inputs, shape, *dtype, donated),
             Primitive::Complex(op) => complex::complex_part(*op, &inputs[0], shape),
             Primitive::Fft { axes, inverse, kind } => {
                 fft::fft(axes, *inverse, *kind, &inputs[0], shape)

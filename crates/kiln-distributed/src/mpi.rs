@@ -115,6 +115,8 @@ unsafe impl Send for MpiGroup {}
 unsafe impl Sync for MpiGroup {}
 
 /// Message tags of send/recv: a header (the digest), the answer, then the data.
+/// OpenMPI's `MPI_IN_PLACE` (mpi.h defines it as the address 1).
+const IN_PLACE: *const c_void = 1 as *const c_void;
 const TAG_HEADER: c_int = 7001;
 const TAG_ANSWER: c_int = 7002;
 const TAG_DATA: c_int = 7003;
@@ -225,6 +227,41 @@ impl MpiGroup {
         Ok(())
     }
 
+    /// MPI_Allreduce of `input` (or of `output` itself: MPI_IN_PLACE) into `output`, in
+    /// chunks (MPI counts are 32-bit).
+    fn reduce_chunks(
+        &self,
+        r: Reduction,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<()> {
+        let op = match r {
+            Reduction::Sum => "all_sum",
+            Reduction::Max => "all_max",
+            Reduction::Min => "all_min",
+        };
+        let _guard = self.usable(op)?;
+        self.agree(op, dtype, shape, 0)?;
+        let (dt, mop) = self.datatype(op, dtype, Some(r))?;
+        let width = dtype.size();
+        let chunk = (1usize << 30) / width * width;
+        for (k, o) in output.chunks_mut(chunk).enumerate() {
+            let n = count(op, o.len() / width)?;
+            let send = match input {
+                Some(i) => i[k * chunk..k * chunk + o.len()].as_ptr() as *const c_void,
+                None => IN_PLACE,
+            };
+            // SAFETY: both buffers hold n elements of dt (or the output alone, in place).
+            let code = unsafe {
+                (self.rt.mpi.allreduce)(send, o.as_mut_ptr() as _, n, dt, mop, self.comm)
+            };
+            self.check(op, code)?;
+        }
+        Ok(())
+    }
+
     fn datatype(
         &self,
         op: &'static str,
@@ -309,26 +346,17 @@ impl Communicator for MpiGroup {
         dtype: DType,
         shape: &[usize],
     ) -> Result<()> {
-        let op = match r {
-            Reduction::Sum => "all_sum",
-            Reduction::Max => "all_max",
-            Reduction::Min => "all_min",
-        };
-        let _guard = self.usable(op)?;
-        self.agree(op, dtype, shape, 0)?;
-        let (dt, mop) = self.datatype(op, dtype, Some(r))?;
-        // In chunks: MPI counts are 32-bit.
-        let width = dtype.size();
-        let chunk = (1usize << 30) / width * width;
-        for (i, o) in input.chunks(chunk).zip(output.chunks_mut(chunk)) {
-            let n = count(op, i.len() / width)?;
-            // SAFETY: both buffers hold n elements of dt.
-            let code = unsafe {
-                (self.rt.mpi.allreduce)(i.as_ptr() as _, o.as_mut_ptr() as _, n, dt, mop, self.comm)
-            };
-            self.check(op, code)?;
-        }
-        Ok(())
+        self.reduce_chunks(r, Some(input), output, dtype, shape)
+    }
+
+    fn all_reduce_in_place(
+        &self,
+        r: Reduction,
+        data: &mut [u8],
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<()> {
+        self.reduce_chunks(r, None, data, dtype, shape)
     }
 
     fn all_gather(
