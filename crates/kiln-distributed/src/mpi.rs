@@ -116,7 +116,7 @@ unsafe impl Sync for MpiGroup {}
 
 /// Message tags of send/recv: a header (the digest), the answer, then the data.
 /// OpenMPI's `MPI_IN_PLACE` (mpi.h defines it as the address 1).
-const IN_PLACE: *const c_void = 1 as *const c_void;
+const IN_PLACE: *const c_void = std::ptr::without_provenance(1);
 const TAG_HEADER: c_int = 7001;
 const TAG_ANSWER: c_int = 7002;
 const TAG_DATA: c_int = 7003;
