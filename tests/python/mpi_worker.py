@@ -142,6 +142,23 @@ def views_and_special_values():
 
 
 @section
+def reduced_in_place():
+    # An intermediate read only by its all_sum is reduced in its own buffer (donated); an
+    # array the caller holds is never written.
+    x, every = inputs((64, 33), mx.float32, np.float32, seed=5)
+    total = np.stack(every).sum(0)
+    close(host(dist.all_sum(x * 2)), 2 * total, 1e-5)
+    f = mx.compile(lambda v: dist.all_max(v + 1) - 1)
+    close(host(f(x)), np.stack(every).max(0), 1e-6)
+    close(host(f(x)), np.stack(every).max(0), 1e-6)
+    mine = host(x).copy()
+    y = dist.all_sum(x)
+    mx.eval(y)
+    close(host(x), mine, 0)
+    close(host(y), total, 1e-5)
+
+
+@section
 def send_and_recv():
     nxt, prv = (R + 1) % N, (R - 1) % N
     payload = mx.arange(6, dtype=mx.float32).reshape(2, 3) * (R + 1)

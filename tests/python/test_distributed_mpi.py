@@ -42,7 +42,8 @@ def test_collectives_on_mpi_ranks(n):
     out = r.stdout + r.stderr
     assert "FAIL" not in out, out[-6000:]
     assert r.returncode == 0, out[-6000:]
-    for section in ["collectives", "views_and_special_values", "send_and_recv", "split_groups",
+    for section in ["collectives", "views_and_special_values", "reduced_in_place",
+                    "send_and_recv", "split_groups",
                     "gradients", "vmapped", "data_parallel_step", "sharded_layers",
                     "fully_sharded"]:
         for rank in range(n):
