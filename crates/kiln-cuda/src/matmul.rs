@@ -183,6 +183,61 @@ fn data_type(op: &'static str, dtype: DType) -> Result<bsys::cudaDataType> {
     })
 }
 
+/// `out[:, col0 .. col0 + n] = x @ w.T` for x (m, k) and w (n, k), both row-major device
+/// addresses of `dtype`, into a row-major output whose rows are `ldc` elements apart: one
+/// column block of a wider product (`fast/quantized_prefill.rs` dequantizes a block of
+/// weights at a time). The caller keeps the buffers alive until the stream has run it.
+pub(crate) fn linear_into(
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    x: u64,
+    w: u64,
+    out: u64,
+    ldc: usize,
+) -> Result<()> {
+    let ty = data_type("quantized_matmul", dtype)?;
+    for &v in &[m, n, k, ldc] {
+        if v > i32::MAX as usize {
+            bail!(Value, "quantized_matmul", "Dimensions above 2^31 are not supported on the GPU.");
+        }
+    }
+    let (one, zero) = ([1.0f32, 0.0], [0.0f32, 0.0]);
+    let h = handle()?;
+    // Row-major out = x w^T is column-major out^T (n x m, ld ldc) = w (read transposed: w's
+    // rows are its columns in column-major terms) times x^T.
+    // SAFETY: x holds m*k, w n*k elements, out m rows of ldc; alpha/beta are host floats
+    // living to the end of this function (compute 32F); the stream orders the call after
+    // the kernels that wrote x and w.
+    unsafe {
+        blas::gemm_strided_batched_ex(
+            h.0,
+            bsys::cublasOperation_t::CUBLAS_OP_T,
+            bsys::cublasOperation_t::CUBLAS_OP_N,
+            n as i32,
+            m as i32,
+            k as i32,
+            one.as_ptr() as *const _,
+            w as *const _,
+            ty,
+            k as i32,
+            0,
+            x as *const _,
+            ty,
+            k as i32,
+            0,
+            zero.as_ptr() as *const _,
+            out as *mut _,
+            ty,
+            ldc as i32,
+            0,
+            1,
+            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| kiln_base::Error::Runtime { op: "quantized_matmul", msg: e.to_string() })
+}
+
 /// `a @ b` over matching batch dims; the result is row-major with `shape`.
 pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     let dtype = a.dtype;

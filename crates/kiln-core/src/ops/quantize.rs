@@ -270,8 +270,13 @@ pub fn quantized_matmul(
     let (x, scales, biases) = (astype(x, dtype)?, astype(scales, dtype)?, astype(biases, dtype)?);
     let rows = x.size() / last.max(1);
     // A few rows against 2-d weights (a decode step): one kernel reading the packed weights
-    // in place. Many rows are bound by the product's arithmetic: dequantize once instead.
-    if transpose && w.ndim() == 2 && rows <= FUSED_ROWS && dtype != DType::F64 {
+    // in place. Many rows are bound by the product's arithmetic: dequantize once instead, on
+    // the CPU through the composition; the GPU's kernels take every row count (from 16 rows
+    // they dequantize a block of weights at a time for cuBLAS, so the dense weights never
+    // exist whole and no elementwise pass runs over them).
+    let on_gpu = crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
+        && matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if transpose && w.ndim() == 2 && (rows <= FUSED_ROWS || on_gpu) && dtype != DType::F64 {
         let fop = kiln_base::FastOp::QuantizedMatmul { group_size, bits };
         return super::record(kiln_base::Primitive::Fast(fop), vec![x, w.clone(), scales, biases]);
     }

@@ -73,35 +73,6 @@ K_INLINE void k_load8(const S *__restrict__ p, float *out) {
 #endif
 }
 
-#if QUANT
-/* A unit's BITS words (its 32 values), 16 bytes at a time where BITS allows. */
-K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
-#if BITS % 4 == 0
-    #pragma unroll
-    for (int i = 0; i < BITS; i += 4) {
-        const uint4 a = *(const uint4 *)(p + i);
-        wv[i] = a.x; wv[i + 1] = a.y; wv[i + 2] = a.z; wv[i + 3] = a.w;
-    }
-#elif BITS % 2 == 0
-    #pragma unroll
-    for (int i = 0; i < BITS; i += 2) {
-        const uint2 a = *(const uint2 *)(p + i);
-        wv[i] = a.x; wv[i + 1] = a.y;
-    }
-#else
-    #pragma unroll
-    for (int i = 0; i < BITS; ++i) wv[i] = p[i];
-#endif
-}
-
-/* Value t (< 32, known at compile time after unrolling) of a unit's words. */
-K_INLINE float k_value(const uint32_t *wv, const int t) {
-    const int bit = t * BITS, word = bit / 32, shift = bit % 32;
-    uint32_t v = wv[word] >> shift;
-    if (shift + BITS > 32) v |= wv[word + 1] << (32 - shift);
-    return (float)(v & ((1u << BITS) - 1u));
-}
-#endif
 
 /* w: QUANT: (experts, n, k * BITS / 32) words, scales and biases (experts, n, k / GROUP);
    dense: element (e, j, f) of the (k, n) matrix of expert e at e * es + j * ks + f * ns. */
@@ -232,6 +203,39 @@ extern "C" __global__ void kiln_gathered(
 }
 "#;
 
+/// MLX's affine packing read back: a unit of 32 `BITS`-bit values is `BITS` consecutive
+/// words, value t at bits `t * BITS ..` of their little-endian stream (`quantized_prefill.rs`
+/// dequantizes with the same helpers).
+pub(super) const UNPACK: &str = r#"
+/* A unit's BITS words (its 32 values), 16 bytes at a time where BITS allows. */
+K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
+#if BITS % 4 == 0
+    #pragma unroll
+    for (int i = 0; i < BITS; i += 4) {
+        const uint4 a = *(const uint4 *)(p + i);
+        wv[i] = a.x; wv[i + 1] = a.y; wv[i + 2] = a.z; wv[i + 3] = a.w;
+    }
+#elif BITS % 2 == 0
+    #pragma unroll
+    for (int i = 0; i < BITS; i += 2) {
+        const uint2 a = *(const uint2 *)(p + i);
+        wv[i] = a.x; wv[i + 1] = a.y;
+    }
+#else
+    #pragma unroll
+    for (int i = 0; i < BITS; ++i) wv[i] = p[i];
+#endif
+}
+
+/* Value t (< 32, known at compile time after unrolling) of a unit's words. */
+K_INLINE float k_value(const uint32_t *wv, const int t) {
+    const int bit = t * BITS, word = bit / 32, shift = bit % 32;
+    uint32_t v = wv[word] >> shift;
+    if (shift + BITS > 32) v |= wv[word + 1] << (32 - shift);
+    return (float)(v & ((1u << BITS) - 1u));
+}
+"#;
+
 pub(crate) fn source(key: &Key) -> String {
     let mut s = header(key.dtype);
     let (quant, group, bits) = match key.quant {
@@ -247,6 +251,9 @@ pub(crate) fn source(key: &Key) -> String {
         key.wunit as u8,
         (key.dtype == DType::F32) as u8
     );
+    if quant == 1 {
+        s.push_str(UNPACK);
+    }
     s.push_str(BODY);
     s
 }
@@ -313,6 +320,9 @@ pub(crate) fn quantized_matmul(
 ) -> Result<ArrayData> {
     let (x, w, s, b) = packed_inputs(inputs)?;
     if let Some(out) = crate::gemv::quantized(&x, &w, &s, &b, group_size, bits, shape)? {
+        return Ok(out);
+    }
+    if let Some(out) = super::quantized_prefill::product(&x, &w, &s, &b, group_size, bits, shape)? {
         return Ok(out);
     }
     let k = *x.layout.shape.last().unwrap_or(&0);

@@ -12,6 +12,7 @@ pub mod cuda_kernel;
 mod gathered;
 mod norm;
 mod norm_vjp;
+mod quantized_prefill;
 mod rope;
 
 use crate::alloc::device_ptr;
@@ -206,6 +207,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     out.extend(attention_bwd::all_sources());
     out.extend(attention_decode::all_sources());
     out.extend(gathered::all_sources());
+    out.extend(quantized_prefill::all_sources());
     out.extend(crate::gemv::all_sources());
     out.extend(crate::qmv_mma::all_sources());
     out
