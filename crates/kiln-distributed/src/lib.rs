@@ -49,6 +49,38 @@ fn timeout() -> Duration {
     Duration::from_secs_f64(secs.filter(|s| *s > 0.0).unwrap_or(300.0))
 }
 
+/// Polls `done` until it reports completion, sleeping a little between polls once it has
+/// taken a while (a collective waits for the slowest process); after the timeout it runs
+/// `give_up` (which marks the group broken) and fails naming `what` it waited for.
+fn poll(
+    op: &'static str,
+    backend: &str,
+    what: &str,
+    mut done: impl FnMut() -> Result<bool>,
+    give_up: impl FnOnce(),
+) -> Result<()> {
+    let (start, limit) = (std::time::Instant::now(), timeout());
+    let mut spins = 0u32;
+    while !done()? {
+        if start.elapsed() > limit {
+            give_up();
+            bail!(
+                Runtime,
+                op,
+                "[{backend}] No answer from {what} within {:.0} s (KILN_DISTRIBUTED_TIMEOUT): a \
+                 process stopped, failed, or called another operation.",
+                limit.as_secs_f64()
+            );
+        }
+        kiln_base::interrupt::check(op)?;
+        spins += 1;
+        if spins > 1000 {
+            std::thread::sleep(Duration::from_micros(if spins > 20_000 { 1000 } else { 20 }));
+        }
+    }
+    Ok(())
+}
+
 static WORLD: Mutex<Option<(String, usize)>> = Mutex::new(None);
 
 /// The world group's number in kiln-base's table: the backend's world for `backend` (for

@@ -13,7 +13,6 @@ use kiln_base::{bail, ensure, DType, Error, Result};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
 /// The loaded library and whether kiln initialised MPI (then kiln finalises it).
 struct Runtime {
@@ -164,32 +163,14 @@ impl MpiGroup {
 
     /// Polls a request until it completes, or fails after the timeout (its buffers are then
     /// leaked: MPI may still write them).
-    fn wait(&self, op: &'static str, request: &mut Handle, what: &str) -> Result<bool> {
-        let (start, limit) = (Instant::now(), crate::timeout());
-        let mut spins = 0u32;
-        loop {
+    fn wait(&self, op: &'static str, request: &mut Handle, what: &str) -> Result<()> {
+        let done = || {
             let (mut done, mut status) = (0, Status::default());
             // SAFETY: `request` came from a nonblocking call whose buffers outlive it.
             self.check(op, unsafe { (self.rt.mpi.test)(request, &mut done, &mut status) })?;
-            if done != 0 {
-                return Ok(true);
-            }
-            if start.elapsed() > limit {
-                self.broken.store(true, Ordering::SeqCst);
-                bail!(
-                    Runtime,
-                    op,
-                    "[mpi] No answer from {what} within {:.0} s (KILN_DISTRIBUTED_TIMEOUT): a \
-                     process stopped, failed, or called another operation.",
-                    limit.as_secs_f64()
-                );
-            }
-            kiln_base::interrupt::check(op)?;
-            spins += 1;
-            if spins > 1000 {
-                std::thread::sleep(Duration::from_micros(if spins > 20_000 { 1000 } else { 20 }));
-            }
-        }
+            Ok(done != 0)
+        };
+        crate::poll(op, "mpi", what, done, || self.broken.store(true, Ordering::SeqCst))
     }
 
     /// Every process of the group checks that all called `op` on the same dtype and shape.
