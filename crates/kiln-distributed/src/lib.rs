@@ -73,9 +73,14 @@ fn poll(
             );
         }
         kiln_base::interrupt::check(op)?;
+        // Busy at first (a sleep wakes tens of microseconds late, and every step of a
+        // data-parallel loop waits here for the slower process), yielding the core, then
+        // sleeping once the wait is long.
         spins += 1;
-        if spins > 1000 {
-            std::thread::sleep(Duration::from_micros(if spins > 20_000 { 1000 } else { 20 }));
+        if spins > 200_000 {
+            std::thread::sleep(Duration::from_millis(1));
+        } else if spins > 1000 {
+            std::thread::yield_now();
         }
     }
     Ok(())
