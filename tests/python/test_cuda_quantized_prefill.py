@@ -101,3 +101,22 @@ def test_a_prefill_product_is_one_fused_op():
         mx.eval(mx.quantized_matmul(x, wq, s, b, True, 64, 4))
     names = [e.name for e in prof.events() if e.kind == "kernel"]
     assert names == ["quantized_matmul"], names
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_weights_round_as_dequantize_rounds_them(bits, dtype):
+    """x the identity: each output column is one dequantized weight row, bit for bit as the
+    CPU's `dequantize` (products with 1 and sums of zeros are exact in cuBLAS's float32
+    accumulation), so the kernel's roundings of the product and the sum show exactly.
+    Weight rows from 1e-6 (float16 subnormals) to 1e3 in magnitude."""
+    n, k, group = 48, 128, 32
+    w = RNG.normal(size=(n, k)).astype(np.float32)
+    w *= (10.0 ** RNG.integers(-6, 4, size=(n, 1))).astype(np.float32)
+    wd = mx.array(w).astype(getattr(mx, dtype))
+    with mx.stream(mx.cpu):
+        wq, s, b = mx.quantize(wd, group, bits)
+        want = np.array(mx.dequantize(wq, s, b, group, bits).astype(mx.float32))
+    eye = mx.array(np.eye(k, dtype=np.float32)).astype(getattr(mx, dtype))
+    got = np.array(mx.quantized_matmul(eye, wq, s, b, True, group, bits).astype(mx.float32)).T
+    np.testing.assert_array_equal(got, want)

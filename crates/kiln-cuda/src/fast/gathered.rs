@@ -227,12 +227,13 @@ K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
 #endif
 }
 
-/* Value t (< 32, known at compile time after unrolling) of a unit's words. */
+/* Value t (< 32, known at compile time after unrolling) of a unit's words, as an exact float
+   by the bits of 2^23 + q (integer conversions run at a quarter of the float rate). */
 K_INLINE float k_value(const uint32_t *wv, const int t) {
     const int bit = t * BITS, word = bit / 32, shift = bit % 32;
     uint32_t v = wv[word] >> shift;
     if (shift + BITS > 32) v |= wv[word + 1] << (32 - shift);
-    return (float)(v & ((1u << BITS) - 1u));
+    return __uint_as_float((v & ((1u << BITS) - 1u)) | 0x4B000000u) - 8388608.0f;
 }
 "#;
 
