@@ -345,7 +345,9 @@ pub(crate) fn quantized(
     if crate::qmv_mma::applies(x.dtype, group_size, bits) {
         let sizes = (rows, n, k, words);
         let ptrs = (ptr(x), ptr(w), ptr(scales), ptr(biases));
-        return crate::qmv_mma::run(x.dtype, group_size, sizes, ptrs, shape).map(Some);
+        if let Some(out) = crate::qmv_mma::run(x.dtype, group_size, sizes, ptrs, shape)? {
+            return Ok(Some(out));
+        }
     }
     let p = Product {
         dtype: x.dtype,

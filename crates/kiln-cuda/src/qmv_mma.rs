@@ -1,24 +1,38 @@
 //! 4-bit decode products on the tensor cores: `x @ dequantize(W).T` for x of at most 8 rows
-//! (bfloat16 or float16) and W in MLX's affine layout with groups of 32, 64 or 128. On the
+//! (bfloat16 or float16) and W in MLX's affine layout with groups of 32 or 64 (128 compiles
+//! and is off until it runs on a GPU again: see `applies`). On the
 //! CUDA cores (`gemv.rs`) each weight costs a shift, a mask, a subtraction and a multiply-add,
-//! which bounds a 4-bit product by arithmetic at a third of the bandwidth. Here two nibbles
-//! become two half floats with one mask (`0x000F000F | magic` gives `OFFSET + q` in each half
-//! of a register) and `mma.sync` does the products, so the product is bound by the bytes.
+//! and each lane holds its x values and its prefetched words in registers, so few warps fit
+//! and a 4-bit product ran at a quarter of the bandwidth (H200, ncu: 22% occupancy, 23% of
+//! DRAM throughput, latency bound). Here:
 //!
-//! A block is 8 features and 8 warps that split the groups between them. In one group each
-//! lane (`g = lane / 4`, `c = lane % 4`) holds the words of feature `g` for a quarter of the
-//! group (`c`) and the values of x row `g` for the same quarter; the mma's k order is a
-//! permutation of the group's (nibbles `t` and `t + 4` of a word share a register), the same
-//! for x and W, so the sum is the group's dot product. The accumulator gets
-//! `scale * (d - OFFSET * sum(x)) + bias * sum(x)` per group, in float32. A group whose x holds
-//! an inf or NaN is summed weight by weight as dequantize rounds them (the factored form would
-//! turn `0 * inf` into a NaN where the definition has `bias * inf`).
+//! - Two nibbles become two half floats with one mask (`0x000F000F | magic` gives
+//!   `OFFSET + q` in each half of a register) and `mma.sync` does the products. The weights
+//!   are the mma's A (16 features by 16 k), x its B (16 k by 8 rows), so every mma does 256
+//!   weights' work whatever the row count.
+//! - The weights, scales and biases stream into shared memory through `cp.async`, `STAGES`
+//!   chunks ahead per warp (a chunk: 128 bytes of each of the warp's 16 features, `U`
+//!   groups), so the bytes in flight cost no registers; x sits in shared memory, copied
+//!   once per block by `cp.async` too (loaded through registers, each block's copy waited
+//!   on its own latency: 4 rows cost twice the time of 1).
 //!
-//! Off by default (`KILN_QMV_MMA=1` turns it on): correct on the H200 (test_cuda_gemv's
-//! products) but slower there than the CUDA-core kernel in its first form, 49.7 against
-//! 35.9 us for 14336x4096 and 60.7 against 38.4 for 4096x14336 (`bench/gathered_gpu.py`, one
-//! run, launch and sync included). Each lane's per-group scale and bias loads (four scalar
-//! loads for one 8-byte weight load) are the first suspect; measure with ncu before tuning.
+//! H200, ncu at the GPU's own clocks, 1 row of bf16, groups of 64: 14336x4096 15.6 us,
+//! 4096x14336 14.7, 4096x4096 7.1 (the CUDA-core kernel: 24.0, 23.6, 9.9); 4 rows about the
+//! same as 1 (the CUDA-core kernel: 2.5 to 3x its 1-row time).
+//!
+//! A block takes 16 features and its warps take the chunks in turn. In one group each lane
+//! (`g = lane / 4`, `c = lane % 4`) reads the words of features `g` and `g + 8` for a
+//! quarter of the group (`c`) and the values of x row `g` for the same quarter (zero past
+//! the rows); the mma's k order is a permutation of the group's (nibbles `t` and `t + 4` of
+//! a word share a register), the same for x and W, so each sum is a dot product over the
+//! group. A second mma with A all ones gives the group's sum of x in the same fragment
+//! layout, and the accumulator gets `scale * d + (bias - OFFSET * scale) * sum(x)` per group,
+//! in float32. Where a warp's sum is not finite (an inf or NaN in x, or a factored sum that
+//! overflowed) its groups are summed again weight by weight as dequantize rounds them (the
+//! factored form turns `0 * inf` into a NaN where the definition has `bias * inf`).
+//!
+//! On by default for 4 bits (`KILN_QMV_MMA=0`, read once, gives the CUDA-core kernel), where
+//! the groups fill whole chunks and the shared memory fits.
 
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -27,56 +41,101 @@ use kiln_base::{ArrayData, DType, Result};
 use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_qmv_mma";
-const WARPS: usize = 8;
-/// Features per block: the mma's n.
-const FEATURES: usize = 8;
+/// Features per block: the mma's m.
+const FEATURES: usize = 16;
+/// Warps in flight the grid aims for: blocks of few feature tiles split K between more warps.
+const TARGET_WARPS: usize = 2048;
+/// A chunk: this many bytes of each feature's words (`U = 256 / group` groups).
+const CHUNK_BYTES: usize = 128;
+/// A feature's chunk in shared memory, padded so that the lanes' 8-byte reads of 8
+/// features hit distinct banks.
+const ROW_BYTES: usize = 160;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Key {
     dtype: DType,
     group: usize,
+    warps: usize,
+    /// Chunks each warp has in flight.
+    stages: usize,
+}
+
+/// `KILN_QMV_TILING=warps,stages` (read once; 0 keeps the default) for tuning on a device.
+fn forced() -> (usize, usize) {
+    static FORCED: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let v: Vec<usize> = std::env::var("KILN_QMV_TILING")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect();
+        match v.as_slice() {
+            // Two stages at least: the prologue fills all but one.
+            [w, s] if *w <= 32 && (*s == 0 || (2..=8).contains(s)) => (*w, *s),
+            _ => (0, 0),
+        }
+    })
 }
 
 const BODY: &str = r#"
 #define NT (WARPS * 32)
-#define WPT (GROUP / 32) /* words per lane per group */
+#define WPT (GROUP / 32) /* words per lane per feature per group */
 #define WPG (GROUP / 8)  /* words per feature per group */
+#define U (256 / GROUP)  /* groups per chunk: 128 bytes of each feature's words */
+#define W_BYTES (16 * ROW_BYTES)
+#define SB_BYTES (16 * U * 2) /* scales (or biases) of 16 features for U groups */
+#define STAGE_BYTES (W_BYTES + 2 * SB_BYTES)
 #if IS_BF16
 #define MAGIC 0x43004300u /* bf16 128.0 in both halves: 128 + q is exact */
+#define ONES 0x3F803F80u  /* bf16 1.0 in both halves */
 #define OFFSET 128.0f
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #else
 #define MAGIC 0x64006400u /* f16 1024.0: 1024 + q is exact */
+#define ONES 0x3C003C00u
 #define OFFSET 1024.0f
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #endif
 
-/* c += A . B with A's rows 8..15 zero (x has at most 8 rows). */
-K_INLINE void k_mma(float *c, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+/* c = A . B (+ c): A's registers rows g / g + 8 at k 2c / 2c + 8, B's k 2c / 2c + 8 at
+   column g. */
+K_INLINE void k_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                    uint32_t b0, uint32_t b1) {
     asm volatile(MMA " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-K_INLINE float k_sum8(const uint4 a) {
-    const uint32_t v[4] = {a.x, a.y, a.z, a.w};
-    float s = 0.0f;
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) s += k_load((S)(v[i] & 0xffffu)) + k_load((S)(v[i] >> 16));
-    return s;
+/* BYTES from global src to the shared address dst, in flight until a wait. */
+template <int BYTES>
+K_INLINE void k_cp(const uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(BYTES));
+}
+K_INLINE void k_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> K_INLINE void k_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* Nibbles j and j + 4 of a word as OFFSET + q in the two halves of a register: one
+   three-input logic op, (q & mask) | magic (the compiler emits two). */
+K_INLINE uint32_t k_pair(const uint32_t q, const int j) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(q >> (4 * j)), "r"(0x000F000Fu), "r"(MAGIC));
+    return d;
 }
 
-template <int N>
-K_INLINE void k_wload(const uint32_t *__restrict__ p, uint32_t *o) {
-    if (N == 4) {
-        const uint4 a = __ldg((const uint4 *)p);
-        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
-    } else if (N == 2) {
-        const uint2 a = __ldg((const uint2 *)p);
-        o[0] = a.x; o[1] = a.y;
+/* The U values of S at p (U * 2 bytes, aligned) as floats. */
+K_INLINE void k_sload(const S *p, float *o) {
+    uint32_t v[(U + 1) / 2];
+    if constexpr (U == 8) {
+        const uint4 a = *(const uint4 *)p;
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    } else if constexpr (U == 4) {
+        const uint2 a = *(const uint2 *)p;
+        v[0] = a.x; v[1] = a.y;
     } else {
-        o[0] = __ldg(p);
+        v[0] = *(const uint32_t *)p;
     }
+    #pragma unroll
+    for (int i = 0; i < U; ++i) o[i] = k_load((S)((v[i / 2] >> (16 * (i & 1))) & 0xffffu));
 }
 
 /* One group of one feature and one row of x, weight by weight as dequantize rounds. */
@@ -90,76 +149,145 @@ K_INLINE float k_exact_group(const S *__restrict__ xg, const uint32_t *__restric
     return a;
 }
 
-extern "C" __global__ void __launch_bounds__(NT) kiln_qmv_mma(
+extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         const int64_t rows, const int64_t n, const int64_t k, const int64_t ldw,
         const S *__restrict__ x, const uint32_t *__restrict__ w, const S *__restrict__ scales,
         const S *__restrict__ biases, S *__restrict__ out) {
-    __shared__ float red[WARPS][8][8]; /* [warp][row][feature] */
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[WARPS][16][8]; /* [warp][feature][row] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
-    const int64_t f0 = (int64_t)blockIdx.x * 8;
-    const int64_t fb = f0 + g < n ? f0 + g : n - 1;                /* feature of my words */
-    const int64_t fc0 = f0 + 2 * c < n ? f0 + 2 * c : n - 1;       /* features of my sums */
-    const int64_t fc1 = f0 + 2 * c + 1 < n ? f0 + 2 * c + 1 : n - 1;
-    const int64_t groups = k / GROUP;
-    const bool has_row = g < rows;
-    const S *xr = x + (has_row ? g : 0) * k;
-    const uint32_t *wr = w + fb * ldw + c * WPT;
-    float acc0 = 0.0f, acc1 = 0.0f;
-    for (int64_t h0 = warp; h0 < groups; h0 += (int64_t)U * WARPS) {
-        uint32_t wq[U][WPT];
-        float sc[U][2], bi[U][2];
-        #pragma unroll
-        for (int s = 0; s < U; ++s) {
-            const int64_t h = h0 + (int64_t)s * WARPS;
-            if (h < groups) {
-                k_wload<WPT>(wr + h * WPG, wq[s]);
-                sc[s][0] = k_load(scales[fc0 * groups + h]);
-                sc[s][1] = k_load(scales[fc1 * groups + h]);
-                bi[s][0] = k_load(biases[fc0 * groups + h]);
-                bi[s][1] = k_load(biases[fc1 * groups + h]);
+    const int64_t f0 = (int64_t)blockIdx.x * 16;
+    const int groups = (int)(k / GROUP), chunks = groups / U;
+    const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
+    /* smem: x's rows, then each warp's stages. */
+    unsigned char *xs = smem;
+    unsigned char *stages = smem + ((rows * xstride + 15) / 16) * 16 + warp * STAGES * STAGE_BYTES;
+
+    /* The warp's chunks in turn into its stage slots: lanes copy 16 bytes of 4 features'
+       words each, lanes 0-15 a feature's U scales, 16-31 its biases. The sources move on
+       by WARPS chunks a call (loop-carried, so kept in registers rather than recomputed).
+       Every call commits a group (perhaps empty) so that the waits count alike. */
+    const unsigned char *src_w[4];
+    uint32_t dst_w[4];
+    #pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int t = lane + 32 * m, row = t >> 3, col = t & 7;
+        const int64_t f = f0 + row < n ? f0 + row : n - 1;
+        src_w[m] = (const unsigned char *)(w + f * ldw) + col * 16 + warp * 128;
+        dst_w[m] = row * ROW_BYTES + col * 16;
+    }
+    const S *src_s;
+    uint32_t dst_s;
+    {
+        const int row = lane & 15;
+        const int64_t f = f0 + row < n ? f0 + row : n - 1;
+        src_s = (lane < 16 ? scales : biases) + f * groups + warp * U;
+        dst_s = W_BYTES + (lane >> 4) * SB_BYTES + row * U * 2;
+    }
+    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(stages);
+    int next = warp, next_slot = 0;
+    auto issue = [&]() {
+        if (next < chunks) {
+            const uint32_t st = stage0 + next_slot * STAGE_BYTES;
+            #pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                k_cp<16>(st + dst_w[m], src_w[m]);
+                src_w[m] += WARPS * 128;
             }
+            k_cp<U * 2>(st + dst_s, src_s);
+            src_s += WARPS * U;
         }
+        k_commit();
+        next += WARPS;
+        next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
+    };
+    /* x into shared memory by every thread, in flight with the first chunk (its group);
+       once that group is in, a barrier makes all of x visible. */
+    const int units = (int)(k / 8);
+    const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xs);
+    for (int r = 0; r < rows; ++r)
+        for (int o = threadIdx.x; o < units; o += NT)
+            k_cp<16>(xs0 + r * xstride + o * 16, (const uint4 *)(x + r * k) + o);
+    #pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue();
+    k_wait<STAGES - 2>();
+    __syncthreads();
+
+    const bool has_row = g < rows;
+    const unsigned char *xr = xs + (has_row ? g : 0) * xstride + c * WPT * 16;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int slot = 0;
+    for (int j = warp; j < chunks; j += WARPS) {
+        issue(); /* chunk j + (STAGES - 1) * WARPS, into the slot chunk j - WARPS left */
+        k_wait<STAGES - 1>();
+        __syncwarp();
+        const unsigned char *st = stages + slot * STAGE_BYTES;
+        float sa[U], sb[U], ba[U], bb[U];
+        k_sload((const S *)(st + W_BYTES) + g * U, sa);
+        k_sload((const S *)(st + W_BYTES) + (g + 8) * U, sb);
+        k_sload((const S *)(st + W_BYTES + SB_BYTES) + g * U, ba);
+        k_sload((const S *)(st + W_BYTES + SB_BYTES) + (g + 8) * U, bb);
+        const uint32_t *wa = (const uint32_t *)(st + g * ROW_BYTES) + c * WPT;
+        const uint32_t *wb = (const uint32_t *)(st + (g + 8) * ROW_BYTES) + c * WPT;
         #pragma unroll
         for (int s = 0; s < U; ++s) {
-            const int64_t h = h0 + (int64_t)s * WARPS; /* the same for the whole warp */
-            if (h < groups) {
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                float xs = 0.0f;
-                #pragma unroll
-                for (int v = 0; v < WPT; ++v) {
-                    uint4 xa = make_uint4(0u, 0u, 0u, 0u);
-                    if (has_row) xa = __ldg((const uint4 *)(xr + h * GROUP + (c * WPT + v) * 8));
-                    xs += k_sum8(xa);
-                    const uint32_t q = wq[s][v];
-                    /* nibbles t and t + 4 of the word pair with x values t and t + 4 */
-                    k_mma(d, __byte_perm(xa.x, xa.z, 0x5410), __byte_perm(xa.x, xa.z, 0x7632),
-                          (q & 0x000F000Fu) | MAGIC, ((q >> 4) & 0x000F000Fu) | MAGIC);
-                    k_mma(d, __byte_perm(xa.y, xa.w, 0x5410), __byte_perm(xa.y, xa.w, 0x7632),
-                          ((q >> 8) & 0x000F000Fu) | MAGIC, ((q >> 12) & 0x000F000Fu) | MAGIC);
-                }
-                xs += __shfl_xor_sync(0xffffffffu, xs, 1);
-                xs += __shfl_xor_sync(0xffffffffu, xs, 2);
-                if (isfinite(xs)) {
-                    acc0 = fmaf(sc[s][0], fmaf(-OFFSET, xs, d[0]), fmaf(bi[s][0], xs, acc0));
-                    acc1 = fmaf(sc[s][1], fmaf(-OFFSET, xs, d[1]), fmaf(bi[s][1], xs, acc1));
-                } else {
-                    const S *xg = xr + h * GROUP;
-                    acc0 += k_exact_group(xg, w + fc0 * ldw + h * WPG, sc[s][0], bi[s][0]);
-                    acc1 += k_exact_group(xg, w + fc1 * ldw + h * WPG, sc[s][1], bi[s][1]);
-                }
+            const int h = j * U + s;
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            #pragma unroll
+            for (int i = 0; i < WPT; ++i) {
+                uint4 X = make_uint4(0u, 0u, 0u, 0u);
+                if (has_row) X = *(const uint4 *)(xr + h * GROUP * 2 + i * 16);
+                /* x values j and j + 4 of the word's eight, as the nibbles pair */
+                const uint32_t x0 = __byte_perm(X.x, X.z, 0x5410), x1 = __byte_perm(X.x, X.z, 0x7632);
+                const uint32_t x2 = __byte_perm(X.y, X.w, 0x5410), x3 = __byte_perm(X.y, X.w, 0x7632);
+                const uint32_t ua = wa[s * WPG + i], ub = wb[s * WPG + i];
+                k_mma(d, k_pair(ua, 0), k_pair(ub, 0), k_pair(ua, 1), k_pair(ub, 1), x0, x1);
+                k_mma(d, k_pair(ua, 2), k_pair(ub, 2), k_pair(ua, 3), k_pair(ub, 3), x2, x3);
+                k_mma(e, ONES, ONES, ONES, ONES, x0, x1);
+                k_mma(e, ONES, ONES, ONES, ONES, x2, x3);
             }
+            /* d: features g (0, 1) and g + 8 (2, 3) at rows 2c and 2c + 1; e[0], e[1]: the
+               group's sums of x rows 2c and 2c + 1. With d = sum(x (OFFSET + q)):
+               scale * sum(x q) + bias * sum(x) = scale * d + (bias - OFFSET * scale) * sum(x). */
+            const float ma = fmaf(-OFFSET, sa[s], ba[s]), mb = fmaf(-OFFSET, sb[s], bb[s]);
+            acc[0] = fmaf(ma, e[0], fmaf(sa[s], d[0], acc[0]));
+            acc[1] = fmaf(ma, e[1], fmaf(sa[s], d[1], acc[1]));
+            acc[2] = fmaf(mb, e[0], fmaf(sb[s], d[2], acc[2]));
+            acc[3] = fmaf(mb, e[1], fmaf(sb[s], d[3], acc[3]));
+        }
+        __syncwarp(); /* every lane is done with the slot before it is refilled */
+        slot = slot == STAGES - 1 ? 0 : slot + 1;
+    }
+    k_wait<0>();
+    /* A sum that is not finite (an inf or NaN in x, or a factored sum that overflowed):
+       this warp's groups again, weight by weight, as the definition has them. */
+    #pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        const int r = 2 * c + (v & 1);
+        if (!isfinite(acc[v]) && r < rows) {
+            const int64_t fv = f0 + g + 8 * (v >> 1), f = fv < n ? fv : n - 1;
+            float a = 0.0f;
+            for (int j = warp; j < chunks; j += WARPS)
+                for (int s = 0; s < U; ++s) {
+                    const int64_t h = (int64_t)j * U + s;
+                    a += k_exact_group(x + r * k + h * GROUP, w + f * ldw + h * WPG,
+                                       k_load(scales[f * groups + h]), k_load(biases[f * groups + h]));
+                }
+            acc[v] = a;
         }
     }
-    red[warp][g][2 * c] = acc0;
-    red[warp][g][2 * c + 1] = acc1;
+    red[warp][g][2 * c] = acc[0];
+    red[warp][g][2 * c + 1] = acc[1];
+    red[warp][g + 8][2 * c] = acc[2];
+    red[warp][g + 8][2 * c + 1] = acc[3];
     __syncthreads();
-    if (threadIdx.x < 64) {
-        const int r = threadIdx.x >> 3, j = threadIdx.x & 7;
+    for (int t = threadIdx.x; t < 128; t += NT) {
+        const int j = t >> 3, r = t & 7;
         if (r < rows && f0 + j < n) {
             float a = 0.0f;
             #pragma unroll
-            for (int v = 0; v < WARPS; ++v) a += red[v][r][j];
+            for (int v = 0; v < WARPS; ++v) a += red[v][j][r];
             out[r * n + f0 + j] = k_store(a);
         }
     }
@@ -168,51 +296,130 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_qmv_mma(
 
 fn source(key: &Key) -> String {
     let mut s = crate::fast::header(key.dtype);
-    // Groups loaded ahead per warp: about 16 words of registers.
-    let ahead = (16 / (key.group / 32)).clamp(2, 8);
     let _ = write!(
         s,
-        "#define GROUP {}\n#define U {ahead}\n#define WARPS {WARPS}\n#define IS_BF16 {}\n",
+        "#define GROUP {}\n#define STAGES {}\n#define WARPS {}\n#define IS_BF16 {}\n\
+         #define ROW_BYTES {ROW_BYTES}\n",
         key.group,
+        key.stages,
+        key.warps,
         (key.dtype == DType::BF16) as u8
     );
     s.push_str(BODY);
     s
 }
 
+/// Dynamic shared memory of a launch: x's rows (each padded 16 bytes) and every warp's
+/// stages, as the kernel lays them out.
+fn shared_bytes(key: &Key, rows: usize, k: usize) -> usize {
+    let u = CHUNK_BYTES * 2 / key.group;
+    let stage = FEATURES * ROW_BYTES + 2 * FEATURES * u * 2;
+    (rows * (2 * k + 16)).next_multiple_of(16) + key.warps * key.stages * stage
+}
+
+/// The kernel for a product. Warps per block: enough to put about `TARGET_WARPS` warps in
+/// flight (a product of few features splits its K between more warps), 4 to 8, each with a
+/// chunk at least; two stages. An ncu sweep on the H200 (1 row, bf16, groups of 64, us):
+///
+/// | warps, stages | 14336x4096 | 4096x14336 | 4096x4096 | 1024x4096 |
+/// |---|---|---|---|---|
+/// | 4, 2 | **15.6** | 18.6 | **7.1** | 5.8 |
+/// | 8, 2 | 20.2 | **14.7** | 7.4 | **5.2** |
+/// | 4 or 8, 4 | 21.5 | 17.3 | 7.7 | - |
+/// | 16, 2 | 28.9 | 17.6 | 10.4 | 5.6 |
+///
+/// Deeper stages take shared memory that would hold more blocks; the CUDA-core kernel took
+/// 24.0, 23.6, 9.9 and 5.0.
+fn key(dtype: DType, group: usize, n: usize, chunks: usize) -> Key {
+    let (forced_warps, forced_stages) = forced();
+    let tiles = n.div_ceil(FEATURES).max(1);
+    let warps = TARGET_WARPS
+        .div_ceil(tiles)
+        .next_power_of_two()
+        .clamp(4, 8)
+        .min(chunks.next_power_of_two().max(1));
+    let warps = if forced_warps > 0 { forced_warps } else { warps };
+    let stages = if forced_stages > 0 { forced_stages } else { 2 };
+    Key { dtype, group, warps, stages }
+}
+
 static KERNELS: KernelCache<Key> = KernelCache::new();
 
-/// Whether this kernel takes a product: 4 bits, groups of 32/64/128, half-float x, and
-/// switched on (`KILN_QMV_MMA=1`; the CUDA-core kernel takes them otherwise).
+/// The keys whose function may use more than the default 48 KiB of shared memory.
+static OPTED_IN: std::sync::Mutex<Vec<Key>> = std::sync::Mutex::new(Vec::new());
+
+/// Lets `function` take up to the device's per-block shared memory (once per key).
+fn opt_in(key: &Key, function: Function, bytes: usize) -> Result<()> {
+    let mut done = OPTED_IN.lock().unwrap_or_else(|e| e.into_inner());
+    if done.contains(key) {
+        return Ok(());
+    }
+    use cudarc::driver::sys::CUfunction_attribute_enum as A;
+    // SAFETY: a loaded kernel of the current context; the value is within the device's limit.
+    unsafe {
+        cudarc::driver::result::function::set_function_attribute(
+            function.0,
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    }
+    .map_err(|e| crate::runtime::driver_error(SYMBOL, e))?;
+    done.push(*key);
+    Ok(())
+}
+
+/// Whether this kernel may take a product: 4 bits, groups of 32 or 64, half-float x, unless
+/// switched off (`KILN_QMV_MMA=0`; the CUDA-core kernel takes them then). Groups of 128
+/// (compiled and checked offline) wait for a run on the H200: their two-stage blocks were
+/// the ones that fell between 48 KiB of dynamic and of total shared memory, which the
+/// opt-in test now counts.
 pub(crate) fn applies(dtype: DType, group: usize, bits: u32) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bits == 4
         && matches!(dtype, DType::BF16 | DType::F16)
-        && matches!(group, 32 | 64 | 128)
-        && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").is_ok_and(|v| v == "1"))
+        && matches!(group, 32 | 64)
+        && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").as_deref() != Ok("0"))
 }
 
 /// The product for `rows` (<= 8) rows of x at `x` times the `n` packed rows of W (`ldw` words
-/// apart) at `w`, every pointer as `gemv::quantized` checked it (16-byte aligned rows).
+/// apart) at `w`, every pointer as `gemv::quantized` checked it (16-byte aligned rows), or
+/// `None` where the kernel cannot take it: groups that do not fill whole chunks (or scales
+/// not aligned for the chunk's copies), or x too large for shared memory.
 pub(crate) fn run(
     dtype: DType,
     group: usize,
     (rows, n, k, ldw): (usize, usize, usize, usize),
     (x, w, scales, biases): (u64, u64, u64, u64),
     shape: &[usize],
-) -> Result<ArrayData> {
+) -> Result<Option<ArrayData>> {
+    let u = CHUNK_BYTES * 2 / group;
+    let groups = k / group;
+    let aligned = [scales, biases].iter().all(|p| p.is_multiple_of(2 * u as u64));
+    if !groups.is_multiple_of(u) || !aligned || !(ldw * 4).is_multiple_of(16) {
+        return Ok(None);
+    }
+    let key = key(dtype, group, n, groups / u);
+    let shared = shared_bytes(&key, rows, k);
+    // The reduction's static array shares the block's limit (the default 48 KiB too).
+    let fixed = key.warps * FEATURES * 8 * 4;
+    let room = crate::runtime::gpu()?.shared_per_block.saturating_sub(fixed);
+    if shared > room {
+        return Ok(None);
+    }
     let out = empty(shape, dtype)?;
     if rows == 0 || n == 0 {
-        return Ok(out);
+        return Ok(Some(out));
     }
-    let key = Key { dtype, group };
     let function: Function = KERNELS.get(&key, SYMBOL, || source(&key))?;
+    if shared + fixed > 48 << 10 {
+        opt_in(&key, function, room)?;
+    }
     let mut args = Args::new();
     args.i64(rows as i64).i64(n as i64).i64(k as i64).i64(ldw as i64);
     args.ptr(x).ptr(w).ptr(scales).ptr(biases).ptr(out.buffer.as_ptr() as u64);
     let blocks = check_grid(SYMBOL, n.div_ceil(FEATURES) as u64)?;
-    launch(SYMBOL, function, blocks, (WARPS * 32) as u32, 0, &mut args)?;
-    Ok(out)
+    launch(SYMBOL, function, blocks, (key.warps * 32) as u32, shared as u32, &mut args)?;
+    Ok(Some(out))
 }
 
 /// Every variant's source (the offline NVRTC check).
@@ -221,8 +428,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
         for group in [32, 64, 128] {
-            let key = Key { dtype, group };
-            out.push((format!("qmv_mma_{key:?}"), source(&key)));
+            for (warps, stages) in [(4, 2), (8, 2), (8, 4)] {
+                let key = Key { dtype, group, warps, stages };
+                out.push((format!("qmv_mma_{key:?}"), source(&key)));
+            }
         }
     }
     out

@@ -20,6 +20,8 @@ pub struct Gpu {
     pub name: String,
     pub multiprocessors: u32,
     pub total_memory: usize,
+    /// Shared memory one block may ask for (beyond the default 48 KiB by opting in).
+    pub shared_per_block: usize,
 }
 
 // SAFETY: the context and stream handles are process-wide driver objects; the driver API
@@ -78,6 +80,7 @@ fn open() -> std::result::Result<Gpu, String> {
     let major = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sms = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let shared = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
     // SAFETY: `dev` came from device::get.
     let total_memory = unsafe { result::device::total_mem(dev) }.unwrap_or(0);
     Ok(Gpu {
@@ -88,6 +91,7 @@ fn open() -> std::result::Result<Gpu, String> {
         name: result::device::get_name(dev).unwrap_or_else(|_| "CUDA device".into()),
         multiprocessors: sms.max(1) as u32,
         total_memory,
+        shared_per_block: shared.max(48 << 10) as usize,
     })
 }
 
