@@ -156,6 +156,18 @@ def reduced_in_place():
     mx.eval(y)
     close(host(x), mine, 0)
     close(host(y), total, 1e-5)
+    if not NCCL:
+        # On the CPU, in place means no second buffer: the peak grows by the intermediate's
+        # MiB alone.
+        big = mx.full((1 << 18,), float(R + 1))
+        mx.eval(big)
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        z = dist.all_sum(big * 2)
+        mx.eval(z)
+        grew = mx.get_peak_memory() - before
+        assert grew < 1.5 * big.nbytes, (grew, big.nbytes)
+        close(host(z), np.full(1 << 18, N * (N + 1), np.float32), 0)
 
 
 @section

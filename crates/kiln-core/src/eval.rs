@@ -236,12 +236,15 @@ fn run_guarded(
 }
 
 /// Whether the kernel for `prim` may write an output into a donated input's buffer: fused
-/// kernels on the CPU, and a slice update into its base (a KV cache's new entries).
+/// kernels on the CPU, a slice update into its base (a KV cache's new entries), and an
+/// all-reduce of host memory into its input (a gradient read only through its all_sum:
+/// kiln-cpu's collective.rs reduces it in place).
 fn writes_in_place(prim: &Primitive, donated: &[bool], device: kiln_base::Device) -> bool {
-    let slice_update =
-        matches!(prim, Primitive::SliceUpdate { .. }) && donated.first() == Some(&true);
+    let first = donated.first() == Some(&true);
+    let slice_update = matches!(prim, Primitive::SliceUpdate { .. }) && first;
     let fused = matches!(prim, Primitive::Fused(_)) && donated.contains(&true);
-    slice_update || (fused && device.kind == DeviceKind::Cpu)
+    let reduced = matches!(prim, Primitive::Collective(c) if c.reduction().is_some()) && first;
+    slice_update || ((fused || reduced) && device.kind == DeviceKind::Cpu)
 }
 
 /// Runs one primitive: a view when the layout allows, else the device's kernel (`donated`:
