@@ -243,12 +243,10 @@ impl NcclGroup {
             |e: result::DriverError| kiln_base::Error::Runtime { op, msg: format!("[nccl] {e}") };
         // SAFETY: the event and stream are live.
         unsafe { result::event::record(s.event, stream as sys::CUstream) }.map_err(fail)?;
-        let (start, limit) = (Instant::now(), timeout());
-        let mut spins = 0u32;
-        loop {
+        let done = || {
             // SAFETY: a live event.
             match unsafe { result::event::query(s.event) } {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err(e) if e.0 != sys::CUresult::CUDA_ERROR_NOT_READY => return Err(fail(e)),
                 Err(_) => {}
             }
@@ -256,24 +254,28 @@ impl NcclGroup {
             // SAFETY: a live communicator and an out pointer to a local.
             unsafe { (self.n.comm_get_async_error)(self.comm, &mut async_status) };
             self.status(op, async_status)?;
-            if start.elapsed() > limit {
-                self.broken.store(true, Ordering::SeqCst);
-                // SAFETY: the communicator is not used again (the group is broken).
-                unsafe { (self.n.comm_abort)(self.comm) };
-                bail!(
-                    Runtime,
-                    op,
-                    "[nccl] No answer from {what} within {:.0} s (KILN_DISTRIBUTED_TIMEOUT): a \
-                     process stopped, failed, or called another operation.",
-                    limit.as_secs_f64()
-                );
-            }
-            kiln_base::interrupt::check(op)?;
-            spins += 1;
-            if spins > 1000 {
-                std::thread::sleep(Duration::from_micros(if spins > 20_000 { 1000 } else { 20 }));
-            }
-        }
+            Ok(false)
+        };
+        crate::poll(op, "nccl", what, done, || {
+            self.broken.store(true, Ordering::SeqCst);
+            // SAFETY: the communicator is not used again (the group is broken).
+            unsafe { (self.n.comm_abort)(self.comm) };
+        })
+    }
+
+    /// One collective on the caller's `stream`: the group's scratch held throughout, `check`
+    /// (the agreement, or a send/recv's handshake), then NCCL's `call` and its status.
+    fn issue(
+        &self,
+        op: &'static str,
+        stream: usize,
+        check: impl FnOnce(&Scratch, Stream) -> Result<()>,
+        call: impl FnOnce(Stream) -> i32,
+    ) -> Result<()> {
+        let s = self.usable(op)?;
+        let stream = stream as Stream;
+        check(&s, stream)?;
+        self.status(op, call(stream))
     }
 
     fn copy(
@@ -539,11 +541,9 @@ impl DeviceCollectives for NcclGroup {
     ) -> Result<()> {
         let op = reduction_name(r);
         let (dt, count, red) = reducing(op, dtype, elements(shape), r)?;
-        let s = self.usable(op)?;
-        let stream = stream as Stream;
-        self.agree(op, &s, dtype, shape, 0, stream)?;
+        let agree = |s: &Scratch, stream| self.agree(op, s, dtype, shape, 0, stream);
         // SAFETY: both addresses hold `count` elements of `dt` (the caller's buffers).
-        self.status(op, unsafe {
+        self.issue(op, stream, agree, |stream| unsafe {
             (self.n.all_reduce)(input as _, output as _, count, dt, red, self.comm, stream)
         })
     }
@@ -558,11 +558,9 @@ impl DeviceCollectives for NcclGroup {
     ) -> Result<()> {
         let op = "all_gather";
         let (dt, count) = raw(dtype, elements(shape));
-        let s = self.usable(op)?;
-        let stream = stream as Stream;
-        self.agree(op, &s, dtype, shape, 0, stream)?;
+        let agree = |s: &Scratch, stream| self.agree(op, s, dtype, shape, 0, stream);
         // SAFETY: the input holds `count` bytes, the output `size` times that.
-        self.status(op, unsafe {
+        self.issue(op, stream, agree, |stream| unsafe {
             (self.n.all_gather)(input as _, output as _, count, dt, self.comm, stream)
         })
     }
@@ -577,11 +575,9 @@ impl DeviceCollectives for NcclGroup {
     ) -> Result<()> {
         let op = "sum_scatter";
         let (dt, count, red) = reducing(op, dtype, elements(shape) / self.size, Reduction::Sum)?;
-        let s = self.usable(op)?;
-        let stream = stream as Stream;
-        self.agree(op, &s, dtype, shape, 0, stream)?;
+        let agree = |s: &Scratch, stream| self.agree(op, s, dtype, shape, 0, stream);
         // SAFETY: the output holds `count` elements, the input `size` times that.
-        self.status(op, unsafe {
+        self.issue(op, stream, agree, |stream| unsafe {
             (self.n.reduce_scatter)(input as _, output as _, count, dt, red, self.comm, stream)
         })
     }
@@ -596,11 +592,10 @@ impl DeviceCollectives for NcclGroup {
     ) -> Result<()> {
         let op = "send";
         let (dt, count) = raw(dtype, elements(shape));
-        let s = self.usable(op)?;
-        let stream = stream as Stream;
-        self.handshake(op, &s, (true, dst), dtype, shape, stream)?;
+        let handshake =
+            |s: &Scratch, stream| self.handshake(op, s, (true, dst), dtype, shape, stream);
         // SAFETY: the input holds `count` bytes.
-        self.status(op, unsafe {
+        self.issue(op, stream, handshake, |stream| unsafe {
             (self.n.send)(input as _, count, dt, dst as i32, self.comm, stream)
         })
     }
@@ -615,11 +610,10 @@ impl DeviceCollectives for NcclGroup {
     ) -> Result<()> {
         let op = "recv";
         let (dt, count) = raw(dtype, elements(shape));
-        let s = self.usable(op)?;
-        let stream = stream as Stream;
-        self.handshake(op, &s, (false, src), dtype, shape, stream)?;
+        let handshake =
+            |s: &Scratch, stream| self.handshake(op, s, (false, src), dtype, shape, stream);
         // SAFETY: the output holds `count` bytes.
-        self.status(op, unsafe {
+        self.issue(op, stream, handshake, |stream| unsafe {
             (self.n.recv)(output as _, count, dt, src as i32, self.comm, stream)
         })
     }
