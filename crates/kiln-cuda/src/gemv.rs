@@ -53,11 +53,7 @@ struct Tiling {
 fn tiling() -> Tiling {
     static FORCED: std::sync::OnceLock<Option<Tiling>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| {
-        let v: Vec<usize> = std::env::var("KILN_GEMV_TILING")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|x| x.trim().parse().ok())
-            .collect();
+        let v = crate::launch::tuning_numbers("KILN_GEMV_TILING");
         match v.as_slice() {
             [f, w, u] if (1..=16).contains(f) && (1..=16).contains(w) && *u <= 8 => {
                 Some(Tiling { features: *f, warps: *w, unroll: *u })

@@ -73,3 +73,13 @@ pub fn blocks_for(n: u64, per_block: u64) -> u32 {
 pub fn blocks_covering(n: u64, per_block: u64) -> u32 {
     n.div_ceil(per_block.max(1)).clamp(1, i32::MAX as u64) as u32
 }
+
+/// The comma-separated numbers of a tuning variable (`KILN_GEMV_TILING=4,4,0`), read by the
+/// caller once; what does not parse is left out, an unset variable gives none.
+pub(crate) fn tuning_numbers(var: &str) -> Vec<usize> {
+    std::env::var(var)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect()
+}

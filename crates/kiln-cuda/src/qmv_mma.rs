@@ -64,11 +64,7 @@ struct Key {
 fn forced() -> (usize, usize) {
     static FORCED: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
-        let v: Vec<usize> = std::env::var("KILN_QMV_TILING")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|x| x.trim().parse().ok())
-            .collect();
+        let v = crate::launch::tuning_numbers("KILN_QMV_TILING");
         match v.as_slice() {
             // Two stages at least: the prologue fills all but one.
             [w, s] if *w <= 32 && (*s == 0 || (2..=8).contains(s)) => (*w, *s),
