@@ -103,6 +103,45 @@ def test_mlx_lm_samplers_draw_mlx_tokens(tmp_path):
     assert tokens[0] == tokens[1]
 
 
+LAZY_SCRIPT = """
+import kiln; kiln.alias_mlx()
+import numpy as np
+import mlx.core as mx
+import kiln.profiler
+from mlx_lm.sample_utils import make_sampler
+logits = mx.array(np.random.default_rng(2).normal(size=(1, 512)).astype(np.float32))
+x = mx.array(np.ones((1, 8, 4, 64), np.float32))
+w = mx.ones((64,))
+mx.eval(logits, x, w)
+def step(sampler, offset):
+    y = mx.fast.rope(x, 64, traditional=False, base=10000.0, scale=1.0, offset=offset)
+    return sampler(logits + mx.fast.rms_norm(y, w, 1e-5).sum())
+for kw in [dict(temp=0.0), dict(temp=0.8, top_p=0.9), dict(temp=0.7, min_p=0.1),
+           dict(temp=1.0, top_k=20), dict(temp=0.6, top_p=0.95, min_p=0.05, top_k=40)]:
+    sampler = make_sampler(**kw)
+    mx.eval(step(sampler, mx.array(3)))  # the first call traces mlx-lm's compiled samplers
+    with kiln.profiler.profile() as prof:
+        tok = step(sampler, mx.array(4))
+    ran = [(e.kind, e.name) for e in prof.events()]
+    assert not ran, (kw, ran)
+    mx.eval(tok)
+print("ok")
+"""
+
+
+def test_a_decode_steps_sampling_builds_without_evaluating(tmp_path):
+    """mlx-lm's samplers (top-p, min-p, top-k, categorical; their compiled functions already
+    traced), RoPE at an array offset and rms_norm build a step's graph without evaluating
+    anything: no host round trip splits an asynchronously evaluated decode step."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mlx_lm")
+    run = subprocess.run([sys.executable, "-c", LAZY_SCRIPT], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
 def _np(x, mod):
     return np.array(x.astype(mod.float32)) if x.dtype in (mod.float16, mod.bfloat16) else np.array(x)
 
