@@ -1,7 +1,7 @@
 """kiln-cuda's 4-bit decode products, the tensor-core one (`qmv_mma.rs`, the default) and the
 CUDA-core one (`gemv.rs`, with `KILN_QMV_MMA=0`, read once per process, so the products run
 in a child process): bfloat16 and float16 x of 1 to 8
-rows, groups 32/64 (128: the CUDA-core kernel either way, for now), odd feature counts, NaN and inf (a group with an inf in x, or whose
+rows, groups 32/64/128, odd feature counts, NaN and inf (a group with an inf in x, or whose
 factored sums overflow, is summed weight by weight, as dequantize defines it), against the
 float64 dequantized product."""
 

@@ -1,6 +1,5 @@
 //! 4-bit decode products on the tensor cores: `x @ dequantize(W).T` for x of at most 8 rows
-//! (bfloat16 or float16) and W in MLX's affine layout with groups of 32 or 64 (128 compiles
-//! and is off until it runs on a GPU again: see `applies`). On the
+//! (bfloat16 or float16) and W in MLX's affine layout with groups of 32, 64 or 128. On the
 //! CUDA cores (`gemv.rs`) each weight costs a shift, a mask, a subtraction and a multiply-add,
 //! and each lane holds its x values and its prefetched words in registers, so few warps fit
 //! and a 4-bit product ran at a quarter of the bandwidth (H200, ncu: 22% occupancy, 23% of
@@ -364,16 +363,13 @@ fn opt_in(key: &Key, function: Function, bytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// Whether this kernel may take a product: 4 bits, groups of 32 or 64, half-float x, unless
-/// switched off (`KILN_QMV_MMA=0`; the CUDA-core kernel takes them then). Groups of 128
-/// (compiled and checked offline) wait for a run on the H200: their two-stage blocks were
-/// the ones that fell between 48 KiB of dynamic and of total shared memory, which the
-/// opt-in test now counts.
+/// Whether this kernel may take a product: 4 bits, groups of 32, 64 or 128, half-float x,
+/// unless switched off (`KILN_QMV_MMA=0`; the CUDA-core kernel takes them then).
 pub(crate) fn applies(dtype: DType, group: usize, bits: u32) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bits == 4
         && matches!(dtype, DType::BF16 | DType::F16)
-        && matches!(group, 32 | 64)
+        && matches!(group, 32 | 64 | 128)
         && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").as_deref() != Ok("0"))
 }
 
