@@ -69,6 +69,8 @@ pub(crate) fn release(blocks: Vec<(u64, usize)>) {
 
 impl Cache {
     fn release_all(&mut self) {
+        // Launches held back may still use cached blocks: on the stream first, then waited for.
+        let _ = crate::batch::flush();
         for (_, blocks) in std::mem::take(&mut self.free) {
             for ptr in blocks {
                 // SAFETY: the block came from cuMemAlloc and nothing holds it (it is cached).
@@ -236,6 +238,8 @@ impl DeviceAllocator {
             cache.free.entry(nbytes).or_default().push(ptr.as_ptr() as u64);
             cache.bytes += nbytes;
         } else {
+            // Launches held back may use the block: cuMemFree waits only for issued work.
+            let _ = crate::batch::flush();
             // SAFETY: the block came from cuMemAlloc and its last handle is gone.
             let _ = unsafe { result::free_sync(ptr.as_ptr() as u64) };
         }

@@ -24,7 +24,7 @@ pub(crate) fn collective(
     let Some(device) = g.device() else {
         bail!(Unsupported, c.name(), "This group's backend has no GPU collectives.");
     };
-    let stream = gpu()?.stream as usize;
+    let stream = gpu()?.stream()? as usize;
     let input = inputs.first().map(contiguous).transpose()?;
     let in_ptr = input
         .as_ref()

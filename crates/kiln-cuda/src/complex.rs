@@ -113,9 +113,9 @@ pub fn number_of_elements(
     // is ordered on the one stream before any reader.
     let status = unsafe {
         if width == 4 {
-            cudarc::driver::sys::cuMemsetD32Async(ptr, bits, 1, gpu.stream)
+            cudarc::driver::sys::cuMemsetD32Async(ptr, bits, 1, gpu.stream()?)
         } else {
-            cudarc::driver::sys::cuMemsetD16Async(ptr, bits as u16, 1, gpu.stream)
+            cudarc::driver::sys::cuMemsetD16Async(ptr, bits as u16, 1, gpu.stream()?)
         }
     };
     status.result().map_err(|e| driver_error("number_of_elements", e))?;

@@ -88,7 +88,7 @@ pub fn conv(
         // No taps: every output is an empty sum.
         let bytes = out.layout.size() * x.dtype.size();
         // SAFETY: the output block holds `bytes` bytes and is only reused by later work.
-        unsafe { result::memset_d8_async(out.buffer.as_ptr() as u64, 0, bytes, gpu()?.stream) }
+        unsafe { result::memset_d8_async(out.buffer.as_ptr() as u64, 0, bytes, gpu()?.stream()?) }
             .map_err(|e| driver_error("conv", e))?;
         return Ok(out);
     }

@@ -43,13 +43,13 @@ pub fn capture<T>(work: impl FnOnce() -> Result<T>) -> Result<(CudaGraph, T)> {
     alloc::begin_capture();
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: the stream is live; capture mode only changes what the stream records.
-    if let Err(e) = unsafe { result::stream::begin_capture(gpu.stream, mode) } {
+    if let Err(e) = unsafe { result::stream::begin_capture(gpu.stream()?, mode) } {
         alloc::release(alloc::end_capture());
         return Err(driver_error("compile", e));
     }
     let value = work();
     // SAFETY: the stream is capturing (begun above); ending returns the recorded graph.
-    let ended = unsafe { result::stream::end_capture(gpu.stream) };
+    let ended = unsafe { result::stream::end_capture(gpu.stream()?) };
     let blocks = alloc::end_capture();
     let built = match (value, ended) {
         (Ok(value), Ok(graph)) => {
@@ -97,7 +97,7 @@ impl CudaGraph {
         let gpu = gpu()?;
         // SAFETY: the executable graph is live, and every buffer it touches is kept by its
         // owner (the reserved blocks here, the rest by the caller) while it may run.
-        unsafe { result::graph::launch(self.exec, gpu.stream) }
+        unsafe { result::graph::launch(self.exec, gpu.stream()?) }
             .map_err(|e| driver_error("compile", e))
     }
 
@@ -129,7 +129,7 @@ pub fn copy_device(dst: u64, src: u64, nbytes: usize) -> Result<()> {
     let gpu = gpu()?;
     // SAFETY: both ranges lie in live device allocations kept by the caller until the
     // stream reaches the copy.
-    unsafe { result::memcpy_dtod_async(dst, src, nbytes, gpu.stream) }
+    unsafe { result::memcpy_dtod_async(dst, src, nbytes, gpu.stream()?) }
         .map_err(|e| driver_error("copy", e))
 }
 
@@ -203,7 +203,7 @@ fn copy_many(table: &[u64], n: usize) -> Result<()> {
     // SAFETY: the block holds the table's bytes; from pageable memory the call returns once
     // the source is staged, and the stream orders the upload before the kernel reading it
     // (the block is reused only by later work on the same stream).
-    unsafe { result::memcpy_htod_async(device_table.as_ptr() as u64, table, gpu.stream) }
+    unsafe { result::memcpy_htod_async(device_table.as_ptr() as u64, table, gpu.stream()?) }
         .map_err(|e| driver_error("copy", e))?;
     let words: u64 = table.chunks(3).map(|r| r[2].div_ceil(16)).max().unwrap_or(1);
     let blocks = crate::launch::blocks_for(words, crate::launch::BLOCK as u64);

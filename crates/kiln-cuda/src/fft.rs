@@ -65,7 +65,7 @@ fn capturing() -> Result<bool> {
     let gpu = gpu()?;
     let mut status = cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the stream is live; plain out-parameter.
-    unsafe { cudarc::driver::sys::cuStreamIsCapturing(gpu.stream, &mut status) }
+    unsafe { cudarc::driver::sys::cuStreamIsCapturing(gpu.stream()?, &mut status) }
         .result()
         .map_err(|e| crate::runtime::driver_error("fft", e))?;
     Ok(status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
@@ -100,7 +100,7 @@ fn make_plan(op: &'static str, kind: Kind, n: usize, rows: usize) -> Result<Plan
                 )
             })
             .and_then(|work| {
-                fft::set_stream(handle, gpu.stream as fsys::cudaStream_t).map(|_| work)
+                fft::set_stream(handle, gpu.raw_stream() as fsys::cudaStream_t).map(|_| work)
             })
     };
     match made {
@@ -141,7 +141,9 @@ fn execute(
         }
     };
     // The work area comes from kiln's allocator and goes back after the call is issued:
-    // later work on the one stream is ordered after the transform.
+    // later work on the one stream is ordered after the transform (after the launches held
+    // back so far, which go to the stream first).
+    gpu()?.stream()?;
     let work = DEVICE.alloc(plan.work.max(1))?;
     // SAFETY: the plan is live (plans are never destroyed); the work area is a live block of
     // the size the plan asked for; input and output hold `rows` rows of the plan's layout
@@ -347,7 +349,7 @@ pub fn fft(
                     out.buffer.as_ptr() as u64,
                     0,
                     size * out_dtype.size(),
-                    gpu.stream,
+                    gpu.stream()?,
                 )
             }
             .map_err(|e| crate::runtime::driver_error(op, e))?;

@@ -1,7 +1,8 @@
 //! Who may touch kiln's one stream: every thread issuing GPU work (evaluation, transfers,
 //! waits) shares it, a CUDA graph capture takes it alone, so no other thread's work lands in
 //! a graph being recorded (the stream is shared) or touches the stream while it records.
-//! Part of the runtime floor: it depends on nothing in the crate.
+//! The outermost guard of a thread also batches its kernel launches (`batch.rs`) until it
+//! drops. Part of the runtime floor.
 
 use std::cell::Cell;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -20,12 +21,20 @@ pub struct Issuing(#[allow(dead_code)] Option<RwLockReadGuard<'static, ()>>);
 /// Marks this thread as issuing GPU work until the guard drops.
 pub fn issuing() -> Issuing {
     let depth = DEPTH.with(|d| d.replace(d.get() + 1));
-    Issuing((depth == 0).then(|| ISSUING.read().unwrap_or_else(|e| e.into_inner())))
+    let lock = (depth == 0).then(|| ISSUING.read().unwrap_or_else(|e| e.into_inner()));
+    if lock.is_some() {
+        crate::batch::begin();
+    }
+    Issuing(lock)
 }
 
 impl Drop for Issuing {
     fn drop(&mut self) {
         let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        if self.0.is_some() {
+            // Before the lock goes: a capture waiting for it must find the batch on the stream.
+            crate::batch::end_keeping_error();
+        }
     }
 }
 

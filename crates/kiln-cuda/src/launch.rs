@@ -1,9 +1,9 @@
 //! Kernel launches with arguments laid out by value: each argument's bytes are kept in one
-//! vector and cuLaunchKernel gets a pointer to each, as the driver API expects.
+//! vector and the driver gets a pointer to each, as its API expects; the launch itself goes
+//! through `batch.rs` (held back with the evaluation's other kernels).
 
 use crate::nvrtc::Function;
-use crate::runtime::{driver_error, gpu};
-use cudarc::driver::result;
+use crate::runtime::gpu;
 use kiln_base::Result;
 
 /// Threads per block of the generated elementwise and reduction kernels.
@@ -45,17 +45,15 @@ pub fn launch(
     shared: u32,
     args: &mut Args,
 ) -> Result<()> {
-    let gpu = gpu()?;
-    let mut params: Vec<*mut std::ffi::c_void> =
-        args.words.iter_mut().map(|w| w.as_mut_ptr() as *mut std::ffi::c_void).collect();
-    // SAFETY: `f` is a loaded kernel whose parameters match `args` (the generator and the
-    // caller agree on the signature); every pointer argument is a live device allocation
-    // kept alive by the caller's buffers until the stream reaches the kernel (buffers are
-    // only reused by later work on the same stream).
-    unsafe {
-        result::launch_kernel(f.0, (blocks, 1, 1), (threads, 1, 1), shared, gpu.stream, &mut params)
-    }
-    .map_err(|e| driver_error(op, e))
+    gpu()?;
+    crate::batch::launch(crate::batch::Launch {
+        op,
+        func: f.0,
+        blocks,
+        threads,
+        shared,
+        words: args.words.clone(),
+    })
 }
 
 /// Blocks for `n` work items of `per_block` each, capped so grid-stride loops cover the rest

@@ -32,6 +32,7 @@
 
 pub mod alloc;
 mod backend;
+mod batch;
 mod build_threads;
 mod collapse;
 mod collective;

@@ -68,13 +68,13 @@ pub(crate) fn masked_scatter(
     let scan = Primitive::Scan { op: ScanOp::Sum, axis: 0, reverse: false, inclusive: true };
     let count = crate::scan::scan(&scan, (ScanOp::Sum, 0, false, true), &flags[0], &[rows])?;
     let mut total = [0i64];
-    let gpu = gpu()?;
+    let stream = gpu()?.stream()?;
     let last = device_ptr(&count.buffer, rows as isize - 1, 8);
     // SAFETY: `last` is the count's final element (8 bytes); the stream orders the copy after
     // the scan, and synchronising makes the host value complete.
     unsafe {
-        result::memcpy_dtoh_async(&mut total[..], last, gpu.stream)
-            .and_then(|_| result::stream::synchronize(gpu.stream))
+        result::memcpy_dtoh_async(&mut total[..], last, stream)
+            .and_then(|_| result::stream::synchronize(stream))
     }
     .map_err(|e| driver_error(op, e))?;
     if total[0] as usize > values.layout.shape.first().copied().unwrap_or(0) {

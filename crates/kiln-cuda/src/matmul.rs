@@ -26,12 +26,14 @@ unsafe impl Send for Handle {}
 
 static HANDLE: OnceLock<std::result::Result<std::sync::Mutex<Handle>, String>> = OnceLock::new();
 
+/// The handle, once the launches held back so far are on its stream (cuBLAS issues there).
 fn handle() -> Result<std::sync::MutexGuard<'static, Handle>> {
     let gpu = gpu()?;
+    gpu.stream()?;
     let h = HANDLE.get_or_init(|| {
         let h = blas::create_handle().map_err(|e| e.to_string())?;
         // SAFETY: live handle and stream; the runtime stream type is the driver's.
-        unsafe { blas::set_stream(h, gpu.stream as bsys::cudaStream_t) }
+        unsafe { blas::set_stream(h, gpu.raw_stream() as bsys::cudaStream_t) }
             .map_err(|e| e.to_string())?;
         // 32 MiB, as NVIDIA recommends for Hopper.
         const WORKSPACE: usize = 32 << 20;
@@ -267,7 +269,7 @@ pub fn matmul(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData
                 out.buffer.as_ptr() as u64,
                 0,
                 m * n * batch * dtype.size(),
-                gpu.stream,
+                gpu.stream()?,
             )
         }
         .map_err(|e| crate::runtime::driver_error("matmul", e))?;

@@ -30,18 +30,18 @@ fn record(stream: sys::CUstream) -> Option<sys::CUevent> {
 impl Span {
     /// Records the start event; `None` without a GPU or while the stream captures.
     pub fn begin() -> Option<Span> {
-        let gpu = gpu().ok()?;
-        if capturing(gpu.stream) {
+        let stream = gpu().ok()?.stream().ok()?;
+        if capturing(stream) {
             return None;
         }
-        record(gpu.stream).map(|start| Span { start, end: None })
+        record(stream).map(|start| Span { start, end: None })
     }
 
     /// Records the end event (after the call's work was issued).
     pub fn end(&mut self) {
-        let Ok(gpu) = gpu() else { return };
-        if self.end.is_none() && !capturing(gpu.stream) {
-            self.end = record(gpu.stream);
+        let Ok(stream) = gpu().and_then(|g| g.stream()) else { return };
+        if self.end.is_none() && !capturing(stream) {
+            self.end = record(stream);
         }
     }
 

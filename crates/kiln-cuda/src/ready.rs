@@ -26,14 +26,14 @@ impl Ready {
             return Ok(None);
         }
         let gpu = gpu()?;
-        if capturing(gpu.stream) {
+        if capturing(gpu.stream()?) {
             return Ok(None);
         }
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
         let event = result::event::create(flags).map_err(|e| driver_error("eval", e))?;
         let ready = Ready { event };
         // SAFETY: the event was just created; the stream is live.
-        unsafe { result::event::record(ready.event, gpu.stream) }
+        unsafe { result::event::record(ready.event, gpu.stream()?) }
             .map_err(|e| driver_error("eval", e))?;
         Ok(Some(ready))
     }

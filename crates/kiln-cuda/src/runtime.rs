@@ -10,8 +10,9 @@ use std::sync::OnceLock;
 /// The device kiln runs GPU work on (device 0) and its stream.
 pub struct Gpu {
     pub ctx: sys::CUcontext,
-    /// All GPU work is issued on this stream, so kernels, copies and buffer reuse are ordered.
-    pub stream: sys::CUstream,
+    /// All GPU work is issued on this stream, so kernels, copies and buffer reuse are ordered
+    /// (reached through `stream()`, which first flushes the launches held back in `batch`).
+    stream: sys::CUstream,
     /// Copies to the host of results whose work has finished (`ready.rs`): on `stream`
     /// they would queue behind work issued later (the next token's graph).
     pub copy_stream: sys::CUstream,
@@ -95,6 +96,20 @@ fn open() -> std::result::Result<Gpu, String> {
     })
 }
 
+impl Gpu {
+    /// The stream, once the launches held back so far (`batch.rs`) are on it: everything
+    /// issued to it other than kernel launches comes through here, so it stays in order.
+    pub fn stream(&self) -> Result<sys::CUstream> {
+        crate::batch::flush()?;
+        Ok(self.stream)
+    }
+
+    /// The stream as it is, for the batch's own launches.
+    pub(crate) fn raw_stream(&self) -> sys::CUstream {
+        self.stream
+    }
+}
+
 /// Why there is no GPU, or `None` when there is one.
 pub fn unavailable_reason() -> Option<String> {
     GPU.get_or_init(open).as_ref().err().cloned()
@@ -129,8 +144,9 @@ pub fn synchronize() -> Result<()> {
     }
     let gpu = gpu()?;
     let _issuing = crate::issuing::issuing();
+    let stream = gpu.stream()?;
     // SAFETY: the stream is live for the process.
-    unsafe { result::stream::synchronize(gpu.stream) }.map_err(|e| driver_error("synchronize", e))
+    unsafe { result::stream::synchronize(stream) }.map_err(|e| driver_error("synchronize", e))
 }
 
 /// Whether `stream` is recording a CUDA graph (work issued now becomes graph nodes).

@@ -15,7 +15,7 @@ pub fn upload(data: &ArrayData) -> Result<ArrayData> {
     if !bytes.is_empty() {
         // SAFETY: the destination holds at least bytes.len() bytes; from pageable memory the
         // call returns once the source is staged, so the host buffer may go right after.
-        unsafe { result::memcpy_htod_async(buffer.as_ptr() as u64, bytes, gpu.stream) }
+        unsafe { result::memcpy_htod_async(buffer.as_ptr() as u64, bytes, gpu.stream()?) }
             .map_err(|e| driver_error("to_gpu", e))?;
     }
     Ok(ArrayData { buffer, layout: data.layout.clone(), dtype: data.dtype })
@@ -44,7 +44,7 @@ pub(crate) fn download_after(data: &ArrayData, after: Option<sys::CUevent>) -> R
                     .map_err(|e| driver_error("to_host", e))?;
                 gpu.copy_stream
             }
-            None => gpu.stream,
+            None => gpu.stream()?,
         };
         // SAFETY: the source block holds nbytes bytes and its writers are done when the copy
         // starts (stream order, or the event waited for). `data` holds the block until the

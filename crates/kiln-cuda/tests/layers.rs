@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Layers from the floor up; a module may use its own layer and every layer before it.
 const LAYERS: &[&[&str]] = &[
-    &["runtime", "issuing"],
+    &["runtime", "issuing", "batch"],
     &["alloc", "transfer", "profile", "nvrtc", "build_threads", "launch", "collapse"],
     &["copy"],
     &["elementwise"],

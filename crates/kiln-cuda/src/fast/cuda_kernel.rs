@@ -402,7 +402,7 @@ pub(crate) fn run(spec: &CudaKernelSpec, inputs: &[ArrayData]) -> Result<Vec<Arr
             (blocks[0], blocks[1], blocks[2]),
             (threads[0], threads[1], threads[2]),
             spec.shared_memory,
-            gpu.stream,
+            gpu.stream()?,
             &mut params,
         )
     }

@@ -290,7 +290,7 @@ fn run(key: &Key, l: &Launch, shape: &[usize]) -> Result<ArrayData> {
         // Empty sums (or nothing to pick from): zeros.
         let bytes = out.layout.size() * key.dtype.size();
         // SAFETY: the output block holds `bytes` bytes and is only reused by later work.
-        unsafe { result::memset_d8_async(out.buffer.as_ptr() as u64, 0, bytes, gpu()?.stream) }
+        unsafe { result::memset_d8_async(out.buffer.as_ptr() as u64, 0, bytes, gpu()?.stream()?) }
             .map_err(|e| driver_error(SYMBOL, e))?;
         return Ok(out);
     }

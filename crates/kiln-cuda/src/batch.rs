@@ -1,0 +1,323 @@
+//! Batched launches: the kernels one thread issues while it holds the issuing guard (an
+//! evaluation, see `issuing.rs`) are held back and go to the stream together when the guard
+//! drops or anything else needs the stream; a batch whose kernel sequence came before runs
+//! as one CUDA graph, its nodes' arguments updated in place.
+//!
+//! Why: an eager decode step of an 8B model is about 560 kernels, and on the H200 machine a
+//! driver launch costs about 4.4 us of host time while updating a graph node's arguments
+//! costs about 0.55 us and a graph launch 6-40 us (`.carry/graphcost.cu`-style probe, one
+//! run): the step was bound by the host issuing it. mlx-lm's step repeats its kernels with
+//! new offsets and buffers every token, which is what an update handles.
+//!
+//! Order: every other use of the stream (copies, events, cuBLAS, cuFFT, NCCL, captures,
+//! synchronising) goes through `Gpu::stream()`, which flushes the batch first, and a block
+//! given back to the driver flushes too, so work reaches the stream in the order it was
+//! issued. A thread that does not own the batch launches directly after flushing it.
+//! `KILN_EAGER_GRAPHS=0` (read once) launches every kernel directly; `KILN_LOG=graphs`
+//! reports each graph made.
+
+use crate::runtime::{driver_error, gpu};
+use cudarc::driver::{result, sys};
+use kiln_base::Result;
+use rustc_hash::FxHashMap;
+use std::cell::Cell;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Fewer kernels than this launch directly (a graph launch costs about one kernel launch).
+const MIN_GRAPH: usize = 8;
+/// Executable graphs kept (each is a few bytes per node on the device).
+const MAX_EXECS: usize = 32;
+/// A kernel sequence becomes a graph the second time it is flushed.
+const SEEN_BEFORE_GRAPH: u32 = 2;
+
+/// One kernel launch as the driver takes it.
+#[derive(Clone, PartialEq)]
+pub(crate) struct Launch {
+    /// The primitive, for errors.
+    pub op: &'static str,
+    pub func: sys::CUfunction,
+    pub blocks: u32,
+    pub threads: u32,
+    pub shared: u32,
+    /// Each argument's bytes as 8-byte words.
+    pub words: Vec<Vec<u64>>,
+}
+
+impl Launch {
+    fn params(&mut self) -> Vec<*mut std::ffi::c_void> {
+        self.words.iter_mut().map(|w| w.as_mut_ptr() as *mut std::ffi::c_void).collect()
+    }
+
+    fn node_params(&self, params: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
+        sys::CUDA_KERNEL_NODE_PARAMS {
+            func: self.func,
+            gridDimX: self.blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: self.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: self.shared,
+            kernelParams: params.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        }
+    }
+
+    fn run(&mut self, stream: sys::CUstream) -> Result<()> {
+        let mut params = self.params();
+        // SAFETY: `func` is a loaded kernel whose parameters match `words` (the caller laid
+        // them out for its signature); every pointer argument is a live device allocation
+        // kept alive by its buffers until the stream reaches the kernel (blocks are reused
+        // only by work issued later on the same stream).
+        unsafe {
+            result::launch_kernel(
+                self.func,
+                (self.blocks, 1, 1),
+                (self.threads, 1, 1),
+                self.shared,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| driver_error(self.op, e))
+    }
+}
+
+/// An executable graph of one kernel sequence, with the arguments its nodes hold now.
+struct Exec {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    nodes: Vec<sys::CUgraphNode>,
+    last: Vec<Launch>,
+    used: u64,
+}
+
+impl Exec {
+    /// A graph of `launches` in order, each node after the one before.
+    fn build(launches: &mut [Launch]) -> Result<Exec> {
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: creates an empty graph owned by the returned Exec (or destroyed below).
+        unsafe { sys::cuGraphCreate(&mut graph, 0) }
+            .result()
+            .map_err(|e| driver_error("launch", e))?;
+        let mut nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
+        for l in launches.iter_mut() {
+            let mut params = l.params();
+            let p = l.node_params(&mut params);
+            let mut node = std::ptr::null_mut();
+            let deps = nodes.last().map_or(std::ptr::null(), |n| n as *const _);
+            // SAFETY: `graph` is live; `p` points at `params`, which outlives the call (the
+            // driver copies the argument values); the dependency is a node of this graph.
+            let added = unsafe {
+                sys::cuGraphAddKernelNode_v2(&mut node, graph, deps, nodes.len().min(1), &p)
+            };
+            if let Err(e) = added.result() {
+                // SAFETY: the graph is ours and not instantiated.
+                let _ = unsafe { result::graph::destroy(graph) };
+                return Err(driver_error("launch", e));
+            }
+            nodes.push(node);
+        }
+        // SAFETY: the graph is complete.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Exec { graph, exec, nodes, last: launches.to_vec(), used: 0 }),
+            Err(e) => {
+                // SAFETY: as above.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(driver_error("launch", e))
+            }
+        }
+    }
+
+    /// Gives the nodes whose launch differs from the last one `launches`' arguments.
+    fn update(&mut self, launches: &mut [Launch]) -> Result<()> {
+        if launches.len() != self.nodes.len() {
+            kiln_base::bail!(Runtime, "launch", "A different kernel sequence (hash collision).");
+        }
+        for ((l, old), &node) in launches.iter_mut().zip(&self.last).zip(&self.nodes) {
+            if l != old {
+                let mut params = l.params();
+                let p = l.node_params(&mut params);
+                // SAFETY: `node` belongs to the graph `exec` was made from; a launch already
+                // queued keeps the arguments it was queued with (the update applies to later
+                // launches only).
+                unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, node, &p) }
+                    .result()
+                    .map_err(|e| driver_error("launch", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Destroys the graph once no launch of it can still run.
+    fn destroy(self) {
+        let _ = gpu().map(|g| {
+            // SAFETY: the stream is live; waiting for it leaves no launch of this graph.
+            unsafe { result::stream::synchronize(g.raw_stream()) }
+        });
+        // SAFETY: both handles are owned here and nothing runs the graph any more.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Batch {
+    pending: Vec<Launch>,
+    /// Whether some thread owns the batch (its launches are held back).
+    owned: bool,
+    execs: FxHashMap<u64, Exec>,
+    /// Flushes seen per kernel sequence; `u32::MAX`: its graph failed, launch directly.
+    seen: FxHashMap<u64, u32>,
+    clock: u64,
+    /// A failed launch of a flush no caller could be told about.
+    error: Option<kiln_base::Error>,
+}
+
+// SAFETY: the raw driver handles (functions, graphs) are process-wide objects usable from any
+// thread with the context current; the mutex serialises every use.
+unsafe impl Send for Batch {}
+
+static BATCH: OnceLock<Mutex<Batch>> = OnceLock::new();
+
+thread_local! {
+    /// Whether this thread owns the batch.
+    static OWNER: Cell<bool> = const { Cell::new(false) };
+}
+
+fn batch() -> MutexGuard<'static, Batch> {
+    BATCH.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_EAGER_GRAPHS").map_or(true, |v| v.trim() != "0"))
+}
+
+/// This thread's launches are held back until [`end`] (unless another thread holds them).
+pub(crate) fn begin() {
+    if !enabled() || !crate::runtime::is_available() {
+        return;
+    }
+    let mut b = batch();
+    if !b.owned {
+        b.owned = true;
+        OWNER.with(|o| o.set(true));
+    }
+}
+
+/// Flushes this thread's held-back launches and lets the batch go; a launch that fails
+/// here (a guard dropping) is reported by the next flush.
+pub(crate) fn end_keeping_error() {
+    if !OWNER.try_with(|o| o.replace(false)).unwrap_or(false) {
+        return;
+    }
+    let mut b = batch();
+    b.owned = false;
+    if let Err(e) = b.flush() {
+        b.error.get_or_insert(e);
+    }
+}
+
+/// Queues a launch: held back in this thread's batch, else straight onto the stream after
+/// whatever the batch holds.
+pub(crate) fn launch(mut l: Launch) -> Result<()> {
+    let mut b = batch();
+    if OWNER.with(Cell::get) {
+        b.pending.push(l);
+        return Ok(());
+    }
+    b.flush()?;
+    l.run(gpu()?.raw_stream())
+}
+
+/// Puts every held-back launch on the stream (called before any other use of it).
+pub(crate) fn flush() -> Result<()> {
+    match BATCH.get() {
+        Some(m) => m.lock().unwrap_or_else(|e| e.into_inner()).flush(),
+        None => Ok(()),
+    }
+}
+
+/// The kernel sequence of a batch: which functions, in order (their grids and arguments
+/// may change from one flush to the next: graph updates take those).
+fn signature(launches: &[Launch]) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    launches.len().hash(&mut h);
+    for l in launches {
+        (l.func as usize).hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Batch {
+    fn flush(&mut self) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut launches = std::mem::take(&mut self.pending);
+        let stream = gpu()?.raw_stream();
+        if launches.len() < MIN_GRAPH {
+            return launches.iter_mut().try_for_each(|l| l.run(stream));
+        }
+        let key = signature(&launches);
+        self.clock += 1;
+        if let Some(mut exec) = self.execs.remove(&key) {
+            match exec.update(&mut launches) {
+                Ok(()) => {
+                    // SAFETY: the executable graph is live; the buffers its nodes touch are
+                    // kept by their owners until the stream passes them, as for launches.
+                    let launched = unsafe { result::graph::launch(exec.exec, stream) };
+                    exec.last = launches;
+                    exec.used = self.clock;
+                    self.execs.insert(key, exec);
+                    return launched.map_err(|e| driver_error("launch", e));
+                }
+                Err(_) => {
+                    // An update the driver refuses: this sequence launches directly from now.
+                    exec.destroy();
+                    self.seen.insert(key, u32::MAX);
+                    return launches.iter_mut().try_for_each(|l| l.run(stream));
+                }
+            }
+        }
+        if self.seen.len() > 4096 {
+            self.seen.clear();
+        }
+        let seen = self.seen.entry(key).or_insert(0);
+        *seen = seen.saturating_add(1);
+        if *seen != SEEN_BEFORE_GRAPH {
+            return launches.iter_mut().try_for_each(|l| l.run(stream));
+        }
+        match Exec::build(&mut launches) {
+            Ok(mut exec) => {
+                if self.execs.len() >= MAX_EXECS {
+                    let oldest = self.execs.iter().min_by_key(|(_, x)| x.used).map(|(k, _)| *k);
+                    if let Some(x) = oldest.and_then(|k| self.execs.remove(&k)) {
+                        x.destroy();
+                    }
+                }
+                exec.used = self.clock;
+                if std::env::var("KILN_LOG").is_ok_and(|v| v.contains("graphs")) {
+                    eprintln!("kiln: {} kernels issued again: now one CUDA graph", launches.len());
+                }
+                // SAFETY: as for the update above.
+                let launched = unsafe { result::graph::launch(exec.exec, stream) };
+                self.execs.insert(key, exec);
+                launched.map_err(|e| driver_error("launch", e))
+            }
+            Err(_) => {
+                self.seen.insert(key, u32::MAX);
+                launches.iter_mut().try_for_each(|l| l.run(stream))
+            }
+        }
+    }
+}
