@@ -329,7 +329,12 @@ pub(crate) fn scatter(
     if let Some(c) = &claims {
         // SAFETY: a live device block of size() * 4 bytes (or more), on the one stream.
         unsafe {
-            result::memset_d8_async(c.as_ptr() as u64, 0xff, out.layout.size() * 4, gpu()?.stream()?)
+            result::memset_d8_async(
+                c.as_ptr() as u64,
+                0xff,
+                out.layout.size() * 4,
+                gpu()?.stream()?,
+            )
         }
         .map_err(|e| driver_error(op, e))?;
     }

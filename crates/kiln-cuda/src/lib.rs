@@ -6,7 +6,9 @@
 //!
 //! 1. The floor. `runtime`: finding the GPU (probing the libraries first: cudarc panics on
 //!    a missing one), its context and the one ordered stream all work is issued on;
-//!    `issuing`: the lock that keeps other threads' work out of a graph capture.
+//!    `issuing`: the lock that keeps other threads' work out of a graph capture; `batch`: an
+//!    evaluation's kernel launches held back and put on the stream together, as an updated
+//!    CUDA graph when the same kernels came before.
 //! 2. Device services. `alloc`: device memory behind a size-class cache, with counters and
 //!    limits; `transfer`: host <-> device copies of array data; `profile`: CUDA events around
 //!    calls for the profiler's device times; `nvrtc`: CUDA C -> CUBIN for the device's
