@@ -1,7 +1,8 @@
 """Eager kernels batched per evaluation and replayed as CUDA graphs (kiln-cuda's batch.rs):
 a batch whose kernel sequence was flushed before runs as one graph with its nodes' arguments
 updated. Checked for values against numpy across repeated steps whose scalars, buffers and
-sizes change (graph updates), steps that mix in cuBLAS, host reads and CPU work (each
+sizes change (graph updates), small host arrays (written by a kernel's arguments, so they join
+the batch), steps that mix in cuBLAS, host reads and CPU work (each
 flushes the batch first), two threads issuing at once, a failing evaluation, and a pipelined
 KV-cache decode loop that must give the same tokens with graphs off (`KILN_EAGER_GRAPHS=0`)."""
 
@@ -131,6 +132,29 @@ def test_a_failed_step_leaves_the_next_ones_right():
         np.testing.assert_allclose(np.array(first), np.exp(np.tanh(x) - 0.5) + 1.0, rtol=2e-5)
         np.testing.assert_allclose(np.array(chain(a, 2.0)), chain_np(x, 2.0), rtol=2e-5,
                                    atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bool_", "int8", "uint16", "int32", "float16", "bfloat16",
+                                   "float32", "int64", "complex64"])
+def test_small_host_arrays_reach_the_gpu_exactly(dtype):
+    # Up to 64 bytes go as a kernel's arguments (transfer.rs), more as a copy: every size
+    # around the word and limit edges, each value bit for bit.
+    rng = np.random.default_rng(8)
+    np_dtype = np.float32 if dtype == "bfloat16" else getattr(np, dtype)
+    size = np.dtype(np_dtype).itemsize if dtype != "bfloat16" else 2
+    for n in sorted({1, 2, 3, 7, 8, 9, 15, 16, 17, 64 // size, 64 // size + 1, 100}):
+        host = (rng.normal(size=n) * 50).astype(np_dtype)
+        if dtype == "complex64":
+            host = host + 1j * rng.normal(size=n).astype(np.float32)
+        with mx.stream(mx.cpu):
+            x = mx.array(host)
+            if dtype == "bfloat16":
+                x = x.astype(mx.bfloat16)
+            mx.eval(x)
+        got = mx.concatenate([x, x], stream=mx.gpu)
+        want = np.array(x.astype(mx.float32) if dtype == "bfloat16" else x)
+        out = np.array(got.astype(mx.float32) if dtype == "bfloat16" else got)
+        np.testing.assert_array_equal(out, np.concatenate([want, want]))
 
 
 DECODE = textwrap.dedent(
