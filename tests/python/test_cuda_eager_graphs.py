@@ -4,7 +4,9 @@ updated. Checked for values against numpy across repeated steps whose scalars, b
 sizes change (graph updates), small host arrays (written by a kernel's arguments, so they join
 the batch), steps that mix in cuBLAS, host reads and CPU work (each
 flushes the batch first), two threads issuing at once, a failing evaluation, and a pipelined
-KV-cache decode loop that must give the same tokens with graphs off (`KILN_EAGER_GRAPHS=0`)."""
+KV-cache decode loop that must give the same tokens with graphs off (`KILN_EAGER_GRAPHS=0`).
+Batching is off by default for now (`KILN_EAGER_GRAPHS=1` turns it on): every test runs both
+ways."""
 
 import os
 import subprocess
@@ -19,6 +21,16 @@ import kiln.core as mx
 from conftest import GPU_ONLY
 
 pytestmark = GPU_ONLY
+
+
+@pytest.fixture(autouse=True, params=["graphs", "direct"])
+def batching(request):
+    # Batching is off by default for now: each test runs with it on and off.
+    from kiln import _core
+
+    _core._set_eager_graphs(request.param == "graphs")
+    yield
+    _core._set_eager_graphs(os.environ.get("KILN_EAGER_GRAPHS") == "1")
 
 
 def chain(x, c):

@@ -6,7 +6,8 @@ use crate::runtime::{driver_error, gpu};
 use cudarc::driver::{result, sys};
 use kiln_base::{ArrayData, Device, Result, HOST};
 
-/// Host data up to this size goes to the device as a kernel's arguments (see `store_words`).
+/// Host data up to this size goes to the device as a kernel's arguments while launches are
+/// batched (see `store_words`).
 const SMALL_UPLOAD: usize = 64;
 
 /// A device copy of host data.
@@ -15,7 +16,7 @@ pub fn upload(data: &ArrayData) -> Result<ArrayData> {
     let gpu = gpu()?;
     let bytes = data.buffer.host_slice::<u8>();
     let buffer = DEVICE.alloc(bytes.len())?;
-    if !bytes.is_empty() && bytes.len() <= SMALL_UPLOAD {
+    if !bytes.is_empty() && bytes.len() <= SMALL_UPLOAD && crate::batch::eager_graphs() {
         store_words(buffer.as_ptr() as u64, bytes)?;
     } else if !bytes.is_empty() {
         // SAFETY: the destination holds at least bytes.len() bytes; from pageable memory the

@@ -450,6 +450,13 @@ fn _inject_eval_interrupt(op: Option<&str>) {
     kiln::eval::inject_interrupt(op);
 }
 
+/// Batches eager GPU launches into CUDA graphs from the next evaluation on, or stops
+/// (kiln-cuda's batch.rs; `KILN_EAGER_GRAPHS=1` sets it at start).
+#[pyfunction]
+fn _set_eager_graphs(on: bool) {
+    kiln::cuda::set_eager_graphs(on);
+}
+
 /// Turns compile off globally and at once (compiled functions call the original).
 #[pyfunction]
 fn disable_compile() {
@@ -548,6 +555,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_depends_on_placeholder, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_eval_panic, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_eval_interrupt, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_eager_graphs, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;
