@@ -29,7 +29,7 @@ def batching(request):
     from kiln import _core
 
     _core._set_eager_graphs(request.param == "graphs")
-    yield
+    yield request.param
     _core._set_eager_graphs(os.environ.get("KILN_EAGER_GRAPHS") == "1")
 
 
@@ -55,14 +55,23 @@ def chain_np(x, c):
     return np.sqrt(np.abs(y) + 1) * np.sign(y)
 
 
-def test_repeated_steps_with_new_scalars_buffers_and_sizes():
+def test_repeated_steps_with_new_scalars_buffers_and_sizes(batching):
+    from kiln import _core
+
     rng = np.random.default_rng(0)
+    before = _core._eager_graph_stats()
     with mx.stream(mx.gpu):
         for n in [64, 64, 64, 64, 1000, 1000, 1000, 37, 37, 37, 64]:
             for c in [0.5, 1.5]:
                 x = rng.normal(size=(3, n)).astype(np.float32)
                 got = np.array(chain(mx.array(x), c))
                 np.testing.assert_allclose(got, chain_np(x, c), rtol=2e-5, atol=2e-5)
+    after = _core._eager_graph_stats()
+    graphs = after["graph_launches"] - before["graph_launches"]
+    if batching == "graphs":  # the steps did replay, their nodes updated
+        assert graphs >= 10 and after["nodes_updated"] > before["nodes_updated"], after
+    else:
+        assert graphs == 0, after
 
 
 def test_a_step_fed_by_its_own_output_many_times():

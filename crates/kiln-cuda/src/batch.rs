@@ -136,13 +136,16 @@ impl Exec {
         }
     }
 
-    /// Gives the nodes whose launch differs from the last one `launches`' arguments.
-    fn update(&mut self, launches: &mut [Launch]) -> Result<()> {
+    /// Gives the nodes whose launch differs from the last one `launches`' arguments; returns
+    /// how many there were.
+    fn update(&mut self, launches: &mut [Launch]) -> Result<u64> {
         if launches.len() != self.nodes.len() {
             kiln_base::bail!(Runtime, "launch", "A different kernel sequence (hash collision).");
         }
+        let mut updated = 0;
         for ((l, old), &node) in launches.iter_mut().zip(&self.last).zip(&self.nodes) {
             if l != old {
+                updated += 1;
                 let mut params = l.params();
                 let p = l.node_params(&mut params);
                 // SAFETY: `node` belongs to the graph `exec` was made from; a launch already
@@ -153,7 +156,7 @@ impl Exec {
                     .map_err(|e| driver_error("launch", e))?;
             }
         }
-        Ok(())
+        Ok(updated)
     }
 
     /// Destroys the graph once no launch of it can still run.
@@ -170,8 +173,31 @@ impl Exec {
     }
 }
 
+/// What the batches did so far (`eager_graph_stats`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchStats {
+    /// Non-empty flushes.
+    pub flushes: u64,
+    /// Kernels launched one by one (small batches, first sightings, refusals).
+    pub direct_launches: u64,
+    /// Flushes that ran as a graph.
+    pub graph_launches: u64,
+    /// Graph nodes whose arguments or grid were updated.
+    pub nodes_updated: u64,
+    /// Graphs made.
+    pub builds: u64,
+    /// Graphs dropped because the driver refused an update or a build.
+    pub refused: u64,
+}
+
+/// The counters since the process started.
+pub fn eager_graph_stats() -> BatchStats {
+    BATCH.get().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).stats).unwrap_or_default()
+}
+
 #[derive(Default)]
 struct Batch {
+    stats: BatchStats,
     pending: Vec<Launch>,
     /// Whether some thread owns the batch (its launches are held back).
     owned: bool,
@@ -285,14 +311,17 @@ impl Batch {
         }
         let mut launches = std::mem::take(&mut self.pending);
         let stream = gpu()?.raw_stream();
+        self.stats.flushes += 1;
         if launches.len() < MIN_GRAPH {
-            return launches.iter_mut().try_for_each(|l| l.run(stream));
+            return self.direct(&mut launches, stream);
         }
         let key = signature(&launches);
         self.clock += 1;
         if let Some(mut exec) = self.execs.remove(&key) {
             match exec.update(&mut launches) {
-                Ok(()) => {
+                Ok(updated) => {
+                    self.stats.nodes_updated += updated;
+                    self.stats.graph_launches += 1;
                     // SAFETY: the executable graph is live; the buffers its nodes touch are
                     // kept by their owners until the stream passes them, as for launches.
                     let launched = unsafe { result::graph::launch(exec.exec, stream) };
@@ -305,7 +334,8 @@ impl Batch {
                     // An update the driver refuses: this sequence launches directly from now.
                     exec.destroy();
                     self.seen.insert(key, u32::MAX);
-                    return launches.iter_mut().try_for_each(|l| l.run(stream));
+                    self.stats.refused += 1;
+                    return self.direct(&mut launches, stream);
                 }
             }
         }
@@ -315,7 +345,7 @@ impl Batch {
         let seen = self.seen.entry(key).or_insert(0);
         *seen = seen.saturating_add(1);
         if *seen != SEEN_BEFORE_GRAPH {
-            return launches.iter_mut().try_for_each(|l| l.run(stream));
+            return self.direct(&mut launches, stream);
         }
         match Exec::build(&mut launches) {
             Ok(mut exec) => {
@@ -326,6 +356,8 @@ impl Batch {
                     }
                 }
                 exec.used = self.clock;
+                self.stats.builds += 1;
+                self.stats.graph_launches += 1;
                 if std::env::var("KILN_LOG").is_ok_and(|v| v.contains("graphs")) {
                     eprintln!("kiln: {} kernels issued again: now one CUDA graph", launches.len());
                 }
@@ -336,8 +368,14 @@ impl Batch {
             }
             Err(_) => {
                 self.seen.insert(key, u32::MAX);
-                launches.iter_mut().try_for_each(|l| l.run(stream))
+                self.stats.refused += 1;
+                self.direct(&mut launches, stream)
             }
         }
+    }
+
+    fn direct(&mut self, launches: &mut [Launch], stream: sys::CUstream) -> Result<()> {
+        self.stats.direct_launches += launches.len() as u64;
+        launches.iter_mut().try_for_each(|l| l.run(stream))
     }
 }

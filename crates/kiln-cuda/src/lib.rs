@@ -65,5 +65,5 @@ mod sort;
 pub mod transfer;
 
 pub use backend::{supports, CudaBackend};
-pub use batch::{eager_graphs, set_eager_graphs};
+pub use batch::{eager_graph_stats, eager_graphs, set_eager_graphs, BatchStats};
 pub use runtime::{is_available, synchronize, unavailable_reason};

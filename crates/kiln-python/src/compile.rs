@@ -457,6 +457,21 @@ fn _set_eager_graphs(on: bool) {
     kiln::cuda::set_eager_graphs(on);
 }
 
+/// The eager-graph batches' counters so far (flushes, direct and graph launches, nodes
+/// updated, graphs built and refused).
+#[pyfunction]
+fn _eager_graph_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = kiln::cuda::eager_graph_stats();
+    let out = PyDict::new(py);
+    out.set_item("flushes", s.flushes)?;
+    out.set_item("direct_launches", s.direct_launches)?;
+    out.set_item("graph_launches", s.graph_launches)?;
+    out.set_item("nodes_updated", s.nodes_updated)?;
+    out.set_item("builds", s.builds)?;
+    out.set_item("refused", s.refused)?;
+    Ok(out)
+}
+
 /// Turns compile off globally and at once (compiled functions call the original).
 #[pyfunction]
 fn disable_compile() {
@@ -556,6 +571,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_inject_eval_panic, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_eval_interrupt, m)?)?;
     m.add_function(wrap_pyfunction!(_set_eager_graphs, m)?)?;
+    m.add_function(wrap_pyfunction!(_eager_graph_stats, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;
