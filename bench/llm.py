@@ -11,7 +11,10 @@ each system in its own process, one table (and --json). What is measured:
   yield to last). Each model is warmed up first (a 16-token prompt and 8 tokens, then one
   generation of the real lengths, untimed) so kernel builds are left out; then --reps timed
   generations, medians reported. Peak memory: `mx.get_peak_memory()` over a timed generation
-  (reset after the model is built: weights + KV cache + activations). Quantized rows:
+  (reset after the model is built: weights + KV cache + activations). Each row also splits
+  a pipelined decode step's host time (32 steps after the timed runs): the Python build of
+  the step's graph, async_eval's issuing of it, the wait for the previous token (kiln: with
+  its eager-graph counters; `KILN_EAGER_GRAPHS=1` turns those graphs on). Quantized rows:
   `mlx_lm.utils.quantize_model(model, config, 64, bits)` (mlx-lm's convert path; affine,
   group 64) of the bf16 model;
 - torch: `AutoModelForCausalLM.from_config` (LlamaForCausalLM, Qwen3ForCausalLM,
@@ -223,6 +226,50 @@ def profile_decode(mx, model, prompt, gen, what):
         print(f"[kiln profile] {what}, {part}\n{table}", file=sys.stderr)
 
 
+def host_split(mx, model, prompt, steps=32):
+    """Where a pipelined decode step's host time goes, as generate_step runs it (greedy): the
+    Python build of step n+1's graph, async_eval's issuing of it, and the wait for token n;
+    medians in ms. With kiln, its eager-graph counters over the steps too."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+
+    def step(tok):
+        logits = model(tok[None], cache=cache)[:, -1, :]
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    y, lp = step(mx.array(prompt))
+    mx.eval(y, lp)
+    for _ in range(4):
+        y, lp = step(y)
+        mx.eval(y, lp)
+    stats = getattr(getattr(sys.modules.get("kiln"), "_core", None), "_eager_graph_stats", None)
+    before = stats() if stats else None
+    build, issue, wait = [], [], []
+    y, lp = step(y)
+    mx.async_eval(y, lp)
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        ny, nlp = step(y)
+        t1 = time.perf_counter()
+        mx.async_eval(ny, nlp)
+        t2 = time.perf_counter()
+        y.item()
+        t3 = time.perf_counter()
+        build.append(t1 - t0)
+        issue.append(t2 - t1)
+        wait.append(t3 - t2)
+        y, lp = ny, nlp
+    mx.eval(y, lp)
+    out = {"build_ms": median(build) * 1e3, "issue_ms": median(issue) * 1e3,
+           "wait_ms": median(wait) * 1e3}
+    if stats:
+        after = stats()
+        out["eager_graphs"] = {k: after[k] - before[k] for k in after}
+    return out
+
+
 def run_mlx_lm(args, emit, mx, name):
     dev = pick_device(mx, args.device, name)
     for model_name in args.models:
@@ -252,6 +299,7 @@ def run_mlx_lm(args, emit, mx, name):
                 row.update(ttft_ms=median(ttfts) * 1e3, prefill_tps=args.prompt / median(ttfts),
                            decode_tps=median(decodes), peak_gb=max(peaks) / 1e9,
                            reps_ttft_ms=[x * 1e3 for x in ttfts], reps_decode_tps=decodes)
+                row["host"] = host_split(mx, model, prompt)
             except Exception as e:  # noqa: BLE001  (one row's failure is noted, the rest run)
                 row["error"] = f"{type(e).__name__}: {e}"[:400]
             emit(row)
@@ -775,10 +823,29 @@ def print_check(rows):
             print(f"{'':16s} kiln {k['tokens']}\n{'':16s} mlx  {m['tokens']}")
 
 
+def print_host(rows):
+    """Each generation row's host split of a decode step (host_split)."""
+    gen = [r for r in rows if r.get("mode") == "generate" and r.get("host")]
+    if not gen:
+        return
+    print("\nHost time per pipelined decode step (ms, medians of 32): build = Python building the "
+          "step's graph, issue = async_eval, wait = reading the previous token; step ~ their sum "
+          "when the host is the bottleneck (wait ~ 0)")
+    print(f"{'model':11s} {'quant':5s} {'system':20s} {'build':>7s} {'issue':>7s} {'wait':>7s}  eager graphs")
+    for r in gen:
+        h = r["host"]
+        g = h.get("eager_graphs")
+        graphs = (f"{g['graph_launches']} graph launches, {g['nodes_updated']} nodes updated, "
+                  f"{g['direct_launches']} direct, {g['builds']} built") if g else ""
+        print(f"{r['model']:11s} {r['quant']:5s} {r['system']:20s} {h['build_ms']:7.2f} "
+              f"{h['issue_ms']:7.2f} {h['wait_ms']:7.2f}  {graphs}")
+
+
 def print_all(rows, notes, bandwidth):
     print_check(rows)
     print_attention(rows, bandwidth)
     print_generate(rows, bandwidth)
+    print_host(rows)
     for note in notes:
         print(note)
 
