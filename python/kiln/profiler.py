@@ -208,11 +208,14 @@ class profile:
     """Records what runs inside the ``with`` block (one session at a time).
 
     ``record_shapes``: group ``key_averages(group_by_input_shape=True)`` by shapes (shapes
-    are always recorded). After the block: ``events()``, ``key_averages()``, ``table()``,
+    are always recorded). ``device_times=False``: host times only, no CUDA events around GPU
+    calls (which cost host time themselves and split batched launches). After the block: ``events()``, ``key_averages()``, ``table()``,
     ``export_chrome_trace(path)``, ``wall_us`` (the block's duration)."""
 
-    def __init__(self, record_shapes: bool = False, enabled: bool = True):
+    def __init__(self, record_shapes: bool = False, enabled: bool = True,
+                 device_times: bool = True):
         self.record_shapes = record_shapes
+        self.device_times = device_times
         self.enabled = enabled
         self._events: list = []
         self._user: list = []
@@ -225,7 +228,7 @@ class profile:
         if not self.enabled:
             return self
         with _lock:
-            if _session is not None or not _core._profiler_start():
+            if _session is not None or not _core._profiler_start(self.device_times):
                 raise RuntimeError("[profiler] A profiling session is already active.")
             _session = self
         self._events, self._user, self._open = [], [], True

@@ -174,6 +174,17 @@ def test_no_gpu_means_no_device_times():
 
 
 @pytest.mark.skipif(not mx.is_available(mx.gpu), reason="no GPU")
+def test_gpu_host_times_only():
+    # device_times=False: the same calls, host times, no events (none waited for at stop).
+    with mx.stream(mx.gpu):
+        x = mx.ones((256, 256))
+        with profiler.profile(device_times=False) as prof:
+            mx.eval(mx.exp(x) @ x)
+    gpu = [e for e in prof.events() if e.kind == "kernel" and e.device == "gpu"]
+    assert gpu and all(e.device_us is None and e.host_us > 0 for e in gpu)
+
+
+@pytest.mark.skipif(not mx.is_available(mx.gpu), reason="no GPU")
 def test_gpu_device_times():
     with mx.stream(mx.gpu):
         x = mx.ones((1 << 20,))

@@ -9,6 +9,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Whether GPU calls get CUDA events around them (off: host times only, nothing added to
+/// the stream, so batched launches stay batched).
+static DEVICE_TIMES: AtomicBool = AtomicBool::new(true);
 static EVENTS: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 /// Whether a profiling session is recording.
@@ -65,12 +68,14 @@ struct Pending {
     gpu: Option<Box<dyn kiln_base::backend::DeviceSpan>>,
 }
 
-/// Starts a session; false if one is active already.
-pub fn start() -> bool {
+/// Starts a session (`device_times`: time GPU calls with events too); false if one is
+/// active already.
+pub fn start(device_times: bool) -> bool {
     let mut events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
     if ACTIVE.swap(true, Ordering::SeqCst) {
         return false;
     }
+    DEVICE_TIMES.store(device_times, Ordering::SeqCst);
     epoch();
     events.clear();
     true
@@ -115,7 +120,10 @@ impl Timer {
     #[cold]
     fn begin(device: Device) -> Timer {
         let gpu = match device.kind {
-            DeviceKind::Gpu => crate::backends::gpu().and_then(|b| b.profile_span()),
+            DeviceKind::Gpu if DEVICE_TIMES.load(Ordering::Relaxed) => {
+                crate::backends::gpu().and_then(|b| b.profile_span())
+            }
+            DeviceKind::Gpu => None,
             DeviceKind::Cpu => None,
         };
         Timer { start: Instant::now(), start_ns: now_ns(), gpu }
@@ -208,7 +216,7 @@ mod tests {
         crate::eval(&[ops::exp(&a).unwrap()]).unwrap(); // before: not recorded
                                                         // Other tests evaluate on their own threads meanwhile: keep this thread's events.
         let me = thread_index();
-        while !start() {
+        while !start(true) {
             std::thread::yield_now();
         }
         let b = ops::multiply(&a, &a).unwrap();

@@ -4,10 +4,12 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-/// Starts recording; false if a session is active already.
+/// Starts recording (`device_times`: CUDA events around GPU calls); false if a session is
+/// active already.
 #[pyfunction]
-fn _profiler_start() -> bool {
-    kiln::profile::start()
+#[pyo3(signature = (device_times = true))]
+fn _profiler_start(device_times: bool) -> bool {
+    kiln::profile::start(device_times)
 }
 
 /// Stops recording and returns the events (GPU times resolved: waits for the GPU).
