@@ -16,7 +16,10 @@ pub fn upload(data: &ArrayData) -> Result<ArrayData> {
     let gpu = gpu()?;
     let bytes = data.buffer.host_slice::<u8>();
     let buffer = DEVICE.alloc(bytes.len())?;
-    if !bytes.is_empty() && bytes.len() <= SMALL_UPLOAD && crate::batch::eager_graphs() {
+    // Not while the stream records a graph: the value would be frozen into it, where a copy
+    // from host memory fails the capture as it always has.
+    let small = !bytes.is_empty() && bytes.len() <= SMALL_UPLOAD && crate::batch::eager_graphs();
+    if small && !crate::runtime::capturing(gpu.raw_stream()) {
         store_words(buffer.as_ptr() as u64, bytes)?;
     } else if !bytes.is_empty() {
         // SAFETY: the destination holds at least bytes.len() bytes; from pageable memory the
