@@ -310,6 +310,16 @@ def test_rope(dtype, traditional, shape, dims, offset, device):
     close(y, ref, dtype, 10, device)
 
 
+def test_rope_int_offsets_across_steps(device):
+    # A decode loop's offsets: the same int for several calls (kiln shares one scalar array
+    # per recent value), more distinct values than it keeps, negative and large ones, on a
+    # device where the scalar moves to the GPU once per array.
+    x = rand(1, 4, 1, 16)
+    for off in [7, 7, 8, 8, 3, 9, 10, 11, 12, 13, 14, 15, 16, 7, -2, 2**20, 7]:
+        y = mx.fast.rope(x, 16, traditional=False, base=10000.0, scale=1.0, offset=off)
+        close(y, np_rope(npy(x), 16, False, 10000.0, 1.0, np.array(off)), "float32", 10, device)
+
+
 def test_rope_freqs_and_errors(device):
     x = rand(2, 3, 6, 8)
     freqs = mx.array(RNG.uniform(1, 100, 4).astype(np.float32))

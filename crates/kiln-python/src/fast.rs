@@ -68,14 +68,35 @@ fn rope(
 ) -> PyResult<PyArray> {
     let x = to_array(a, None)?;
     let offset = if offset.is_instance_of::<PyInt>() {
-        let v: i64 = offset.extract()?;
-        to_array(&v.into_pyobject(offset.py())?.into_any(), Some(DType::I32))?
+        int_offset(offset)?
     } else {
         to_array(offset, None)?
     };
     let freqs = opt_array(freqs)?;
     with_stream(stream, || fast::rope(&x, dims, traditional, base, scale, &offset, freqs.as_ref()))
         .map(PyArray)
+}
+
+/// RoPE's offset from a Python int as an int32 scalar, the same array for the same value
+/// while it is among the last few used: mlx-lm's decode step passes the cache offset to the
+/// queries' and the keys' RoPE of every layer, and a GPU evaluation moves a host scalar to
+/// the device once per array (its mirror), so 64 copies a step of an 8B model become one.
+/// Arrays are immutable, so sharing one is invisible.
+fn int_offset(offset: &Bound<'_, PyAny>) -> PyResult<Array> {
+    const KEPT: usize = 8;
+    static RECENT: std::sync::Mutex<Vec<(i64, Array)>> = std::sync::Mutex::new(Vec::new());
+    let v: i64 = offset.extract()?;
+    let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = recent.iter().position(|(k, _)| *k == v) {
+        let hit = recent.remove(i);
+        let array = hit.1.clone();
+        recent.insert(0, hit);
+        return Ok(array);
+    }
+    let array = to_array(&v.into_pyobject(offset.py())?.into_any(), Some(DType::I32))?;
+    recent.insert(0, (v, array.clone()));
+    recent.truncate(KEPT);
+    Ok(array)
 }
 
 /// ``softmax(scale * q @ k.T + mask) @ v`` over ``(B, N, T, D)`` inputs, streaming over key
