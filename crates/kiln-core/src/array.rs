@@ -52,6 +52,8 @@ pub(crate) struct Node {
     pub(crate) tracer: bool,
     /// The evaluation that computed this array on the GPU (`completion.rs`; 0: unknown).
     pub(crate) evaluation: AtomicU64,
+    /// The issuing thread's job computing this array (`background.rs`; 0: none).
+    pub(crate) queued: AtomicU64,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -60,8 +62,9 @@ impl Node {
     fn new(shape: Shape, dtype: DType, stream: Stream, pending: Pending) -> Node {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (pending, data) = (Mutex::new(pending), OnceLock::new());
-        let (mirror, evaluation) = (OnceLock::new(), AtomicU64::new(0));
-        Node { id, shape, dtype, stream, pending, data, mirror, tracer: false, evaluation }
+        let (mirror, evaluation, queued) = (OnceLock::new(), AtomicU64::new(0), AtomicU64::new(0));
+        let tracer = false;
+        Node { id, shape, dtype, stream, pending, data, mirror, tracer, evaluation, queued }
     }
 
     /// Takes the pending call out (poisoning is impossible to observe here: the lock guards a
@@ -318,6 +321,8 @@ impl Array {
         if let Some(m) = self.0.mirror.get().filter(|m| m.buffer.device() == device) {
             return Ok(m.clone());
         }
+        // Its evaluation's event is recorded once the issuing thread's job ends.
+        crate::background::wait_for(std::slice::from_ref(self));
         let evaluation = self.0.evaluation.load(Ordering::Relaxed);
         let moved = match crate::completion::ready(evaluation) {
             // Its own evaluation's end, not the work issued since (see completion.rs).

@@ -21,6 +21,9 @@ pub fn calls_run() -> u64 {
 /// Computes every array in `outputs` (and what they depend on) that has no data yet.
 pub fn eval(outputs: &[Array]) -> Result<()> {
     let timer = crate::profile::Timer::start(kiln_base::Device::CPU);
+    // Arrays handed to async_eval's issuing thread: wait for it rather than join in (two
+    // threads issuing one graph contend, and the job's event is recorded as it ends).
+    crate::background::wait_for(outputs);
     if eval_async(outputs)? {
         // As in MLX, eval returns once the values exist (GPU faults surface here too), and
         // no later: work issued since by another async_eval is not waited for.

@@ -13,6 +13,7 @@
 
 pub mod array;
 pub mod backends;
+pub mod background;
 pub mod compile;
 mod completion;
 pub mod device;

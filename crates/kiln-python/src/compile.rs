@@ -457,6 +457,30 @@ fn _set_eager_graphs(on: bool) {
     kiln::cuda::set_eager_graphs(on);
 }
 
+/// What `async_eval` hands to kiln's issuing thread from now on: work on any device
+/// (True), none (False), GPU work ("gpu"), or the `KILN_ASYNC_THREAD` choice (None); see
+/// kiln-core's background.rs.
+#[pyfunction]
+#[pyo3(signature = (mode = None))]
+fn _set_async_thread(mode: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    use kiln::background::Handover;
+    let mode = match mode.filter(|m| !m.is_none()) {
+        None => None,
+        Some(m) if m.extract::<String>().is_ok_and(|s| s == "gpu") => Some(Handover::Gpu),
+        Some(m) => match m.extract::<bool>() {
+            Ok(true) => Some(Handover::All),
+            Ok(false) => Some(Handover::Off),
+            Err(_) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "[_set_async_thread] Expected True, False, 'gpu' or None.",
+                ))
+            }
+        },
+    };
+    kiln::background::set_async_thread(mode);
+    Ok(())
+}
+
 /// The eager-graph batches' counters so far (flushes, direct and graph launches, nodes
 /// updated, graphs built and refused).
 #[pyfunction]
@@ -571,6 +595,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_inject_eval_panic, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_eval_interrupt, m)?)?;
     m.add_function(wrap_pyfunction!(_set_eager_graphs, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_async_thread, m)?)?;
     m.add_function(wrap_pyfunction!(_eager_graph_stats, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;

@@ -8,6 +8,13 @@
 //! `reductions` (var, std, logsumexp, softmax, median, scans, ...) and `sort` (sorting and
 //! searching) hold the reduction, scan and sort families.
 
+/// Every Rust allocation of the extension goes through mimalloc: a decode step allocates
+/// and frees about a thousand graph nodes, and with `async_eval`'s issuing thread one
+/// thread frees what the other allocated, where glibc's arenas contend (a 2-layer decode
+/// loop on 2 cores: 3.61 ms a step against 4.02).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod array;
 mod buffer;
 mod compile;

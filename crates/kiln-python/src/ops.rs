@@ -382,13 +382,14 @@ fn eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     crate::interrupt::detached(py, || kiln::eval(&arrays)).or_raise()
 }
 
-/// Evaluates like `eval` but returns once GPU work is issued, without waiting for it.
+/// Evaluates like `eval` but returns without waiting for GPU work (and, with kiln's issuing
+/// thread on, before the work is issued: see kiln-core's background.rs).
 #[pyfunction]
 #[pyo3(signature = (*args))]
 fn async_eval(py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
     let mut arrays = Vec::new();
     collect_arrays(args.as_any(), &mut arrays)?;
-    crate::interrupt::detached(py, || kiln::eval::eval_async(&arrays)).map(|_| ()).or_raise()
+    crate::interrupt::detached(py, || kiln::background::async_eval(&arrays)).or_raise()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

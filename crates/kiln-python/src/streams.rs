@@ -106,6 +106,8 @@ fn synchronize(stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
             crate::error::raise!(Value, "synchronize", "{} is not available.", s.device)
         })?;
     }
+    // Work handed to the issuing thread first (it never needs the GIL).
+    kiln::background::drain();
     kiln::backends::synchronize(kiln_base::Device::GPU).map_err(crate::error::to_pyerr)
 }
 

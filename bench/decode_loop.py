@@ -1,0 +1,92 @@
+"""A steady pipelined decode loop (mlx-lm's model and generate_step's async_eval pattern) for
+a sampling profiler to attach to: builds one `bench/llm.py` model through kiln's `mlx` alias
+(or real MLX with --mlx), warms it up, prints `ready <pid>` (and touches --ready), then runs
+decode steps for --seconds and prints the median step split (build, issue, wait; ms).
+
+    python3 bench/decode_loop.py --model llama-8b --quant q4 --seconds 20 --ready /tmp/r &
+    while [ ! -e /tmp/r ]; do sleep 0.2; done
+    py-spy record --native --pid $! -d 8 -r 500 -f raw -o stacks.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llm  # noqa: E402  (bench/llm.py: the models and their random weights)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="llama-8b", choices=list(llm.MODELS))
+    p.add_argument("--quant", default="q4", choices=["bf16", "q8", "q4"])
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--ready", default=None, help="touch this file once the loop starts")
+    p.add_argument("--mlx", action="store_true", help="real MLX instead of kiln")
+    p.add_argument("--tiny", action="store_true", help="2 layers, hidden 256 (a CPU smoke test)")
+    args = p.parse_args()
+    if not args.mlx:
+        import kiln
+
+        kiln.alias_mlx()
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    mx.set_default_device(mx.gpu if mx.is_available(mx.gpu) else mx.cpu)
+    _, config = llm.MODELS[args.model]
+    config = llm.shrink(config) if args.tiny else dict(config)
+    model, _ = llm.build_mlx_model(mx, config, args.quant)
+    prompt = llm.prompt_tokens(args.prompt, config["vocab_size"], 0)
+    cache = make_prompt_cache(model)
+
+    def step(tok):
+        logits = model(tok[None], cache=cache)[:, -1, :]
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    y, lp = step(mx.array(prompt))
+    mx.eval(y, lp)
+    for _ in range(8):
+        y, lp = step(y)
+        mx.eval(y, lp)
+    print(f"ready {os.getpid()}", flush=True)
+    if args.ready:
+        open(args.ready, "w").close()
+    build, issue, wait = [], [], []
+    y, lp = step(y)
+    mx.async_eval(y, lp)
+    end = time.perf_counter() + args.seconds
+    steps = 0
+    # The cache grows by one token a step; start over before it passes 4096 entries.
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        ny, nlp = step(y)
+        t1 = time.perf_counter()
+        mx.async_eval(ny, nlp)
+        t2 = time.perf_counter()
+        y.item()
+        t3 = time.perf_counter()
+        build.append(t1 - t0)
+        issue.append(t2 - t1)
+        wait.append(t3 - t2)
+        y, lp = ny, nlp
+        steps += 1
+        if cache[0].offset > 4000:
+            mx.eval(y, lp)
+            cache = make_prompt_cache(model)
+            y, lp = step(mx.array(prompt))
+            mx.async_eval(y, lp)
+    mx.eval(y, lp)
+    med = lambda xs: sorted(xs)[len(xs) // 2] * 1e3  # noqa: E731
+    step_ms = med([a + b + c for a, b, c in zip(build, issue, wait)])
+    print(f"{args.model} {args.quant} {'mlx' if args.mlx else 'kiln'}: {steps} steps, build "
+          f"{med(build):.2f} ms, issue {med(issue):.2f}, wait {med(wait):.2f}, step {step_ms:.2f} "
+          f"({1e3 / step_ms:.0f} tok/s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
