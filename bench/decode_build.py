@@ -55,11 +55,7 @@ def main():
         for c in cache:
             c.keys, c.values, c.offset = base, base, args.context
 
-    def step(tok):
-        logits = model(tok[None], cache=cache)[:, -1, :]
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
-
+    step = llm.greedy_step(mx, model, cache)
     tok = mx.array([1])
     mx.eval(tok)
     times = []

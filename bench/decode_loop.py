@@ -42,12 +42,7 @@ def main():
     model, _ = llm.build_mlx_model(mx, config, args.quant)
     prompt = llm.prompt_tokens(args.prompt, config["vocab_size"], 0)
     cache = make_prompt_cache(model)
-
-    def step(tok):
-        logits = model(tok[None], cache=cache)[:, -1, :]
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
-
+    step = llm.greedy_step(mx, model, cache)
     y, lp = step(mx.array(prompt))
     mx.eval(y, lp)
     for _ in range(8):
@@ -78,6 +73,7 @@ def main():
         if cache[0].offset > 4000:
             mx.eval(y, lp)
             cache = make_prompt_cache(model)
+            step = llm.greedy_step(mx, model, cache)
             y, lp = step(mx.array(prompt))
             mx.async_eval(y, lp)
     mx.eval(y, lp)

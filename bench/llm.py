@@ -226,19 +226,25 @@ def profile_decode(mx, model, prompt, gen, what):
         print(f"[kiln profile] {what}, {part}\n{table}", file=sys.stderr)
 
 
-def host_split(mx, model, prompt, steps=32):
-    """Where a pipelined decode step's host time goes, as generate_step runs it (greedy): the
-    Python build of step n+1's graph, async_eval's issuing of it, and the wait for token n;
-    medians in ms. With kiln, its eager-graph counters over the steps too."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
+def greedy_step(mx, model, cache):
+    """generate_step's greedy decode step over `cache`: tokens -> (argmax, log-probabilities)
+    of the last position, as lazy arrays."""
 
     def step(tok):
         logits = model(tok[None], cache=cache)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
         return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
 
+    return step
+
+
+def host_split(mx, model, prompt, steps=32):
+    """Where a pipelined decode step's host time goes, as generate_step runs it (greedy): the
+    Python build of step n+1's graph, async_eval's issuing of it, and the wait for token n;
+    medians in ms. With kiln, its eager-graph counters over the steps too."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    step = greedy_step(mx, model, make_prompt_cache(model))
     y, lp = step(mx.array(prompt))
     mx.eval(y, lp)
     for _ in range(4):
