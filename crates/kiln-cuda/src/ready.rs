@@ -29,8 +29,15 @@ impl Ready {
         if capturing(gpu.stream()?) {
             return Ok(None);
         }
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let event = result::event::create(flags).map_err(|e| driver_error("eval", e))?;
+        // Blocking sync: a reader waiting for its token sleeps instead of polling the driver,
+        // whose locks the issuing thread (kiln-core's background.rs) needs for every launch.
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+            | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        let mut event = std::ptr::null_mut();
+        // SAFETY: creates an event owned by the returned Ready (destroyed in its Drop).
+        unsafe { sys::cuEventCreate(&mut event, flags) }
+            .result()
+            .map_err(|e| driver_error("eval", e))?;
         let ready = Ready { event };
         // SAFETY: the event was just created; the stream is live.
         unsafe { result::event::record(ready.event, gpu.stream()?) }
@@ -48,6 +55,9 @@ impl Ready {
     /// A host copy of `data`, made as soon as the work before the event is done: on the copy
     /// stream, so work issued after the event does not delay it.
     pub fn download(&self, data: &ArrayData) -> Result<ArrayData> {
+        // Asleep until the work is done, then the copy (to pageable memory, which the driver
+        // would otherwise wait for inside the copy call).
+        self.wait()?;
         crate::transfer::download_after(data, Some(self.event))
     }
 }
