@@ -7,6 +7,15 @@ use crate::runtime::{capturing, driver_error, gpu};
 use cudarc::driver::{result, sys};
 use kiln_base::{ArrayData, Result};
 
+/// `KILN_BLOCKING_EVENTS=1`: a reader waiting for its results sleeps on a blocking-sync
+/// event instead of waiting inside the driver (a spinning event sync, or a pageable copy
+/// waiting for the event), whose locks the issuing thread (kiln-core's background.rs) takes
+/// for every launch. Off until measured on a GPU (it adds a wake-up to each read).
+fn blocking() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_BLOCKING_EVENTS").is_ok_and(|v| v.trim() == "1"))
+}
+
 /// The point in the stream where an evaluation's work ends.
 pub struct Ready {
     event: sys::CUevent,
@@ -29,10 +38,10 @@ impl Ready {
         if capturing(gpu.stream()?) {
             return Ok(None);
         }
-        // Blocking sync: a reader waiting for its token sleeps instead of polling the driver,
-        // whose locks the issuing thread (kiln-core's background.rs) needs for every launch.
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-            | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        let mut flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        if blocking() {
+            flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
         let mut event = std::ptr::null_mut();
         // SAFETY: creates an event owned by the returned Ready (destroyed in its Drop).
         unsafe { sys::cuEventCreate(&mut event, flags) }
@@ -55,9 +64,11 @@ impl Ready {
     /// A host copy of `data`, made as soon as the work before the event is done: on the copy
     /// stream, so work issued after the event does not delay it.
     pub fn download(&self, data: &ArrayData) -> Result<ArrayData> {
-        // Asleep until the work is done, then the copy (to pageable memory, which the driver
-        // would otherwise wait for inside the copy call).
-        self.wait()?;
+        if blocking() {
+            // Asleep until the work is done, then the copy (to pageable memory, which the
+            // driver would otherwise wait for inside the copy call).
+            self.wait()?;
+        }
         crate::transfer::download_after(data, Some(self.event))
     }
 }
