@@ -168,3 +168,24 @@ def test_async_eval_inside_a_transform_is_still_refused(issuing_thread):
 
     with pytest.raises(ValueError, match="async_eval"):
         mx.grad(f)(mx.ones((3,)))
+
+
+def test_exit_with_jobs_still_queued():
+    # The interpreter goes away right after handing over work: the jobs are issued first
+    # (an atexit drain), and the process ends cleanly.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import kiln.core as mx\n"
+        "xs = [mx.sum(mx.ones((256, 256)) @ mx.ones((256, 256))) + i for i in range(30)]\n"
+        "for x in xs:\n"
+        "    mx.async_eval(x)\n"
+        "print('handed over', flush=True)\n"
+    )
+    env = dict(os.environ, KILN_ASYNC_THREAD="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "handed over"

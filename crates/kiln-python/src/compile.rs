@@ -481,6 +481,13 @@ fn _set_async_thread(mode: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     Ok(())
 }
 
+/// Waits until everything handed to the issuing thread has been issued (registered at
+/// exit: the interpreter and the driver must not go away under a job).
+#[pyfunction]
+fn _drain_async_eval(py: Python<'_>) {
+    py.detach(kiln::background::drain);
+}
+
 /// The eager-graph batches' counters so far (flushes, direct and graph launches, nodes
 /// updated, graphs built and refused).
 #[pyfunction]
@@ -596,6 +603,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_inject_eval_interrupt, m)?)?;
     m.add_function(wrap_pyfunction!(_set_eager_graphs, m)?)?;
     m.add_function(wrap_pyfunction!(_set_async_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(_drain_async_eval, m)?)?;
     m.add_function(wrap_pyfunction!(_eager_graph_stats, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;

@@ -31,3 +31,9 @@ from kiln.core._extras import *  # noqa: F401,F403 (dtype queries, convolve, mas
 from kiln.core._compat import pi, e, inf, nan, newaxis, euler_gamma  # noqa: F401
 from kiln.core._quant_modes import *  # noqa: F401,F403 (quantization modes: wraps the affine ops)
 from kiln.core._mlxnames import export_to_dot  # noqa: F401,E402 (MLX's node names)
+
+import atexit as _atexit  # noqa: E402
+from kiln._core import _drain_async_eval  # noqa: E402
+
+# Work async_eval handed to the issuing thread is issued before the interpreter goes away.
+_atexit.register(_drain_async_eval)
