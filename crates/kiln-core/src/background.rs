@@ -131,15 +131,19 @@ pub fn async_eval(outputs: &[Array]) -> Result<()> {
             .all(|a| device_ok(a) && !a.is_tracer() && !a.is_placeholder() && a.call().is_some());
     if deferrable && !IS_WORKER.with(|w| w.get()) {
         if let Some(w) = worker() {
-            // Counted before it is sent, so `drain` never misses a job; the count's lock is
+            // Numbered and sent under the queue's lock, so jobs arrive in their numbers'
+            // order (a reader waiting for job n must not be let go by job n+1 finishing);
+            // counted before it is sent, so `drain` never misses a job. The count's lock is
             // not held while a full queue blocks the send (the worker takes it to finish).
+            let queue = w.jobs.lock().unwrap_or_else(|e| e.into_inner());
             let job = {
                 let mut counts = w.counts.lock().unwrap_or_else(|e| e.into_inner());
                 counts.0 += 1;
                 counts.0
             };
             pending.iter().for_each(|a| a.0.queued.store(job, Ordering::Relaxed));
-            let sent = w.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(pending);
+            let sent = queue.send(pending);
+            drop(queue);
             if let Err(mpsc::SendError(job)) = sent {
                 // The worker cannot end, but never lose work: issue here, counted as if
                 // the worker had.
