@@ -51,24 +51,14 @@ def main():
     print(f"ready {os.getpid()}", flush=True)
     if args.ready:
         open(args.ready, "w").close()
-    build, issue, wait = [], [], []
+    split = {"build": [], "issue": [], "wait": []}
     y, lp = step(y)
     mx.async_eval(y, lp)
     end = time.perf_counter() + args.seconds
     steps = 0
     # The cache grows by one token a step; start over before it passes 4096 entries.
     while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        ny, nlp = step(y)
-        t1 = time.perf_counter()
-        mx.async_eval(ny, nlp)
-        t2 = time.perf_counter()
-        y.item()
-        t3 = time.perf_counter()
-        build.append(t1 - t0)
-        issue.append(t2 - t1)
-        wait.append(t3 - t2)
-        y, lp = ny, nlp
+        y, lp = llm.pipelined_step(mx, step, y, split)
         steps += 1
         if cache[0].offset > 4000:
             mx.eval(y, lp)
@@ -78,6 +68,7 @@ def main():
             mx.async_eval(y, lp)
     mx.eval(y, lp)
     med = lambda xs: sorted(xs)[len(xs) // 2] * 1e3  # noqa: E731
+    build, issue, wait = split["build"], split["issue"], split["wait"]
     step_ms = med([a + b + c for a, b, c in zip(build, issue, wait)])
     print(f"{args.model} {args.quant} {'mlx' if args.mlx else 'kiln'}: {steps} steps, build "
           f"{med(build):.2f} ms, issue {med(issue):.2f}, wait {med(wait):.2f}, step {step_ms:.2f} "

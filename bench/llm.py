@@ -238,6 +238,23 @@ def greedy_step(mx, model, cache):
     return step
 
 
+def pipelined_step(mx, step, y, split):
+    """One generate_step iteration: builds step n+1 on the lazy token n, async_evals it and
+    reads token n; appends the three host times (seconds) to split's build, issue and wait
+    lists and returns step n+1's (token, log-probabilities)."""
+    t0 = time.perf_counter()
+    ny, nlp = step(y)
+    t1 = time.perf_counter()
+    mx.async_eval(ny, nlp)
+    t2 = time.perf_counter()
+    y.item()
+    t3 = time.perf_counter()
+    split["build"].append(t1 - t0)
+    split["issue"].append(t2 - t1)
+    split["wait"].append(t3 - t2)
+    return ny, nlp
+
+
 def host_split(mx, model, prompt, steps=32):
     """Where a pipelined decode step's host time goes, as generate_step runs it (greedy): the
     Python build of step n+1's graph, async_eval's issuing of it, and the wait for token n;
@@ -252,24 +269,13 @@ def host_split(mx, model, prompt, steps=32):
         mx.eval(y, lp)
     stats = getattr(getattr(sys.modules.get("kiln"), "_core", None), "_eager_graph_stats", None)
     before = stats() if stats else None
-    build, issue, wait = [], [], []
+    split = {"build": [], "issue": [], "wait": []}
     y, lp = step(y)
     mx.async_eval(y, lp)
     for _ in range(steps):
-        t0 = time.perf_counter()
-        ny, nlp = step(y)
-        t1 = time.perf_counter()
-        mx.async_eval(ny, nlp)
-        t2 = time.perf_counter()
-        y.item()
-        t3 = time.perf_counter()
-        build.append(t1 - t0)
-        issue.append(t2 - t1)
-        wait.append(t3 - t2)
-        y, lp = ny, nlp
+        y, lp = pipelined_step(mx, step, y, split)
     mx.eval(y, lp)
-    out = {"build_ms": median(build) * 1e3, "issue_ms": median(issue) * 1e3,
-           "wait_ms": median(wait) * 1e3}
+    out = {f"{k}_ms": median(v) * 1e3 for k, v in split.items()}
     if stats:
         after = stats()
         out["eager_graphs"] = {k: after[k] - before[k] for k in after}
