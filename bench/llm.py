@@ -82,6 +82,8 @@ WARM_PROMPT, WARM_GEN = 16, 8
 ATTN_CALLS = 50
 ATTN_HEADS, ATTN_KV_HEADS, ATTN_D = 32, 8, 128
 CHECK_PROMPT, CHECK_GEN = 32, 16
+# kiln's decode-path switches, recorded in its rows when set.
+KILN_SWITCHES = ("KILN_ASYNC_THREAD", "KILN_EAGER_GRAPHS", "KILN_BLOCKING_EVENTS")
 
 LLAMA_ROPE3 = {"rope_type": "llama3", "factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                "original_max_position_embeddings": 8192}
@@ -291,6 +293,9 @@ def run_mlx_lm(args, emit, mx, name):
         for quant in args.quant:
             row = {"mode": "generate", "model": model_name, "quant": quant, "size": size,
                    "system": label(name, dev), "prompt": args.prompt, "gen": args.gen}
+            switches = {k: v for k, v in os.environ.items() if k in KILN_SWITCHES}
+            if name == "kiln" and switches:
+                row["switches"] = switches
             try:
                 t = time.perf_counter()
                 model, named = build_mlx_model(mx, config, quant, args.seed)
