@@ -28,6 +28,9 @@ def main():
     p.add_argument("--ready", default=None, help="touch this file once the loop starts")
     p.add_argument("--mlx", action="store_true", help="real MLX instead of kiln")
     p.add_argument("--tiny", action="store_true", help="2 layers, hidden 256 (a CPU smoke test)")
+    p.add_argument("--kernels", type=int, default=0, metavar="N",
+                   help="after the loop, N steps under kiln.profiler: device time a step and the "
+                        "kernels that take it (the GPU's busy time, beside the host's step)")
     args = p.parse_args()
     if not args.mlx:
         import kiln
@@ -73,6 +76,26 @@ def main():
     print(f"{args.model} {args.quant} {'mlx' if args.mlx else 'kiln'}: {steps} steps, build "
           f"{med(build):.2f} ms, issue {med(issue):.2f}, wait {med(wait):.2f}, step {step_ms:.2f} "
           f"({1e3 / step_ms:.0f} tok/s)", flush=True)
+    if args.kernels and not args.mlx:
+        kernel_table(mx, step, y, args.kernels)
+
+
+def kernel_table(mx, step, y, steps):
+    """Device time of `steps` synchronous decode steps by kernel (CUDA events around each
+    call): what the GPU alone needs a step, whatever the host does."""
+    import kiln.profiler
+
+    with kiln.profiler.profile() as prof:
+        for _ in range(steps):
+            y, lp = step(y)
+            mx.eval(y, lp)
+    rows = [r for r in prof.key_averages() if r.device_time_total]
+    rows.sort(key=lambda r: -r.device_time_total)
+    total = sum(r.device_time_total for r in rows) / steps
+    print(f"device time a step {total / 1e3:.3f} ms over {steps} steps "
+          f"(host wall {prof.totals()['wall_us'] / steps / 1e3:.3f} ms)")
+    for r in rows[:14]:
+        print(f"  {r.device_time_total / steps:8.1f} us  {r.count // steps:4d}x  {r.key[:70]}")
 
 
 if __name__ == "__main__":
