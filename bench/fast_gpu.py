@@ -23,7 +23,9 @@ cleanly where torch (or CUDA in it) is missing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import statistics
 import time
 
@@ -47,6 +49,22 @@ def timed(call, sync, reps):
 NORM_SHAPES = [(8192, 8192), (32, 1024, 4096)]
 ROPE_SHAPE = (8, 32, 2048, 128)
 ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
+
+
+@contextlib.contextmanager
+def kernel_choice(value):
+    """KILN_CUDA_ATTENTION set to `value` inside the block (unchanged for None)."""
+    before = os.environ.get("KILN_CUDA_ATTENTION")
+    if value is not None:
+        os.environ["KILN_CUDA_ATTENTION"] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if before is None:
+                del os.environ["KILN_CUDA_ATTENTION"]
+            else:
+                os.environ["KILN_CUDA_ATTENTION"] = before
 
 
 def load_torch():
@@ -119,12 +137,18 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
             mx.eval(q, k, v)
-            for causal in (False, True):
-                f = lambda q, k, v, c=causal: mx.fast.scaled_dot_product_attention(  # noqa: E731
-                    q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
-                flops = 4 * b * h * l * l * d / (2 if causal else 1)
-                rows.append(("attention" + (" causal" if causal else ""), shape, "bf16", "kiln",
-                             run(f, q, k, v), -flops))
+            # "kiln mma": the mma.sync flash kernel that the Hopper (wgmma) one replaces on sm_90.
+            for system, kernel in (("kiln", None), ("kiln mma", "mma")):
+                if kernel and os.environ.get("KILN_CUDA_ATTENTION"):
+                    continue
+                for causal in (False, True):
+                    f = lambda q, k, v, c=causal: mx.fast.scaled_dot_product_attention(  # noqa: E731
+                        q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
+                    flops = 4 * b * h * l * l * d / (2 if causal else 1)
+                    with kernel_choice(kernel):
+                        t = run(f, q, k, v)
+                    rows.append(("attention" + (" causal" if causal else ""), shape, "bf16", system,
+                                 t, -flops))
             del q, k, v
             mx.clear_cache()
     if "attention-bwd" in args.only:

@@ -19,6 +19,6 @@ for spec in "$@"; do
         [ "$setting" != "-" ] && read -r -a vars <<<"$setting"
         printf '%-48s ' "[${setting}]"
         env "${vars[@]}" timeout 120 python3 bench/decode_loop.py --model "$model" \
-            --quant "$quant" --seconds "${LOOP_SECONDS:-6}" ${LOOP_ARGS:-} | tail -1
+            --quant "$quant" --seconds "${LOOP_SECONDS:-6}" ${LOOP_ARGS:-} 2>&1 | grep -v -E "^(ready|\[INFO\])"
     done
 done

@@ -79,6 +79,47 @@ def test_flash_kernel_equals_simple_kernel(dtype, mask, default, monkeypatch):
     fa.close(fast, npy(on_gpu(fn)), fa.ATOL[dtype])
 
 
+# Several key tiles of 128 (the Hopper kernel's) and query blocks of 128, partial ones, GQA.
+HOPPER_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
+    (1, 4, 2, 300, 700, 64, 64),
+    (2, 4, 1, 257, 260, 128, 128),
+    (1, 2, 2, 128, 1024, 128, 128),
+    (1, 1, 1, 17, 129, 64, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("dims", HOPPER_SHAPES, ids=str)
+@pytest.mark.parametrize("mask", fa.MASKS)
+def test_default_kernel_equals_numpy_and_the_mma_kernel(dtype, dims, mask, default, monkeypatch):
+    # On sm_90 the default for head dims 64 and 128 is the wgmma kernel; elsewhere both runs
+    # take the mma.sync flash kernel.
+    q, k, v, m, nm = fa.attention_case(dims, dtype, mask, hidden_rows=3)
+    scale = 1 / math.sqrt(dims[5])
+    fn = lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)  # noqa: E731
+    fast = npy(on_gpu(fn))
+    fa.close(fast, fa.grouped_sdpa(npy(q), npy(k), npy(v), scale, nm), fa.ATOL[dtype])
+    monkeypatch.setenv("KILN_CUDA_ATTENTION", "mma")
+    fa.close(fast, npy(on_gpu(fn)), fa.ATOL[dtype])
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_default_kernel_keeps_nan_and_inf_in_their_rows(d, default):
+    # A NaN query row gives a NaN row; an infinite key poisons the rows that see it; keys a
+    # causal mask hides stay hidden whatever they hold.
+    b, h, lq, lk = 1, 2, 200, 300
+    rng = np.random.default_rng(3)
+    qn, kn, vn = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (lq, lk, lk))
+    qn[0, 0, 5] = np.nan
+    kn[0, 1, 299] = np.inf  # only the last query (lower-right causal) sees key 299
+    q, k, v = (mx.array(x).astype(mx.bfloat16) for x in (qn, kn, vn))
+    y = npy(on_gpu(lambda: mx.fast.scaled_dot_product_attention(
+        q, k, v, scale=0.125, mask="causal")))
+    assert np.isnan(y[0, 0, 5]).all()
+    assert np.isfinite(np.delete(y[0, 0], 5, axis=0)).all()
+    assert np.isfinite(y[0, 1, :-1]).all() and not np.isfinite(y[0, 1, -1]).all()
+
+
 @pytest.mark.parametrize("dtype", fa.GPU_FLOATS, ids=fa.GPU_IDS)
 @pytest.mark.parametrize("dims", fa.DECODE_SHAPES, ids=str)
 @pytest.mark.parametrize("mask", fa.MASKS)

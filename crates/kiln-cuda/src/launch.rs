@@ -56,6 +56,32 @@ pub fn launch(
     })
 }
 
+/// Lets `f` take `bytes` of dynamic shared memory where that passes the default 48 KiB
+/// (the driver asks kernels to opt in); once per function, as its largest need does not
+/// change.
+pub(crate) fn allow_shared(op: &'static str, f: Function, bytes: usize) -> Result<()> {
+    static DONE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    if bytes <= 48 << 10 {
+        return Ok(());
+    }
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if done.contains(&(f.0 as usize)) {
+        return Ok(());
+    }
+    use cudarc::driver::sys::CUfunction_attribute_enum as A;
+    // SAFETY: a loaded kernel of the current context; a limit past the device's fails cleanly.
+    unsafe {
+        cudarc::driver::result::function::set_function_attribute(
+            f.0,
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    }
+    .map_err(|e| crate::runtime::driver_error(op, e))?;
+    done.push(f.0 as usize);
+    Ok(())
+}
+
 /// Blocks for `n` work items of `per_block` each, capped so grid-stride loops cover the rest
 /// while every multiprocessor stays busy.
 pub fn blocks_for(n: u64, per_block: u64) -> u32 {

@@ -125,11 +125,16 @@ impl Target {
     pub(crate) fn of_gpu() -> Result<Target> {
         let gpu = gpu()?;
         let (vmaj, vmin) = nvrtc_version();
-        Ok(Target {
-            arch: format!("sm_{}{}", gpu.arch.0, gpu.arch.1),
-            nvrtc: format!("nvrtc{vmaj}.{vmin}"),
-        })
+        Ok(Target { arch: arch_name(gpu.arch), nvrtc: format!("nvrtc{vmaj}.{vmin}") })
     }
+}
+
+/// NVRTC's name for compute capability `arch`: sm_90 as sm_90a, whose architecture-specific
+/// instructions (`wgmma`, the tensor memory accelerator) the Hopper kernels use; the code
+/// runs only on sm_90, which is the device it is built for.
+pub(crate) fn arch_name(arch: (i32, i32)) -> String {
+    let suffix = if arch == (9, 0) { "a" } else { "" };
+    format!("sm_{}{}{suffix}", arch.0, arch.1)
 }
 
 /// A kernel loaded from the disk cache or built, and how.
@@ -373,7 +378,8 @@ mod tests {
         sources.push("extern \"C\" __global__ void kiln_bad() { undeclared_name; }".into());
         let threads = crate::build_threads::threads_for(sources.len()).max(2);
         let start = Instant::now();
-        let images = crate::build_threads::run_parallel(&sources, threads, |s| compile(s, "sm_90"));
+        let images =
+            crate::build_threads::run_parallel(&sources, threads, |s| compile(s, "sm_90a"));
         let wall = start.elapsed();
         for image in &images[..6] {
             let image = image.as_ref().expect("compiles");

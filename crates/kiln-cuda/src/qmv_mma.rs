@@ -340,29 +340,6 @@ fn key(dtype: DType, group: usize, n: usize, chunks: usize) -> Key {
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
 
-/// The keys whose function may use more than the default 48 KiB of shared memory.
-static OPTED_IN: std::sync::Mutex<Vec<Key>> = std::sync::Mutex::new(Vec::new());
-
-/// Lets `function` take up to the device's per-block shared memory (once per key).
-fn opt_in(key: &Key, function: Function, bytes: usize) -> Result<()> {
-    let mut done = OPTED_IN.lock().unwrap_or_else(|e| e.into_inner());
-    if done.contains(key) {
-        return Ok(());
-    }
-    use cudarc::driver::sys::CUfunction_attribute_enum as A;
-    // SAFETY: a loaded kernel of the current context; the value is within the device's limit.
-    unsafe {
-        cudarc::driver::result::function::set_function_attribute(
-            function.0,
-            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )
-    }
-    .map_err(|e| crate::runtime::driver_error(SYMBOL, e))?;
-    done.push(*key);
-    Ok(())
-}
-
 /// Whether this kernel may take a product: 4 bits, groups of 32, 64 or 128, half-float x,
 /// unless switched off (`KILN_QMV_MMA=0`; the CUDA-core kernel takes them then).
 pub(crate) fn applies(dtype: DType, group: usize, bits: u32) -> bool {
@@ -404,7 +381,7 @@ pub(crate) fn run(
     }
     let function: Function = KERNELS.get(&key, SYMBOL, || source(&key))?;
     if shared + fixed > 48 << 10 {
-        opt_in(&key, function, room)?;
+        crate::launch::allow_shared(SYMBOL, function, room)?;
     }
     let mut args = Args::new();
     args.i64(rows as i64).i64(n as i64).i64(k as i64).i64(ldw as i64);

@@ -40,6 +40,8 @@ pub(crate) enum Variant {
     Simple,
     /// The flash kernel for this head dim.
     Flash(usize),
+    /// The Hopper (`wgmma`) kernel for this head dim (`attention_hopper.rs`).
+    Hopper(usize),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -457,6 +459,11 @@ pub(crate) fn source(key: &Key) -> String {
             s.push_str(FLASH_HELPERS);
             s.push_str(FLASH_BODY);
         }
+        Variant::Hopper(d) => {
+            let _ = writeln!(s, "#define LSE {}", key.lse as u8);
+            let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
+            s.push_str(&super::attention_hopper::body(d, t));
+        }
     }
     s
 }
@@ -474,6 +481,7 @@ fn kernel(key: &Key) -> Result<Function> {
     let symbol = match key.variant {
         Variant::Simple => SIMPLE,
         Variant::Flash(_) => FLASH,
+        Variant::Hopper(_) => super::attention_hopper::SYMBOL,
     };
     KERNELS.get(key, symbol, || source(key))
 }
@@ -553,9 +561,14 @@ fn run(
     if !fits(dk, dv) {
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     }
-    // The training forward always takes the flash kernel (its caller checked it can).
-    let variant = variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested());
-    let prep = if matches!(variant, Variant::Flash(_)) { dense_aligned } else { dense };
+    // The training forward always takes the flash kernel (its caller checked it can), the
+    // Hopper one where the GPU and head dim allow.
+    let arch = crate::runtime::gpu()?.arch;
+    let variant = match variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested()) {
+        Variant::Flash(d) if super::attention_hopper::takes(d, arch) => Variant::Hopper(d),
+        v => v,
+    };
+    let prep = if variant == Variant::Simple { dense } else { dense_aligned };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
     // The mask is read in place through its strides.
     let (mptr, mstrides) = match mask {
@@ -590,6 +603,20 @@ fn run(
             args.i64(scale.to_bits() as i64);
             let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
             launch(FLASH, kernel(&key)?, blocks, 32 * FLASH_WARPS, 0, &mut args)?;
+        }
+        Variant::Hopper(d) => {
+            use super::attention_hopper::{shared_bytes, BM, SYMBOL, THREADS};
+            let q_blocks = lq.div_ceil(BM);
+            args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
+            args.i64(q_blocks as i64).ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
+            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
+            args.i64_struct(&mstrides);
+            args.i64(scale.to_bits() as i64);
+            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
+            let function = kernel(&key)?;
+            let shared = shared_bytes(d);
+            crate::launch::allow_shared(SYMBOL, function, shared)?;
+            launch(SYMBOL, function, blocks, THREADS, shared as u32, &mut args)?;
         }
     }
     Ok(out)
@@ -636,5 +663,24 @@ mod tests {
             lse: false,
         });
         assert!(s.contains("kiln_attn_simple") && !s.contains("kiln_attn_flash"));
+        let s = source(&Key {
+            dtype: DType::F16,
+            mask: AttentionMask::Causal,
+            variant: Variant::Hopper(64),
+            lse: true,
+        });
+        assert!(s.contains("kiln_attn_hopper") && s.contains("#define LSE 1"));
+        assert!(s.contains("m64n128k16.f32.f16.f16") && s.contains("m64n64k16.f32.f16.f16"));
+        assert!(s.contains("#define WGMMA_RS_D k_wgmma_rs_64"));
+    }
+
+    #[test]
+    fn hopper_kernel_only_on_sm90_for_64_and_128() {
+        use super::super::attention_hopper::{shared_bytes, takes};
+        assert!(takes(128, (9, 0)) && takes(64, (9, 0)));
+        assert!(!takes(96, (9, 0)) && !takes(128, (8, 0)) && !takes(128, (10, 0)));
+        // Q, two K and two V tiles of 128 rows fit the H100/H200's 227 KiB.
+        assert_eq!(shared_bytes(128), 5 * 128 * 128 * 2 + 1024);
+        assert!(shared_bytes(128) <= 227 << 10);
     }
 }

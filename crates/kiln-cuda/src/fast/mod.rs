@@ -8,6 +8,7 @@
 mod attention;
 mod attention_bwd;
 mod attention_decode;
+mod attention_hopper;
 pub mod cuda_kernel;
 mod gathered;
 mod norm;
@@ -191,10 +192,14 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             let mut variants = vec![attention::Variant::Simple];
             if dtype != DType::F32 {
                 variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
+                variants.extend([64, 128].map(attention::Variant::Hopper));
             }
             for variant in variants {
                 let lses: &[bool] = match (variant, mask) {
-                    (attention::Variant::Flash(_), Am::None | Am::Causal) => &[false, true],
+                    (
+                        attention::Variant::Flash(_) | attention::Variant::Hopper(_),
+                        Am::None | Am::Causal,
+                    ) => &[false, true],
                     _ => &[false],
                 };
                 for &lse in lses {
