@@ -42,6 +42,8 @@ pub(crate) enum Variant {
     Flash(usize),
     /// The Hopper (`wgmma`) kernel for this head dim (`attention_hopper.rs`).
     Hopper(usize),
+    /// Its warp-specialised form (TMA loads, mbarriers).
+    HopperWs(usize),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -459,10 +461,11 @@ pub(crate) fn source(key: &Key) -> String {
             s.push_str(FLASH_HELPERS);
             s.push_str(FLASH_BODY);
         }
-        Variant::Hopper(d) => {
+        Variant::Hopper(d) | Variant::HopperWs(d) => {
             let _ = writeln!(s, "#define LSE {}", key.lse as u8);
             let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
-            s.push_str(&super::attention_hopper::body(d, t));
+            let ws = matches!(key.variant, Variant::HopperWs(_));
+            s.push_str(&super::attention_hopper::body(d, t, ws));
         }
     }
     s
@@ -482,6 +485,7 @@ fn kernel(key: &Key) -> Result<Function> {
         Variant::Simple => SIMPLE,
         Variant::Flash(_) => FLASH,
         Variant::Hopper(_) => super::attention_hopper::SYMBOL,
+        Variant::HopperWs(_) => super::attention_hopper::SYMBOL_WS,
     };
     KERNELS.get(key, symbol, || source(key))
 }
@@ -565,7 +569,13 @@ fn run(
     // Hopper one where the GPU and head dim allow.
     let arch = crate::runtime::gpu()?.arch;
     let variant = match variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested()) {
-        Variant::Flash(d) if super::attention_hopper::takes(d, arch) => Variant::Hopper(d),
+        Variant::Flash(d) if super::attention_hopper::takes(d, arch) => {
+            if super::attention_hopper::warp_specialised() {
+                Variant::HopperWs(d)
+            } else {
+                Variant::Hopper(d)
+            }
+        }
         v => v,
     };
     let prep = if variant == Variant::Simple { dense } else { dense_aligned };
@@ -617,6 +627,26 @@ fn run(
             let shared = shared_bytes(d);
             crate::launch::allow_shared(SYMBOL, function, shared)?;
             launch(SYMBOL, function, blocks, THREADS, shared as u32, &mut args)?;
+        }
+        Variant::HopperWs(d) => {
+            use super::attention_hopper::{
+                shared_bytes, tensor_map, BM, BN, SYMBOL_WS, THREADS_WS,
+            };
+            let q_blocks = lq.div_ceil(BM);
+            let dt = q.dtype;
+            args.i64_struct(&tensor_map(dt, ptr(&q), (b_n * hq, lq, d), BM)?);
+            args.i64_struct(&tensor_map(dt, ptr(&k), (b_n * hk, lk, d), BN)?);
+            args.i64_struct(&tensor_map(dt, ptr(&v), (b_n * hk, lk, d), BN)?);
+            args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
+            args.i64(q_blocks as i64).ptr(mptr);
+            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
+            args.i64_struct(&mstrides);
+            args.i64(scale.to_bits() as i64);
+            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
+            let function = kernel(&key)?;
+            let shared = shared_bytes(d);
+            crate::launch::allow_shared(SYMBOL_WS, function, shared)?;
+            launch(SYMBOL_WS, function, blocks, THREADS_WS, shared as u32, &mut args)?;
         }
     }
     Ok(out)

@@ -17,6 +17,7 @@
 //! backward. Head dims 64 and 128, float16 and bfloat16; everything else keeps the flash
 //! kernel, as does every GPU but sm_90 and `KILN_CUDA_ATTENTION=mma`.
 
+use kiln_base::{DType, Result};
 use std::fmt::Write;
 
 /// Queries per block (two warpgroups of 64) and keys per tile.
@@ -25,6 +26,9 @@ pub(crate) const BN: usize = 128;
 /// Threads per block.
 pub(crate) const THREADS: u32 = 256;
 pub(crate) const SYMBOL: &str = "kiln_attn_hopper";
+/// The warp-specialised form: a producer warpgroup and two consumers.
+pub(crate) const SYMBOL_WS: &str = "kiln_attn_hopper_ws";
+pub(crate) const THREADS_WS: u32 = 384;
 
 /// Whether this kernel takes head dim `d` on a GPU of compute capability `arch`, unless
 /// `KILN_CUDA_ATTENTION=mma` keeps the `mma.sync` flash kernel.
@@ -34,10 +38,65 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
         && !std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "mma")
 }
 
-/// Dynamic shared memory of a block: Q, two K and two V tiles, plus 1 KiB to align the base
-/// to the swizzle's 1024-byte period.
+/// Whether the warp-specialised form (TMA, mbarriers) is asked for (`KILN_HOPPER_ATTN=ws`).
+pub(crate) fn warp_specialised() -> bool {
+    std::env::var("KILN_HOPPER_ATTN").is_ok_and(|v| v == "ws")
+}
+
+/// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
+/// nine mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
 pub(crate) fn shared_bytes(d: usize) -> usize {
-    (BM + 4 * BN) * d * 2 + 1024
+    (BM + 4 * BN) * d * 2 + 1024 + 128
+}
+
+/// The TMA descriptor of a row-major (heads, rows, d) half-float tensor at `ptr` (16-byte
+/// aligned), read in boxes of 64 columns by `box_rows` rows of one head, 128-byte swizzled
+/// (the layout the kernel's shared-memory descriptors assume); rows past a head's end read
+/// as zeros. As 16 words, the kernel's `KTmap` parameter.
+pub(crate) fn tensor_map(
+    dtype: DType,
+    ptr: u64,
+    (heads, rows, d): (usize, usize, usize),
+    box_rows: usize,
+) -> Result<[i64; 16]> {
+    use cudarc::driver::sys as ds;
+    let kind = if dtype == DType::BF16 {
+        ds::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    } else {
+        ds::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    };
+    // An empty tensor is never read (no key tiles) but still needs a valid map.
+    let dims = [d as u64, rows.max(1) as u64, heads.max(1) as u64];
+    let strides = [(d * 2) as u64, (rows.max(1) * d * 2) as u64];
+    let boxes = [64u32, box_rows as u32, 1];
+    let unit = [1u32; 3];
+    let mut map = ds::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every array has the rank (3, strides 2) the call reads; `ptr` is a live device
+    // allocation of heads * rows * d elements, 16-byte aligned, strides multiples of 16.
+    let status = unsafe {
+        ds::cuTensorMapEncodeTiled(
+            &mut map,
+            kind,
+            3,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            unit.as_ptr(),
+            ds::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            ds::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            ds::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            ds::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if status != ds::CUresult::CUDA_SUCCESS {
+        kiln_base::bail!(
+            Runtime,
+            "scaled_dot_product_attention",
+            "cuTensorMapEncodeTiled failed: {status:?}"
+        );
+    }
+    Ok(map.opaque.map(|w| w as i64))
 }
 
 /// `wgmma` of one warpgroup: d (64 x n, float32, n / 2 registers a thread) += a (64 x 16) b
@@ -78,7 +137,7 @@ K_INLINE void k_wgmma_rs_{n}(float *d, const uint32_t *a, uint64_t db) {{
 }
 
 /// The kernel's source after `attention::common` (mask mode, `S`, `LSE`, helpers).
-pub(crate) fn body(d: usize, dtype_mma: &str) -> String {
+pub(crate) fn body(d: usize, dtype_mma: &str, ws: bool) -> String {
     let mut s = format!(
         "#define D {d}\n#define BM {BM}\n#define BN {BN}\n#define WGMMA_RS_D k_wgmma_rs_{d}\n"
     );
@@ -87,6 +146,7 @@ pub(crate) fn body(d: usize, dtype_mma: &str) -> String {
         s.push_str(&wgmma_helpers(d, dtype_mma));
     }
     s.push_str(BODY);
+    s.push_str(if ws { KERNEL_WS } else { KERNEL_CP });
     s
 }
 
@@ -116,9 +176,159 @@ K_INLINE uint64_t k_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16)
         | ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+
+/* What every query row of a block shares: where its head's data is, the causal shift, the
+   mask's strides. */
+struct KRows {
+    int64_t lq, lk, shift, i0, b, h;
+    const M *mask;
+    KStrides ms;
+    float sl; /* scale * log2(e) */
+};
+
+/* s = Q K^T for one warpgroup: 16 features a step; a panel holds 64 (4 steps of 32 bytes).
+   `qwg` is the warpgroup's first query row in the Q tile (BM rows a panel). */
+K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
+    k_wg_fence();
+    #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (kk & 3) << 5;
+        const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
+        const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
+        k_wgmma_ss_128(s, da, db, kk);
+    }
+    k_wg_commit();
+    k_wg_wait();
+    k_fence_regs(s, BN / 2);
+}
+
+/* The scores of keys [j0, j0 + BN) in base-2 units with the mask (hidden: the lowest float;
+   past the end: -inf), then the online softmax: s becomes the probabilities, o is rescaled,
+   m and l (this thread's two rows) updated. The 4 threads of a group share a row. */
+K_INLINE void k_softmax(float *s, float *o, float *m, float *l, const KRows &r, int64_t j0,
+                        int64_t row0, int tq) {
+    bool edge = j0 + BN > r.lk;
+#if MASK == 1
+    edge = edge || j0 + BN - 1 > r.i0 + r.shift;
+#elif MASK >= 2
+    edge = true;
+#endif
+    if (edge) {
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t i = row0 + (e >> 1) * 8;
+                const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
+                float x = s[n * 4 + e] * r.sl;
+#if MASK == 1
+                if (j > i + r.shift) x = LOWEST;
+#elif MASK == 2
+                if (i < r.lq && j < r.lk)
+                    x = x + k_load(r.mask[r.b * r.ms.v[0] + r.h * r.ms.v[1] + i * r.ms.v[2] + j * r.ms.v[3]]) * LOG2E;
+#elif MASK == 3
+                if (i < r.lq && j < r.lk && !r.mask[r.b * r.ms.v[0] + r.h * r.ms.v[1] + i * r.ms.v[2] + j * r.ms.v[3]])
+                    x = LOWEST;
+#endif
+                (void)i;
+                s[n * 4 + e] = j < r.lk ? x : -INFINITY;
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int n = 0; n < BN / 2; ++n) s[n] *= r.sl;
+    }
+    #pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+        float mx = m[rh];
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+            mx = k_max_nan(k_max_nan(mx, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
+        mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float corr = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
+        const float base2 = mx == -INFINITY ? 0.0f : mx;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+            s[n * 4 + 2 * rh] = exp2f(s[n * 4 + 2 * rh] - base2);
+            s[n * 4 + 2 * rh + 1] = exp2f(s[n * 4 + 2 * rh + 1] - base2);
+            sum += s[n * 4 + 2 * rh] + s[n * 4 + 2 * rh + 1];
+        }
+        l[rh] = l[rh] * corr + sum;
+        m[rh] = mx;
+        #pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o[n * 4 + 2 * rh] *= corr;
+            o[n * 4 + 2 * rh + 1] *= corr;
+        }
+    }
+}
+
+/* o += P V: P as register A fragments (key columns 16c..16c+15 are accumulator chunks 2c
+   and 2c + 1, the layout A wants); 16 keys a step (two 8-row groups of the swizzle, SBO);
+   V's 64-column panels are BN rows apart (LBO). */
+K_INLINE void k_pv(float *o, const float *s, uint32_t sv) {
+    uint32_t pf[BN / 16][4];
+    #pragma unroll
+    for (int c = 0; c < BN / 16; ++c) {
+        pf[c][0] = k_pack(s[8 * c + 0], s[8 * c + 1]);
+        pf[c][1] = k_pack(s[8 * c + 2], s[8 * c + 3]);
+        pf[c][2] = k_pack(s[8 * c + 4], s[8 * c + 5]);
+        pf[c][3] = k_pack(s[8 * c + 6], s[8 * c + 7]);
+    }
+    k_fence_regs(o, D / 2);
+    k_wg_fence();
+    #pragma unroll
+    for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], k_desc(sv + c * 16 * 128, BN * 128, 1024));
+    k_wg_commit();
+    k_wg_wait();
+    k_fence_regs(o, D / 2);
+}
+
+/* The thread's two output rows (and their logsumexp). */
+K_INLINE void k_epilogue(const float *o, float *m, float *l, const KRows &r, int64_t bh,
+                         int64_t row0, int tq, S *out, float *lse) {
+    #pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 1);
+        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 2);
+        const int64_t i = row0 + rh * 8;
+        if (i >= r.lq) continue;
+#if LSE
+        if (tq == 0) {
+            float lv = r.lk == 0 ? -INFINITY : (m[rh] + log2f(l[rh])) * 0.6931471805599453f;
+#if MASK == 1
+            if (r.lk > 0 && i + r.shift < 0) lv = logf((float)r.lk);
+#endif
+            lse[bh * r.lq + i] = lv;
+        }
+#endif
+        const float inv = r.lk == 0 ? 0.0f : 1.0f / l[rh];
+        uint32_t *orow = (uint32_t *)(out + (bh * r.lq + i) * D);
+        #pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            orow[n * 4 + tq] = k_pack(o[n * 4 + 2 * rh] * inv, o[n * 4 + 2 * rh + 1] * inv);
+    }
+}
+
+/* Keys the block visits: under the causal mask, none after its last query's (unless some
+   row sees no key: it must average them all). */
+K_INLINE int k_key_tiles(const KRows &r) {
+    int64_t key_end = r.lk;
+#if MASK == 1
+    if (r.i0 + r.shift >= 0) key_end = min(r.lk, min(r.lq, r.i0 + BM) - 1 + r.shift + 1);
+#endif
+    return (int)((key_end + BN - 1) / BN);
+}
+"#;
+
+/// Tiles through `cp.async` by all 256 threads; a block barrier a tile.
+const KERNEL_CP: &str = r#"
 /* Rows [r0, r0 + R) of a row-major (rows, D) matrix into a tile at `base` (a shared
    address, 1024-aligned): 64-column panels of R 128-byte rows, chunk c of row r at
-   ((c ^ r % 8) * 16). Rows past the end are zeros (0 * NaN would poison a product). */
+   ((c ^ r % 8) * 16), the layout TMA's 128-byte swizzle writes. Rows past the end are
+   zeros (0 * NaN would poison a product). */
 template <int R>
 K_INLINE void k_load_tile(uint32_t base, const S *src, int64_t r0, int64_t rows) {
     #pragma unroll
@@ -145,18 +355,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
     const int64_t qb = q_blocks - 1 - (int64_t)(blockIdx.x % q_blocks);
     const int64_t bh = blockIdx.x / q_blocks, h = bh % hq, b = bh / hq;
     const int64_t kvh = b * hk + h / group;
-    const int64_t i0 = qb * BM;
-    const S *qp = q + bh * lq * D;
+    const KRows r = {lq, lk, lk - lq, qb * BM, b, h, mask, ms, (float)scale * LOG2E};
     const S *kp = k + kvh * lk * D;
     const S *vp = v + kvh * lk * D;
-    const int64_t shift = lk - lq;
-    int64_t key_end = lk;
-#if MASK == 1
-    if (i0 + shift >= 0) key_end = min(lk, min(lq, i0 + BM) - 1 + shift + 1);
-#endif
-    const int n_blocks = (int)((key_end + BN - 1) / BN);
+    const int n_blocks = k_key_tiles(r);
 
-    k_load_tile<BM>(sq, qp, i0, lq);
+    k_load_tile<BM>(sq, q + bh * lq * D, r.i0, lq);
     if (n_blocks > 0) {
         k_load_tile<BN>(sk0, kp, 0, lk);
         k_load_tile<BN>(sv0, vp, 0, lk);
@@ -167,10 +371,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
     #pragma unroll
     for (int n = 0; n < D / 2; ++n) o[n] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const float sl = (float)scale * LOG2E;
     /* This thread's rows: row0 and row0 + 8 (warp w of the warpgroup owns 16). */
-    const int64_t row0 = i0 + wg * 64 + (warp & 3) * 16 + g;
-    const uint32_t qwg = sq + wg * 64 * 128;
+    const int64_t row0 = r.i0 + wg * 64 + (warp & 3) * 16 + g;
 
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int64_t j0 = (int64_t)nb * BN;
@@ -179,130 +381,123 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); /* tile nb is in; every warpgroup is done with tile nb - 1 */
         if (nb + 1 < n_blocks) {
-            const uint32_t nk = sk0 + ((nb + 1) & 1) * (BN * D * 2);
-            const uint32_t nv = sv0 + ((nb + 1) & 1) * (BN * D * 2);
-            k_load_tile<BN>(nk, kp, j0 + BN, lk);
-            k_load_tile<BN>(nv, vp, j0 + BN, lk);
+            k_load_tile<BN>(sk0 + ((nb + 1) & 1) * (BN * D * 2), kp, j0 + BN, lk);
+            k_load_tile<BN>(sv0 + ((nb + 1) & 1) * (BN * D * 2), vp, j0 + BN, lk);
         }
         k_cp_commit();
-
-        /* S = Q K^T: 16 features a step; a panel holds 64 (4 steps of 32 bytes). */
         float s[BN / 2];
-        k_wg_fence();
-        #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const uint32_t off = (kk & 3) << 5;
-            const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
-            const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
-            k_wgmma_ss_128(s, da, db, kk);
-        }
-        k_wg_commit();
-        k_wg_wait();
-        k_fence_regs(s, BN / 2);
-
-        /* Scores in base-2 units; masks only where a tile needs them. */
-        bool edge = j0 + BN > lk;
-#if MASK == 1
-        edge = edge || j0 + BN - 1 > i0 + shift;
-#elif MASK >= 2
-        edge = true;
-#endif
-        if (edge) {
-            #pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int64_t i = row0 + (e >> 1) * 8;
-                    const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
-                    float x = s[n * 4 + e] * sl;
-#if MASK == 1
-                    if (j > i + shift) x = LOWEST;
-#elif MASK == 2
-                    if (i < lq && j < lk)
-                        x = x + k_load(mask[b * ms.v[0] + h * ms.v[1] + i * ms.v[2] + j * ms.v[3]]) * LOG2E;
-#elif MASK == 3
-                    if (i < lq && j < lk && !mask[b * ms.v[0] + h * ms.v[1] + i * ms.v[2] + j * ms.v[3]])
-                        x = LOWEST;
-#endif
-                    s[n * 4 + e] = j < lk ? x : -INFINITY;
-                }
-            }
-        } else {
-            #pragma unroll
-            for (int n = 0; n < BN / 2; ++n) s[n] *= sl;
-        }
-
-        /* Online softmax per row; the 4 threads of a group share a row. */
-        #pragma unroll
-        for (int rh = 0; rh < 2; ++rh) {
-            float mx = m[rh];
-            #pragma unroll
-            for (int n = 0; n < BN / 8; ++n)
-                mx = k_max_nan(k_max_nan(mx, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
-            mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float corr = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
-            const float base2 = mx == -INFINITY ? 0.0f : mx;
-            float sum = 0.0f;
-            #pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-                s[n * 4 + 2 * rh] = exp2f(s[n * 4 + 2 * rh] - base2);
-                s[n * 4 + 2 * rh + 1] = exp2f(s[n * 4 + 2 * rh + 1] - base2);
-                sum += s[n * 4 + 2 * rh] + s[n * 4 + 2 * rh + 1];
-            }
-            l[rh] = l[rh] * corr + sum;
-            m[rh] = mx;
-            #pragma unroll
-            for (int n = 0; n < D / 8; ++n) {
-                o[n * 4 + 2 * rh] *= corr;
-                o[n * 4 + 2 * rh + 1] *= corr;
-            }
-        }
-
-        /* P as A fragments: key columns 16c..16c+15 are accumulator chunks 2c and 2c + 1. */
-        uint32_t pf[BN / 16][4];
-        #pragma unroll
-        for (int c = 0; c < BN / 16; ++c) {
-            pf[c][0] = k_pack(s[8 * c + 0], s[8 * c + 1]);
-            pf[c][1] = k_pack(s[8 * c + 2], s[8 * c + 3]);
-            pf[c][2] = k_pack(s[8 * c + 4], s[8 * c + 5]);
-            pf[c][3] = k_pack(s[8 * c + 6], s[8 * c + 7]);
-        }
-
-        /* O += P V: 16 keys a step (two 8-row groups of the swizzle, SBO); V's 64-column
-           panels are BN rows apart (LBO). */
-        k_fence_regs(o, D / 2);
-        k_wg_fence();
-        #pragma unroll
-        for (int c = 0; c < BN / 16; ++c) {
-            const uint64_t db = k_desc(sv + c * 16 * 128, BN * 128, 1024);
-            WGMMA_RS_D(o, pf[c], db);
-        }
-        k_wg_commit();
-        k_wg_wait();
-        k_fence_regs(o, D / 2);
+        k_scores(s, sq + wg * 64 * 128, sk);
+        k_softmax(s, o, m, l, r, j0, row0, tq);
+        k_pv(o, s, sv);
     }
+    k_epilogue(o, m, l, r, bh, row0, tq, out, lse);
+}
+"#;
 
+/// A producer warp feeds the tiles through the tensor memory accelerator (TMA) into a
+/// two-stage ring; two consumer warpgroups take them through mbarriers (no block barrier, so
+/// one warpgroup's softmax can overlap the other's products).
+const KERNEL_WS: &str = r#"
+struct __align__(64) KTmap { uint64_t w[16]; };
+
+K_INLINE void k_bar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+K_INLINE void k_bar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+K_INLINE void k_bar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+K_INLINE void k_bar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+/* One 64-column panel of `rows` rows of head `head` from row `row0` (zeros past the
+   head's end) into `dst`, counted on `bar`. */
+K_INLINE void k_tma(uint32_t dst, const KTmap *map, int col, int row0, int head, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(col), "r"(row0), "r"(head), "r"(bar) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
+        const __grid_constant__ KTmap tmq, const __grid_constant__ KTmap tmk,
+        const __grid_constant__ KTmap tmv,
+        const int64_t hq, const int64_t lq, const int64_t lk, const int64_t group, const int64_t hk,
+        const int64_t q_blocks, const M *__restrict__ mask, S *__restrict__ out,
+        float *__restrict__ lse, const KStrides ms, const double scale) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t base = (k_smem(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sq = base;
+    const uint32_t sk0 = sq + BM * D * 2;
+    const uint32_t sv0 = sk0 + 2 * BN * D * 2;
+    /* Barriers: Q; K full 0, 1; V full 0, 1; K empty 0, 1; V empty 0, 1. */
+    const uint32_t bars = sv0 + 2 * BN * D * 2;
+    const uint32_t bar_q = bars, full_k = bars + 8, full_v = bars + 24, empty_k = bars + 40,
+                   empty_v = bars + 56;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int64_t qb = q_blocks - 1 - (int64_t)(blockIdx.x % q_blocks);
+    const int64_t bh = blockIdx.x / q_blocks, h = bh % hq, b = bh / hq;
+    const int64_t kvh = b * hk + h / group;
+    const KRows r = {lq, lk, lk - lq, qb * BM, b, h, mask, ms, (float)scale * LOG2E};
+    const int n_blocks = k_key_tiles(r);
+    if (tid == 0) {
+        k_bar_init(bar_q, 1);
+        #pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            k_bar_init(full_k + 8 * st, 1);
+            k_bar_init(full_v + 8 * st, 1);
+            k_bar_init(empty_k + 8 * st, 8); /* a lane of each consumer warp */
+            k_bar_init(empty_v + 8 * st, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid != 0) return;
+        k_bar_expect(bar_q, BM * D * 2);
+        #pragma unroll
+        for (int p = 0; p < PANELS; ++p) k_tma(sq + p * BM * 128, &tmq, 64 * p, (int)r.i0, (int)bh, bar_q);
+        for (int nb = 0; nb < n_blocks; ++nb) {
+            const int st = nb & 1;
+            const uint32_t ph = (nb >> 1) & 1;
+            const uint32_t sk = sk0 + st * (BN * D * 2), sv = sv0 + st * (BN * D * 2);
+            k_bar_wait(empty_k + 8 * st, ph ^ 1);
+            k_bar_expect(full_k + 8 * st, BN * D * 2);
+            #pragma unroll
+            for (int p = 0; p < PANELS; ++p) k_tma(sk + p * BN * 128, &tmk, 64 * p, nb * BN, (int)kvh, full_k + 8 * st);
+            k_bar_wait(empty_v + 8 * st, ph ^ 1);
+            k_bar_expect(full_v + 8 * st, BN * D * 2);
+            #pragma unroll
+            for (int p = 0; p < PANELS; ++p) k_tma(sv + p * BN * 128, &tmv, 64 * p, nb * BN, (int)kvh, full_v + 8 * st);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, g = lane >> 2, tq = lane & 3;
+    float o[D / 2];
     #pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
-        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 1);
-        l[rh] += __shfl_xor_sync(0xffffffffu, l[rh], 2);
-        const int64_t i = row0 + rh * 8;
-        if (i >= lq) continue;
-#if LSE
-        if (tq == 0) {
-            float lv = lk == 0 ? -INFINITY : (m[rh] + log2f(l[rh])) * 0.6931471805599453f;
-#if MASK == 1
-            if (lk > 0 && i + shift < 0) lv = logf((float)lk);
-#endif
-            lse[bh * lq + i] = lv;
-        }
-#endif
-        const float inv = lk == 0 ? 0.0f : 1.0f / l[rh];
-        uint32_t *orow = (uint32_t *)(out + (bh * lq + i) * D);
-        #pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            orow[n * 4 + tq] = k_pack(o[n * 4 + 2 * rh] * inv, o[n * 4 + 2 * rh + 1] * inv);
+    for (int n = 0; n < D / 2; ++n) o[n] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int64_t row0 = r.i0 + cw * 64 + (warp & 3) * 16 + g;
+    k_bar_wait(bar_q, 0);
+    for (int nb = 0; nb < n_blocks; ++nb) {
+        const int st = nb & 1;
+        const uint32_t ph = (nb >> 1) & 1;
+        const uint32_t sk = sk0 + st * (BN * D * 2), sv = sv0 + st * (BN * D * 2);
+        float s[BN / 2];
+        k_bar_wait(full_k + 8 * st, ph);
+        k_scores(s, sq + cw * 64 * 128, sk);
+        if (lane == 0) k_bar_arrive(empty_k + 8 * st);
+        k_softmax(s, o, m, l, r, (int64_t)nb * BN, row0, tq);
+        k_bar_wait(full_v + 8 * st, ph);
+        k_pv(o, s, sv);
+        if (lane == 0) k_bar_arrive(empty_v + 8 * st);
     }
+    k_epilogue(o, m, l, r, bh, row0, tq, out, lse);
 }
 "#;
