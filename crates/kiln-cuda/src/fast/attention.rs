@@ -42,8 +42,9 @@ pub(crate) enum Variant {
     Flash(usize),
     /// The Hopper (`wgmma`) kernel for this head dim (`attention_hopper.rs`).
     Hopper(usize),
-    /// Its warp-specialised form (TMA loads, mbarriers).
-    HopperWs(usize),
+    /// Its warp-specialised forms (TMA loads, mbarriers): head dim and
+    /// `attention_hopper::form` (1 or 2).
+    HopperWs(usize, u8),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -461,11 +462,11 @@ pub(crate) fn source(key: &Key) -> String {
             s.push_str(FLASH_HELPERS);
             s.push_str(FLASH_BODY);
         }
-        Variant::Hopper(d) | Variant::HopperWs(d) => {
+        Variant::Hopper(d) | Variant::HopperWs(d, _) => {
             let _ = writeln!(s, "#define LSE {}", key.lse as u8);
             let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
-            let ws = matches!(key.variant, Variant::HopperWs(_));
-            s.push_str(&super::attention_hopper::body(d, t, ws));
+            let form = if let Variant::HopperWs(_, f) = key.variant { f } else { 0 };
+            s.push_str(&super::attention_hopper::body(d, t, form));
         }
     }
     s
@@ -485,7 +486,7 @@ fn kernel(key: &Key) -> Result<Function> {
         Variant::Simple => SIMPLE,
         Variant::Flash(_) => FLASH,
         Variant::Hopper(_) => super::attention_hopper::SYMBOL,
-        Variant::HopperWs(_) => super::attention_hopper::SYMBOL_WS,
+        Variant::HopperWs(..) => super::attention_hopper::SYMBOL_WS,
     };
     KERNELS.get(key, symbol, || source(key))
 }
@@ -570,10 +571,9 @@ fn run(
     let arch = crate::runtime::gpu()?.arch;
     let variant = match variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested()) {
         Variant::Flash(d) if super::attention_hopper::takes(d, arch) => {
-            if super::attention_hopper::warp_specialised() {
-                Variant::HopperWs(d)
-            } else {
-                Variant::Hopper(d)
+            match super::attention_hopper::form() {
+                0 => Variant::Hopper(d),
+                f => Variant::HopperWs(d, f),
             }
         }
         v => v,
@@ -628,7 +628,7 @@ fn run(
             crate::launch::allow_shared(SYMBOL, function, shared)?;
             launch(SYMBOL, function, blocks, THREADS, shared as u32, &mut args)?;
         }
-        Variant::HopperWs(d) => {
+        Variant::HopperWs(d, _) => {
             use super::attention_hopper::{
                 shared_bytes, tensor_map, BM, BN, SYMBOL_WS, THREADS_WS,
             };

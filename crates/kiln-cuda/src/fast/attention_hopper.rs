@@ -38,9 +38,15 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
         && !std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "mma")
 }
 
-/// Whether the warp-specialised form (TMA, mbarriers) is asked for (`KILN_HOPPER_ATTN=ws`).
-pub(crate) fn warp_specialised() -> bool {
-    std::env::var("KILN_HOPPER_ATTN").is_ok_and(|v| v == "ws")
+/// Which form `KILN_HOPPER_ATTN` asks for: 0 the cp.async one (unset), 1 the
+/// warp-specialised one (`ws`: TMA, mbarriers), 2 that with the two consumers taking turns
+/// and each tile's softmax overlapping the last tile's `P V` (`pingpong`).
+pub(crate) fn form() -> u8 {
+    match std::env::var("KILN_HOPPER_ATTN").as_deref() {
+        Ok("ws") => 1,
+        Ok("pingpong") => 2,
+        _ => 0,
+    }
 }
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
@@ -137,7 +143,7 @@ K_INLINE void k_wgmma_rs_{n}(float *d, const uint32_t *a, uint64_t db) {{
 }
 
 /// The kernel's source after `attention::common` (mask mode, `S`, `LSE`, helpers).
-pub(crate) fn body(d: usize, dtype_mma: &str, ws: bool) -> String {
+pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
     let mut s = format!(
         "#define D {d}\n#define BM {BM}\n#define BN {BN}\n#define WGMMA_RS_D k_wgmma_rs_{d}\n"
     );
@@ -146,7 +152,8 @@ pub(crate) fn body(d: usize, dtype_mma: &str, ws: bool) -> String {
         s.push_str(&wgmma_helpers(d, dtype_mma));
     }
     s.push_str(BODY);
-    s.push_str(if ws { KERNEL_WS } else { KERNEL_CP });
+    let _ = writeln!(s, "#define PINGPONG {}", (form == 2) as u8);
+    s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
 }
 
@@ -203,9 +210,10 @@ K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
 }
 
 /* The scores of keys [j0, j0 + BN) in base-2 units with the mask (hidden: the lowest float;
-   past the end: -inf), then the online softmax: s becomes the probabilities, o is rescaled,
-   m and l (this thread's two rows) updated. The 4 threads of a group share a row. */
-K_INLINE void k_softmax(float *s, float *o, float *m, float *l, const KRows &r, int64_t j0,
+   past the end: -inf), then the online softmax: s becomes the probabilities, m and l (this
+   thread's two rows) are updated, corr is what the output accumulated so far must be scaled
+   by. The 4 threads of a group share a row. */
+K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &r, int64_t j0,
                         int64_t row0, int tq) {
     bool edge = j0 + BN > r.lk;
 #if MASK == 1
@@ -246,7 +254,7 @@ K_INLINE void k_softmax(float *s, float *o, float *m, float *l, const KRows &r, 
             mx = k_max_nan(k_max_nan(mx, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
         mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float corr = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
+        corr[rh] = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
         const float base2 = mx == -INFINITY ? 0.0f : mx;
         float sum = 0.0f;
         #pragma unroll
@@ -255,21 +263,24 @@ K_INLINE void k_softmax(float *s, float *o, float *m, float *l, const KRows &r, 
             s[n * 4 + 2 * rh + 1] = exp2f(s[n * 4 + 2 * rh + 1] - base2);
             sum += s[n * 4 + 2 * rh] + s[n * 4 + 2 * rh + 1];
         }
-        l[rh] = l[rh] * corr + sum;
+        l[rh] = l[rh] * corr[rh] + sum;
         m[rh] = mx;
-        #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            o[n * 4 + 2 * rh] *= corr;
-            o[n * 4 + 2 * rh + 1] *= corr;
-        }
     }
 }
 
-/* o += P V: P as register A fragments (key columns 16c..16c+15 are accumulator chunks 2c
-   and 2c + 1, the layout A wants); 16 keys a step (two 8-row groups of the swizzle, SBO);
-   V's 64-column panels are BN rows apart (LBO). */
-K_INLINE void k_pv(float *o, const float *s, uint32_t sv) {
-    uint32_t pf[BN / 16][4];
+K_INLINE void k_rescale(float *o, const float *corr) {
+    #pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+        o[n * 4 + 0] *= corr[0];
+        o[n * 4 + 1] *= corr[0];
+        o[n * 4 + 2] *= corr[1];
+        o[n * 4 + 3] *= corr[1];
+    }
+}
+
+/* P as register A fragments: key columns 16c..16c+15 are accumulator chunks 2c and 2c + 1,
+   the layout A wants. */
+K_INLINE void k_pack_p(uint32_t (*pf)[4], const float *s) {
     #pragma unroll
     for (int c = 0; c < BN / 16; ++c) {
         pf[c][0] = k_pack(s[8 * c + 0], s[8 * c + 1]);
@@ -277,10 +288,22 @@ K_INLINE void k_pv(float *o, const float *s, uint32_t sv) {
         pf[c][2] = k_pack(s[8 * c + 4], s[8 * c + 5]);
         pf[c][3] = k_pack(s[8 * c + 6], s[8 * c + 7]);
     }
-    k_fence_regs(o, D / 2);
-    k_wg_fence();
+}
+
+/* Issues o += P V (no wait): 16 keys a step (two 8-row groups of the swizzle, SBO); V's
+   64-column panels are BN rows apart (LBO). */
+K_INLINE void k_pv_issue(float *o, uint32_t (*pf)[4], uint32_t sv) {
     #pragma unroll
     for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], k_desc(sv + c * 16 * 128, BN * 128, 1024));
+}
+
+/* o += P V, waited for. */
+K_INLINE void k_pv(float *o, const float *s, uint32_t sv) {
+    uint32_t pf[BN / 16][4];
+    k_pack_p(pf, s);
+    k_fence_regs(o, D / 2);
+    k_wg_fence();
+    k_pv_issue(o, pf, sv);
     k_wg_commit();
     k_wg_wait();
     k_fence_regs(o, D / 2);
@@ -387,7 +410,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
         k_cp_commit();
         float s[BN / 2];
         k_scores(s, sq + wg * 64 * 128, sk);
-        k_softmax(s, o, m, l, r, j0, row0, tq);
+        float corr[2];
+        k_softmax(s, corr, m, l, r, j0, row0, tq);
+        k_rescale(o, corr);
         k_pv(o, s, sv);
     }
     k_epilogue(o, m, l, r, bh, row0, tq, out, lse);
@@ -485,6 +510,60 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int64_t row0 = r.i0 + cw * 64 + (warp & 3) * 16 + g;
     k_bar_wait(bar_q, 0);
+#if PINGPONG
+    /* Tile j's S = Q K^T and tile j-1's O += P V are issued together, then S is waited for
+       while P V runs; the softmax of S overlaps it. The two consumer warpgroups take turns
+       issuing (named barriers 1 and 2), so one's products run during the other's softmax.
+       Warpgroup 0 goes first; the last turn is not passed on (no dangling arrival). */
+    const uint32_t qwg = sq + cw * 64 * 128;
+    uint32_t pf[BN / 16][4];
+    if (cw == 1 && n_blocks > 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    for (int nb = 0; nb < n_blocks; ++nb) {
+        const int st = nb & 1, pst = st ^ 1;
+        const uint32_t ph = (nb >> 1) & 1, pph = ((nb - 1) >> 1) & 1;
+        const uint32_t sk = sk0 + st * (BN * D * 2), psv = sv0 + pst * (BN * D * 2);
+        float s[BN / 2];
+        k_bar_wait(full_k + 8 * st, ph);
+        if (nb > 0) k_bar_wait(full_v + 8 * pst, pph);
+        if (cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        else asm volatile("bar.sync 2, 256;\n" ::: "memory");
+        k_fence_regs(o, D / 2);
+        k_wg_fence();
+        #pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t off = (kk & 3) << 5;
+            const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
+            const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
+            k_wgmma_ss_128(s, da, db, kk);
+        }
+        k_wg_commit();
+        if (nb > 0) k_pv_issue(o, pf, psv);
+        k_wg_commit();
+        if (cw == 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+        else if (nb + 1 < n_blocks) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        k_fence_regs(s, BN / 2);
+        if (lane == 0) k_bar_arrive(empty_k + 8 * st);
+        float corr[2];
+        k_softmax(s, corr, m, l, r, (int64_t)nb * BN, row0, tq);
+        k_wg_wait();
+        k_fence_regs(o, D / 2);
+        if (nb > 0 && lane == 0) k_bar_arrive(empty_v + 8 * pst);
+        k_rescale(o, corr);
+        k_pack_p(pf, s);
+    }
+    if (n_blocks > 0) {
+        const int st = (n_blocks - 1) & 1;
+        k_bar_wait(full_v + 8 * st, ((n_blocks - 1) >> 1) & 1);
+        k_fence_regs(o, D / 2);
+        k_wg_fence();
+        k_pv_issue(o, pf, sv0 + st * (BN * D * 2));
+        k_wg_commit();
+        k_wg_wait();
+        k_fence_regs(o, D / 2);
+        if (lane == 0) k_bar_arrive(empty_v + 8 * st);
+    }
+#else
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int st = nb & 1;
         const uint32_t ph = (nb >> 1) & 1;
@@ -493,11 +572,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_bar_wait(full_k + 8 * st, ph);
         k_scores(s, sq + cw * 64 * 128, sk);
         if (lane == 0) k_bar_arrive(empty_k + 8 * st);
-        k_softmax(s, o, m, l, r, (int64_t)nb * BN, row0, tq);
+        float corr[2];
+        k_softmax(s, corr, m, l, r, (int64_t)nb * BN, row0, tq);
+        k_rescale(o, corr);
         k_bar_wait(full_v + 8 * st, ph);
         k_pv(o, s, sv);
         if (lane == 0) k_bar_arrive(empty_v + 8 * st);
     }
+#endif
     k_epilogue(o, m, l, r, bh, row0, tq, out, lse);
 }
 "#;

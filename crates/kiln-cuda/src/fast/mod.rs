@@ -193,14 +193,16 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             if dtype != DType::F32 {
                 variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
                 variants.extend([64, 128].map(attention::Variant::Hopper));
-                variants.extend([64, 128].map(attention::Variant::HopperWs));
+                for form in [1, 2] {
+                    variants.extend([64, 128].map(|d| attention::Variant::HopperWs(d, form)));
+                }
             }
             for variant in variants {
                 let lses: &[bool] = match (variant, mask) {
                     (
                         attention::Variant::Flash(_)
                         | attention::Variant::Hopper(_)
-                        | attention::Variant::HopperWs(_),
+                        | attention::Variant::HopperWs(..),
                         Am::None | Am::Causal,
                     ) => &[false, true],
                     _ => &[false],
