@@ -64,7 +64,7 @@ fn attention_matches_the_composition_across_blocks() {
         let v = rand(seed as u64 + 20, &[b, hk, lk, d + 1]);
         for causal in [false, true] {
             let mask = if causal { fast::SdpaMask::Causal } else { fast::SdpaMask::None };
-            let got = fast::scaled_dot_product_attention(&q, &k, &v, 0.4, mask).unwrap();
+            let got = fast::scaled_dot_product_attention(&q, &k, &v, 0.4, mask, None).unwrap();
             close(&got, &composed(&q, &k, &v, 0.4, causal), 1e-12);
         }
     }
@@ -78,7 +78,8 @@ fn attention_reads_views_and_handles_empty() {
         ops::slice(&rand(4, &[1, 2, 10, 8]), &[None, None, None, None], &[None; 4], &[1, 1, -2, 1])
             .unwrap();
     let v = rand(5, &[1, 2, 5, 3]);
-    let got = fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::SdpaMask::None).unwrap();
+    let got =
+        fast::scaled_dot_product_attention(&q, &k, &v, 0.5, fast::SdpaMask::None, None).unwrap();
     close(&got, &composed(&q, &k, &v, 0.5, false), 1e-12);
     let e = Array::from_slice(&[] as &[f64], &[1, 2, 0, 3]).unwrap();
     let got = fast::scaled_dot_product_attention(
@@ -87,6 +88,7 @@ fn attention_reads_views_and_handles_empty() {
         &e,
         0.5,
         fast::SdpaMask::None,
+        None,
     )
     .unwrap();
     assert_eq!(got.shape(), &[1, 2, 6, 3]);

@@ -116,10 +116,8 @@ fn scaled_dot_product_attention(
     stream: Stream<'_, '_>,
 ) -> PyResult<PyArray> {
     let op = "scaled_dot_product_attention";
-    if sinks.is_some_and(|s| !s.is_none()) {
-        return Err(raise!(Value, op, "Attention sinks are not supported yet."));
-    }
     let (q, k, v) = (to_array(q, None)?, to_array(k, None)?, to_array(v, None)?);
+    let sinks = sinks.filter(|s| !s.is_none()).map(|s| to_array(s, None)).transpose()?;
     let mask_array;
     let mask = match mask.filter(|m| !m.is_none()) {
         None => SdpaMask::None,
@@ -139,7 +137,10 @@ fn scaled_dot_product_attention(
             SdpaMask::Array(&mask_array)
         }
     };
-    with_stream(stream, || fast::scaled_dot_product_attention(&q, &k, &v, scale, mask)).map(PyArray)
+    with_stream(stream, || {
+        fast::scaled_dot_product_attention(&q, &k, &v, scale, mask, sinks.as_ref())
+    })
+    .map(PyArray)
 }
 
 fn template_arg(op: &'static str, v: &Bound<'_, PyAny>) -> PyResult<TemplateArg> {

@@ -224,6 +224,7 @@ pub fn scaled_dot_product_attention(
     v: &Array,
     scale: f64,
     mask: SdpaMask<'_>,
+    sinks: Option<&Array>,
 ) -> Result<Array> {
     let op = "scaled_dot_product_attention";
     for x in [q, k, v] {
@@ -278,7 +279,23 @@ pub fn scaled_dot_product_attention(
     let mut inputs = vec![astype(q, dtype)?, astype(k, dtype)?, astype(v, dtype)?];
     inputs.extend(mask_input);
     let fop = FastOp::Attention { scale: Scalar::Float(scale), mask: fmask };
-    record_fast(fop, inputs)
+    let Some(sinks) = sinks else { return record_fast(fop, inputs) };
+    ensure!(
+        sinks.ndim() == 1 && sinks.shape()[0] == qs[1],
+        Value,
+        op,
+        "Received invalid shape for sinks {}.",
+        fmt_shape(sinks.shape())
+    );
+    ensure!(
+        sinks.dtype().promote(dtype) == dtype,
+        Value,
+        op,
+        "Type of sinks must promote to output type {dtype}."
+    );
+    // The fused kernels have no sink column: the composition (float32 softmax).
+    let attn = crate::transforms::rules::fast::Attn::new(&fop, &inputs)?;
+    astype(&attn.output_with_sinks(sinks)?, dtype)
 }
 
 /// A user C kernel (`mx.fast.c_kernel`) applied to `inputs`: builds it now (so compile

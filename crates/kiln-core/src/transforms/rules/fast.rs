@@ -267,7 +267,7 @@ fn norm_composed(op: &FastOp, inputs: &[Array]) -> Result<Array> {
 
 /// Attention's pieces, grouped: q (B, Hk, G, Lq, D), k and v (B, Hk, 1, L, ·) and the
 /// probabilities P (B, Hk, G, Lq, Lk), all in the compute dtype.
-pub(super) struct Attn {
+pub(crate) struct Attn {
     q: Array,
     /// `q * scale`: the scale goes on q (L x D) rather than on the scores (L x L).
     qs: Array,
@@ -299,7 +299,7 @@ fn grouped(x: &Array, hk: usize, g: usize) -> Result<Array> {
 }
 
 impl Attn {
-    pub(super) fn new(op: &FastOp, primals: &[Array]) -> Result<Attn> {
+    pub(crate) fn new(op: &FastOp, primals: &[Array]) -> Result<Attn> {
         let FastOp::Attention { scale, mask } = op else { bail!(Value, "vjp", "Not attention.") };
         let scale = scale.as_f64();
         let (qs, ks) = (primals[0].shape().to_vec(), primals[1].shape().to_vec());
@@ -343,6 +343,19 @@ impl Attn {
         let p = ops::softmax(&s, Some(LAST), true)?;
         let visible = visible_where;
         Ok(Attn { q, qs, k, v, s, p, visible, scale, shape: [b, hq, lq, hk, g], operands })
+    }
+
+    /// The output when each query head `h` also has a sink logit `sinks[h]`: one more
+    /// column in every row's softmax that carries no value (MLX's `sinks=`). Built from
+    /// basic ops, so every transform differentiates it (sinks included).
+    pub(crate) fn output_with_sinks(&self, sinks: &Array) -> Result<Array> {
+        let [b, _, lq, hk, g] = self.shape;
+        let sk =
+            ops::reshape(&ops::astype(sinks, self.s.dtype())?, &[1, hk as i64, g as i64, 1, 1])?;
+        let sk = ops::broadcast_to(&sk, &[b, hk, g, lq, 1])?;
+        let p = ops::softmax(&ops::concatenate(&[sk, self.s.clone()], -1)?, Some(LAST), true)?;
+        let p = ops::slice(&p, &[None, None, None, None, Some(1)], &[None; 5], &[1; 5])?;
+        self.ungroup(&self.mm(&p, &self.v)?)
     }
 
     /// `a @ b` with operands in the products' dtype, result in the compute dtype.
