@@ -67,6 +67,18 @@ CONFIGS = {
     },
     "mixtral": {**COMMON, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
     "phi3": {**COMMON, "model_type": "phi3", "max_position_embeddings": 512},
+    # Attention sinks (sdpa's `sinks=`), sliding and full layers, SwiGLU experts.
+    "gpt_oss": {
+        **COMMON,
+        "model_type": "gpt_oss",
+        "intermediate_size": 64,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "sliding_window": 4,
+        "rope_theta": 150000,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
     "mamba2": {
         "model_type": "mamba2",
         "num_heads": 8,

@@ -22,7 +22,7 @@ import pytest
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "mlx_lm_runner.py"
-ARCHS = ["llama", "qwen3", "gemma3_text", "mixtral", "phi3", "mamba2"]
+ARCHS = ["llama", "qwen3", "gemma3_text", "mixtral", "phi3", "gpt_oss", "mamba2"]
 ATTENTION = [a for a in ARCHS if a != "mamba2"]
 
 
