@@ -85,6 +85,8 @@ HOPPER_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
     (2, 4, 1, 257, 260, 128, 128),
     (1, 2, 2, 128, 1024, 128, 128),
     (1, 1, 1, 17, 129, 64, 64),
+    (1, 2, 1, 150, 300, 96, 96),  # padded to 128 columns
+    (1, 2, 2, 130, 200, 256, 256),  # 64-key tiles
 ]
 
 
@@ -103,7 +105,7 @@ def test_default_kernel_equals_numpy_and_the_mma_kernel(dtype, dims, mask, defau
     fa.close(fast, npy(on_gpu(fn)), fa.ATOL[dtype])
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_default_kernel_keeps_nan_and_inf_in_their_rows(d, default):
     # A NaN query row gives a NaN row; an infinite key poisons the rows that see it; keys a
     # causal mask hides stay hidden whatever they hold.

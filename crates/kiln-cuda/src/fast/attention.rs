@@ -567,16 +567,18 @@ fn run(
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     }
     // The training forward always takes the flash kernel (its caller checked it can), the
-    // Hopper one where the GPU and head dim allow.
+    // Hopper one where the GPU and head dim allow (the simple kernel only when asked for).
+    let simple = lse.is_none() && simple_requested();
+    let dtype = inputs[0].dtype;
+    let half = matches!(dtype, DType::F16 | DType::BF16);
     let arch = crate::runtime::gpu()?.arch;
-    let variant = match variant(inputs[0].dtype, dk, dv, lse.is_none() && simple_requested()) {
-        Variant::Flash(d) if super::attention_hopper::takes(d, arch) => {
-            match super::attention_hopper::form() {
-                0 => Variant::Hopper(d),
-                f => Variant::HopperWs(d, f),
-            }
+    let variant = if !simple && half && dk == dv && super::attention_hopper::takes(dk, arch) {
+        match super::attention_hopper::form() {
+            0 => Variant::Hopper(dk),
+            f => Variant::HopperWs(dk, f),
         }
-        v => v,
+    } else {
+        variant(dtype, dk, dv, simple)
     };
     let prep = if variant == Variant::Simple { dense } else { dense_aligned };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
@@ -630,13 +632,13 @@ fn run(
         }
         Variant::HopperWs(d, _) => {
             use super::attention_hopper::{
-                shared_bytes, tensor_map, BM, BN, SYMBOL_WS, THREADS_WS,
+                key_tile, shared_bytes, tensor_map, BM, SYMBOL_WS, THREADS_WS,
             };
             let q_blocks = lq.div_ceil(BM);
             let dt = q.dtype;
             args.i64_struct(&tensor_map(dt, ptr(&q), (b_n * hq, lq, d), BM)?);
-            args.i64_struct(&tensor_map(dt, ptr(&k), (b_n * hk, lk, d), BN)?);
-            args.i64_struct(&tensor_map(dt, ptr(&v), (b_n * hk, lk, d), BN)?);
+            args.i64_struct(&tensor_map(dt, ptr(&k), (b_n * hk, lk, d), key_tile(d))?);
+            args.i64_struct(&tensor_map(dt, ptr(&v), (b_n * hk, lk, d), key_tile(d))?);
             args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
             args.i64(q_blocks as i64).ptr(mptr);
             args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
@@ -705,12 +707,15 @@ mod tests {
     }
 
     #[test]
-    fn hopper_kernel_only_on_sm90_for_64_and_128() {
+    fn hopper_kernel_only_on_sm90_for_its_head_dims() {
         use super::super::attention_hopper::{shared_bytes, takes};
-        assert!(takes(128, (9, 0)) && takes(64, (9, 0)));
-        assert!(!takes(96, (9, 0)) && !takes(128, (8, 0)) && !takes(128, (10, 0)));
-        // Q, two K and two V tiles of 128 rows fit the H100/H200's 227 KiB.
-        assert_eq!(shared_bytes(128), 5 * 128 * 128 * 2 + 1024);
-        assert!(shared_bytes(128) <= 227 << 10);
+        assert!([64, 96, 128, 256].iter().all(|&d| takes(d, (9, 0))));
+        assert!(!takes(80, (9, 0)) && !takes(128, (8, 0)) && !takes(128, (10, 0)));
+        // Q, two K and two V tiles fit the H100/H200's 227 KiB: 128-key tiles up to head
+        // dim 128 (96 padded to 128), 64-key tiles at 256.
+        assert_eq!(shared_bytes(128), 5 * 128 * 128 * 2 + 1024 + 128);
+        assert_eq!(shared_bytes(96), shared_bytes(128));
+        assert_eq!(shared_bytes(256), (128 + 4 * 64) * 256 * 2 + 1024 + 128);
+        assert!([64, 96, 128, 256].iter().all(|&d| shared_bytes(d) <= 227 << 10));
     }
 }

@@ -14,15 +14,30 @@
 //!
 //! Semantics are `attention.rs`'s flash kernel's (masks, the lowest float for hidden scores,
 //! lower-right causal alignment, GQA, the optional row logsumexp), so either serves the
-//! backward. Head dims 64 and 128, float16 and bfloat16; everything else keeps the flash
-//! kernel, as does every GPU but sm_90 and `KILN_CUDA_ATTENTION=mma`.
+//! backward. Head dims 64, 96, 128 and 256 (96 padded to 128 with zero columns; 256 with
+//! 64-key tiles), float16 and bfloat16; everything else keeps the flash kernel, as does
+//! every GPU but sm_90 and `KILN_CUDA_ATTENTION=mma`.
 
 use kiln_base::{DType, Result};
 use std::fmt::Write;
 
-/// Queries per block (two warpgroups of 64) and keys per tile.
+/// Queries per block (two warpgroups of 64).
 pub(crate) const BM: usize = 128;
-pub(crate) const BN: usize = 128;
+
+/// The tile width for head dim `d`: whole 64-column panels.
+fn padded(d: usize) -> usize {
+    d.next_multiple_of(64)
+}
+
+/// Keys per tile: 128, or 64 for head dim 256 (its output accumulators take twice the
+/// registers, its tiles twice the shared memory).
+pub(crate) fn key_tile(d: usize) -> usize {
+    if padded(d) > 128 {
+        64
+    } else {
+        128
+    }
+}
 /// Threads per block.
 pub(crate) const THREADS: u32 = 256;
 pub(crate) const SYMBOL: &str = "kiln_attn_hopper";
@@ -34,7 +49,7 @@ pub(crate) const THREADS_WS: u32 = 384;
 /// `KILN_CUDA_ATTENTION=mma` keeps the `mma.sync` flash kernel.
 pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
     arch == (9, 0)
-        && matches!(d, 64 | 128)
+        && matches!(d, 64 | 96 | 128 | 256)
         && !std::env::var("KILN_CUDA_ATTENTION").is_ok_and(|v| v == "mma")
 }
 
@@ -52,7 +67,7 @@ pub(crate) fn form() -> u8 {
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
 /// nine mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
 pub(crate) fn shared_bytes(d: usize) -> usize {
-    (BM + 4 * BN) * d * 2 + 1024 + 128
+    (BM + 4 * key_tile(d)) * padded(d) * 2 + 1024 + 128
 }
 
 /// The TMA descriptor of a row-major (heads, rows, d) half-float tensor at `ptr` (16-byte
@@ -142,14 +157,17 @@ K_INLINE void k_wgmma_rs_{n}(float *d, const uint32_t *a, uint64_t db) {{
     s
 }
 
-/// The kernel's source after `attention::common` (mask mode, `S`, `LSE`, helpers).
+/// The kernel's source after `attention::common` (mask mode, `S`, `LSE`, helpers) for head
+/// dim `d`: `D` the padded tile width, `DR` the real one.
 pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
+    let (dp, bn) = (padded(d), key_tile(d));
     let mut s = format!(
-        "#define D {d}\n#define BM {BM}\n#define BN {BN}\n#define WGMMA_RS_D k_wgmma_rs_{d}\n"
+        "#define D {dp}\n#define DR {d}\n#define BM {BM}\n#define BN {bn}\n\
+         #define WGMMA_SS_S k_wgmma_ss_{bn}\n#define WGMMA_RS_D k_wgmma_rs_{dp}\n"
     );
-    s.push_str(&wgmma_helpers(BN, dtype_mma));
-    if d != BN {
-        s.push_str(&wgmma_helpers(d, dtype_mma));
+    s.push_str(&wgmma_helpers(bn, dtype_mma));
+    if dp != bn {
+        s.push_str(&wgmma_helpers(dp, dtype_mma));
     }
     s.push_str(BODY);
     let _ = writeln!(s, "#define PINGPONG {}", (form == 2) as u8);
@@ -202,7 +220,7 @@ K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
         const uint32_t off = (kk & 3) << 5;
         const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
         const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
-        k_wgmma_ss_128(s, da, db, kk);
+        WGMMA_SS_S(s, da, db, kk);
     }
     k_wg_commit();
     k_wg_wait();
@@ -328,9 +346,9 @@ K_INLINE void k_epilogue(const float *o, float *m, float *l, const KRows &r, int
         }
 #endif
         const float inv = r.lk == 0 ? 0.0f : 1.0f / l[rh];
-        uint32_t *orow = (uint32_t *)(out + (bh * r.lq + i) * D);
+        uint32_t *orow = (uint32_t *)(out + (bh * r.lq + i) * DR);
         #pragma unroll
-        for (int n = 0; n < D / 8; ++n)
+        for (int n = 0; n < DR / 8; ++n) /* padded columns (DR < D) are not written */
             orow[n * 4 + tq] = k_pack(o[n * 4 + 2 * rh] * inv, o[n * 4 + 2 * rh + 1] * inv);
     }
 }
@@ -350,16 +368,16 @@ K_INLINE int k_key_tiles(const KRows &r) {
 const KERNEL_CP: &str = r#"
 /* Rows [r0, r0 + R) of a row-major (rows, D) matrix into a tile at `base` (a shared
    address, 1024-aligned): 64-column panels of R 128-byte rows, chunk c of row r at
-   ((c ^ r % 8) * 16), the layout TMA's 128-byte swizzle writes. Rows past the end are
-   zeros (0 * NaN would poison a product). */
+   ((c ^ r % 8) * 16), the layout TMA's 128-byte swizzle writes. Rows past the end and
+   padded columns are zeros (0 * NaN would poison a product). */
 template <int R>
 K_INLINE void k_load_tile(uint32_t base, const S *src, int64_t r0, int64_t rows) {
     #pragma unroll
     for (int e = threadIdx.x; e < R * (D / 8); e += 256) {
         const int r = e / (D / 8), c = e % (D / 8);
-        const bool valid = r0 + r < rows;
+        const bool valid = r0 + r < rows && c * 8 < DR;
         const uint32_t dst = base + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-        k_cp16(dst, src + (valid ? (r0 + r) * D + c * 8 : 0), valid);
+        k_cp16(dst, src + (valid ? (r0 + r) * DR + c * 8 : 0), valid);
     }
 }
 
@@ -379,11 +397,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
     const int64_t bh = blockIdx.x / q_blocks, h = bh % hq, b = bh / hq;
     const int64_t kvh = b * hk + h / group;
     const KRows r = {lq, lk, lk - lq, qb * BM, b, h, mask, ms, (float)scale * LOG2E};
-    const S *kp = k + kvh * lk * D;
-    const S *vp = v + kvh * lk * D;
+    const S *kp = k + kvh * lk * DR;
+    const S *vp = v + kvh * lk * DR;
     const int n_blocks = k_key_tiles(r);
 
-    k_load_tile<BM>(sq, q + bh * lq * D, r.i0, lq);
+    k_load_tile<BM>(sq, q + bh * lq * DR, r.i0, lq);
     if (n_blocks > 0) {
         k_load_tile<BN>(sk0, kp, 0, lk);
         k_load_tile<BN>(sv0, vp, 0, lk);
@@ -534,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
             const uint32_t off = (kk & 3) << 5;
             const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
             const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
-            k_wgmma_ss_128(s, da, db, kk);
+            WGMMA_SS_S(s, da, db, kk);
         }
         k_wg_commit();
         if (nb > 0) k_pv_issue(o, pf, psv);

@@ -192,9 +192,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             let mut variants = vec![attention::Variant::Simple];
             if dtype != DType::F32 {
                 variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
-                variants.extend([64, 128].map(attention::Variant::Hopper));
+                variants.extend([64, 96, 128, 256].map(attention::Variant::Hopper));
                 for form in [1, 2] {
-                    variants.extend([64, 128].map(|d| attention::Variant::HopperWs(d, form)));
+                    let dims = [64, 96, 128, 256];
+                    variants.extend(dims.map(|d| attention::Variant::HopperWs(d, form)));
                 }
             }
             for variant in variants {
