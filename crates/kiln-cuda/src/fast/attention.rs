@@ -606,49 +606,38 @@ fn run(
             let shared = (warps * per_warp) as u32;
             launch(SIMPLE, kernel(&key)?, blocks, 32 * warps as u32, shared, &mut args)?;
         }
-        Variant::Flash(_) => {
-            let q_blocks = lq.div_ceil(BM);
-            args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
-            args.i64(q_blocks as i64).ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
-            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
-            args.i64_struct(&mstrides);
-            args.i64(scale.to_bits() as i64);
-            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
-            launch(FLASH, kernel(&key)?, blocks, 32 * FLASH_WARPS, 0, &mut args)?;
-        }
-        Variant::Hopper(d) => {
-            use super::attention_hopper::{shared_bytes, BM, SYMBOL, THREADS};
-            let q_blocks = lq.div_ceil(BM);
-            args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
-            args.i64(q_blocks as i64).ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v)).ptr(mptr);
-            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
-            args.i64_struct(&mstrides);
-            args.i64(scale.to_bits() as i64);
-            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
-            let function = kernel(&key)?;
-            let shared = shared_bytes(d);
-            crate::launch::allow_shared(SYMBOL, function, shared)?;
-            launch(SYMBOL, function, blocks, THREADS, shared as u32, &mut args)?;
-        }
-        Variant::HopperWs(d, _) => {
-            use super::attention_hopper::{
-                key_tile, shared_bytes, tensor_map, BM, SYMBOL_WS, THREADS_WS,
+        Variant::Flash(_) | Variant::Hopper(_) | Variant::HopperWs(..) => {
+            use super::attention_hopper as hopper;
+            // (symbol, queries per block, threads, dynamic shared memory)
+            let (symbol, bm, threads, shared) = match variant {
+                Variant::Hopper(d) => {
+                    (hopper::SYMBOL, hopper::BM, hopper::THREADS, hopper::shared_bytes(d))
+                }
+                Variant::HopperWs(d, _) => {
+                    (hopper::SYMBOL_WS, hopper::BM, hopper::THREADS_WS, hopper::shared_bytes(d))
+                }
+                _ => (FLASH, BM, 32 * FLASH_WARPS, 0),
             };
-            let q_blocks = lq.div_ceil(BM);
-            let dt = q.dtype;
-            args.i64_struct(&tensor_map(dt, ptr(&q), (b_n * hq, lq, d), BM)?);
-            args.i64_struct(&tensor_map(dt, ptr(&k), (b_n * hk, lk, d), key_tile(d))?);
-            args.i64_struct(&tensor_map(dt, ptr(&v), (b_n * hk, lk, d), key_tile(d))?);
+            let q_blocks = lq.div_ceil(bm);
+            if let Variant::HopperWs(d, _) = variant {
+                // The warp-specialised kernel reads q, k and v through TMA descriptors.
+                let (dt, bn) = (q.dtype, hopper::key_tile(d));
+                args.i64_struct(&hopper::tensor_map(dt, ptr(&q), (b_n * hq, lq, d), bm)?);
+                args.i64_struct(&hopper::tensor_map(dt, ptr(&k), (b_n * hk, lk, d), bn)?);
+                args.i64_struct(&hopper::tensor_map(dt, ptr(&v), (b_n * hk, lk, d), bn)?);
+            }
             args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
-            args.i64(q_blocks as i64).ptr(mptr);
-            args.ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
+            args.i64(q_blocks as i64);
+            if !matches!(variant, Variant::HopperWs(..)) {
+                args.ptr(ptr(&q)).ptr(ptr(&k)).ptr(ptr(&v));
+            }
+            args.ptr(mptr).ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
             args.i64_struct(&mstrides);
             args.i64(scale.to_bits() as i64);
             let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
             let function = kernel(&key)?;
-            let shared = shared_bytes(d);
-            crate::launch::allow_shared(SYMBOL_WS, function, shared)?;
-            launch(SYMBOL_WS, function, blocks, THREADS_WS, shared as u32, &mut args)?;
+            crate::launch::allow_shared(symbol, function, shared)?;
+            launch(symbol, function, blocks, threads, shared as u32, &mut args)?;
         }
     }
     Ok(out)
