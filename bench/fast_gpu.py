@@ -53,18 +53,18 @@ ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
 
 @contextlib.contextmanager
 def kernel_choice(value):
-    """KILN_CUDA_ATTENTION set to `value` inside the block (unchanged for None)."""
-    before = os.environ.get("KILN_CUDA_ATTENTION")
+    """KILN_HOPPER_ATTN set to `value` inside the block (unchanged for None)."""
+    before = os.environ.get("KILN_HOPPER_ATTN")
     if value is not None:
-        os.environ["KILN_CUDA_ATTENTION"] = value
+        os.environ["KILN_HOPPER_ATTN"] = value
     try:
         yield
     finally:
         if value is not None:
             if before is None:
-                del os.environ["KILN_CUDA_ATTENTION"]
+                del os.environ["KILN_HOPPER_ATTN"]
             else:
-                os.environ["KILN_CUDA_ATTENTION"] = before
+                os.environ["KILN_HOPPER_ATTN"] = before
 
 
 def load_torch():
@@ -137,9 +137,10 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
             mx.eval(q, k, v)
-            # "kiln mma": the mma.sync flash kernel that the Hopper (wgmma) one replaces on sm_90.
-            for system, kernel in (("kiln", None), ("kiln mma", "mma")):
-                if kernel and os.environ.get("KILN_CUDA_ATTENTION"):
+            # "kiln hopper <form>": the wgmma kernel's forms (sm_90), beside the default.
+            for system, kernel in (("kiln", None), ("kiln hopper cp", "cp"),
+                                   ("kiln hopper ws", "ws"), ("kiln hopper pingpong", "pingpong")):
+                if kernel and not args.hopper:
                     continue
                 for causal in (False, True):
                     f = lambda q, k, v, c=causal: mx.fast.scaled_dot_product_attention(  # noqa: E731
@@ -308,6 +309,8 @@ def main():
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--only", nargs="*", default=["norm", "norm_bwd", "rope", "attention"])
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--hopper", action="store_true",
+                   help="attention rows for each form of the sm_90 wgmma kernel too")
     args = p.parse_args()
     rows = []
     kiln_rows(args, rows)

@@ -46,6 +46,7 @@ def simple(monkeypatch):
 def default(monkeypatch):
     monkeypatch.delenv("KILN_CUDA_ATTENTION", raising=False)
     monkeypatch.delenv("KILN_ATTENTION_FUSED_VJP", raising=False)
+    monkeypatch.delenv("KILN_HOPPER_ATTN", raising=False)
 
 
 # ---- attention's forward -----------------------------------------------------------------
@@ -90,25 +91,33 @@ HOPPER_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
 ]
 
 
+HOPPER_FORMS = ["cp", "ws", "pingpong"]
+
+
+@pytest.mark.parametrize("form", HOPPER_FORMS)
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("dims", HOPPER_SHAPES, ids=str)
 @pytest.mark.parametrize("mask", fa.MASKS)
-def test_default_kernel_equals_numpy_and_the_mma_kernel(dtype, dims, mask, default, monkeypatch):
-    # On sm_90 the default for head dims 64 and 128 is the wgmma kernel; elsewhere both runs
-    # take the mma.sync flash kernel.
+def test_hopper_kernel_equals_numpy_and_the_mma_kernel(form, dtype, dims, mask, default,
+                                                       monkeypatch):
+    # KILN_HOPPER_ATTN picks the wgmma kernel's form on sm_90; other GPUs take the mma.sync
+    # flash kernel (or the simple one) either way.
     q, k, v, m, nm = fa.attention_case(dims, dtype, mask, hidden_rows=3)
     scale = 1 / math.sqrt(dims[5])
     fn = lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)  # noqa: E731
+    monkeypatch.setenv("KILN_HOPPER_ATTN", form)
     fast = npy(on_gpu(fn))
     fa.close(fast, fa.grouped_sdpa(npy(q), npy(k), npy(v), scale, nm), fa.ATOL[dtype])
-    monkeypatch.setenv("KILN_CUDA_ATTENTION", "mma")
+    monkeypatch.delenv("KILN_HOPPER_ATTN")
     fa.close(fast, npy(on_gpu(fn)), fa.ATOL[dtype])
 
 
+@pytest.mark.parametrize("form", HOPPER_FORMS)
 @pytest.mark.parametrize("d", [64, 96, 128, 256])
-def test_default_kernel_keeps_nan_and_inf_in_their_rows(d, default):
+def test_hopper_kernel_keeps_nan_and_inf_in_their_rows(form, d, default, monkeypatch):
     # A NaN query row gives a NaN row; an infinite key poisons the rows that see it; keys a
     # causal mask hides stay hidden whatever they hold.
+    monkeypatch.setenv("KILN_HOPPER_ATTN", form)
     b, h, lq, lk = 1, 2, 200, 300
     rng = np.random.default_rng(3)
     qn, kn, vn = (rng.standard_normal((b, h, n, d)).astype(np.float32) for n in (lq, lk, lk))
@@ -120,6 +129,26 @@ def test_default_kernel_keeps_nan_and_inf_in_their_rows(d, default):
     assert np.isnan(y[0, 0, 5]).all()
     assert np.isfinite(np.delete(y[0, 0], 5, axis=0)).all()
     assert np.isfinite(y[0, 1, :-1]).all() and not np.isfinite(y[0, 1, -1]).all()
+
+
+@pytest.mark.parametrize("form", HOPPER_FORMS)
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_hopper_training_forward_and_backward(form, mask, default, monkeypatch):
+    # The training forward (output and logsumexp) from the wgmma kernel feeds the fused
+    # backward: gradients equal the mma.sync kernel's.
+    q, k, v = (fa.uniform((1, 4, 200, 128), mx.bfloat16, -1, 1) for _ in range(3))
+    g = fa.uniform((1, 4, 200, 128), mx.bfloat16, -1, 1)
+
+    def grads():
+        f = lambda q, k, v: mx.fast.scaled_dot_product_attention(  # noqa: E731
+            q, k, v, scale=0.1, mask=mask)
+        return on_gpu(lambda: mx.vjp(f, [q, k, v], [g])[1])
+
+    monkeypatch.setenv("KILN_HOPPER_ATTN", form)
+    hopper = [npy(x) for x in grads()]
+    monkeypatch.delenv("KILN_HOPPER_ATTN")
+    for a, b in zip(hopper, [npy(x) for x in grads()]):
+        fa.close(a, b, fa.ATOL[mx.bfloat16])
 
 
 @pytest.mark.parametrize("dtype", fa.GPU_FLOATS, ids=fa.GPU_IDS)

@@ -574,8 +574,8 @@ fn run(
     let arch = crate::runtime::gpu()?.arch;
     let variant = if !simple && half && dk == dv && super::attention_hopper::takes(dk, arch) {
         match super::attention_hopper::form() {
-            0 => Variant::Hopper(dk),
-            f => Variant::HopperWs(dk, f),
+            Some(f @ 1..) => Variant::HopperWs(dk, f),
+            _ => Variant::Hopper(dk),
         }
     } else {
         variant(dtype, dk, dv, simple)
@@ -698,7 +698,9 @@ mod tests {
     #[test]
     fn hopper_kernel_only_on_sm90_for_its_head_dims() {
         use super::super::attention_hopper::{shared_bytes, takes};
-        assert!([64, 96, 128, 256].iter().all(|&d| takes(d, (9, 0))));
+        // (Asked for through KILN_HOPPER_ATTN; without it no head dim takes it.)
+        let on = super::super::attention_hopper::form().is_some();
+        assert!([64, 96, 128, 256].iter().all(|&d| takes(d, (9, 0)) == on));
         assert!(!takes(80, (9, 0)) && !takes(128, (8, 0)) && !takes(128, (10, 0)));
         // Q, two K and two V tiles fit the H100/H200's 227 KiB: 128-key tiles up to head
         // dim 128 (96 padded to 128), 64-key tiles at 256.
