@@ -51,6 +51,11 @@ ROPE_SHAPE = (8, 32, 2048, 128)
 ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
 
 
+# kiln's default attention kernels, then each form of the sm_90 wgmma kernel (--hopper).
+HOPPER_SYSTEMS = (("kiln", None), ("kiln hopper cp", "cp"), ("kiln hopper ws", "ws"),
+                  ("kiln hopper pingpong", "pingpong"))
+
+
 @contextlib.contextmanager
 def kernel_choice(value):
     """KILN_HOPPER_ATTN set to `value` inside the block (unchanged for None)."""
@@ -138,8 +143,7 @@ def kiln_rows(args, rows):
             q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
             mx.eval(q, k, v)
             # "kiln hopper <form>": the wgmma kernel's forms (sm_90), beside the default.
-            for system, kernel in (("kiln", None), ("kiln hopper cp", "cp"),
-                                   ("kiln hopper ws", "ws"), ("kiln hopper pingpong", "pingpong")):
+            for system, kernel in HOPPER_SYSTEMS:
                 if kernel and not args.hopper:
                     continue
                 for causal in (False, True):
@@ -157,15 +161,19 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v, do = (randn(shape, mx.bfloat16) for _ in range(4))
             mx.eval(q, k, v, do)
-            for causal in (False, True):
-                def fwd(q, k, v, c=causal):
-                    return mx.fast.scaled_dot_product_attention(
-                        q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
-                fb = mx.compile(lambda q, k, v, do: mx.vjp(fwd, [q, k, v], [do])[1])
-                t = run(fb, q, k, v, do) - run(fwd, q, k, v)
-                flops = 2.5 * 4 * b * h * l * l * d / (2 if causal else 1)
-                rows.append(("attention bwd" + (" causal" if causal else ""), shape, "bf16", "kiln",
-                             t, -flops))
+            for system, kernel in HOPPER_SYSTEMS:
+                if kernel and not args.hopper:
+                    continue
+                for causal in (False, True):
+                    def fwd(q, k, v, c=causal):
+                        return mx.fast.scaled_dot_product_attention(
+                            q, k, v, scale=1 / math.sqrt(d), mask="causal" if c else None)
+                    fb = mx.compile(lambda q, k, v, do: mx.vjp(fwd, [q, k, v], [do])[1])
+                    with kernel_choice(kernel):
+                        t = run(fb, q, k, v, do) - run(fwd, q, k, v)
+                    flops = 2.5 * 4 * b * h * l * l * d / (2 if causal else 1)
+                    rows.append(("attention bwd" + (" causal" if causal else ""), shape, "bf16",
+                                 system, t, -flops))
             del q, k, v, do
             mx.clear_cache()
 

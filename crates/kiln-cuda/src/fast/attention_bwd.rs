@@ -16,6 +16,7 @@
 //! lse `log Lk`: its weights are `1 / Lk` and reach dV only (hidden scores pass no gradient).
 
 use super::attention::{common, flash_defines, Key, Variant, FLASH_HELPERS};
+use super::attention_bwd_hopper as hopper;
 use super::{dense, dense_aligned, ptr};
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -35,6 +36,9 @@ pub(crate) enum Kernel {
     Delta,
     Kv,
     Q,
+    /// `attention_bwd_hopper.rs`'s forms of `Kv` and `Q` (sm_90).
+    KvHopper,
+    QHopper,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -387,6 +391,10 @@ pub(crate) fn source(key: &BwdKey) -> String {
             s.push_str(FLASH_HELPERS);
             s.push_str(if key.kernel == Kernel::Kv { KV_BODY } else { Q_BODY });
         }
+        Kernel::KvHopper | Kernel::QHopper => {
+            let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
+            s.push_str(&hopper::body(key.d, t, key.kernel == Kernel::KvHopper));
+        }
     }
     s
 }
@@ -398,6 +406,8 @@ fn kernel(key: &BwdKey) -> Result<Function> {
         Kernel::Delta => DELTA,
         Kernel::Kv => KV,
         Kernel::Q => Q,
+        Kernel::KvHopper => hopper::KV,
+        Kernel::QHopper => hopper::Q,
     };
     KERNELS.get(key, symbol, || source(key))
 }
@@ -444,7 +454,15 @@ pub(crate) fn attention_vjp(
         let blocks = check_grid(op, rows.div_ceil(WARPS as usize) as u64)?;
         launch(DELTA, kernel(&key(Kernel::Delta))?, blocks, threads, 0, &mut args)?;
     }
-    let k_blocks = lk.div_ceil(BLOCK);
+    // (kernel, symbol, block, threads, dynamic shared memory) of the kv and q kernels.
+    let [kv, qk] = if hopper::takes(d, crate::runtime::gpu()?.arch) {
+        let shared = hopper::shared_bytes(d);
+        [(Kernel::KvHopper, hopper::KV), (Kernel::QHopper, hopper::Q)]
+            .map(|(kern, sym)| (kern, sym, hopper::BLOCK, hopper::THREADS, shared))
+    } else {
+        [(Kernel::Kv, KV), (Kernel::Q, Q)].map(|(kern, sym)| (kern, sym, BLOCK, threads, 0))
+    };
+    let k_blocks = lk.div_ceil(kv.2);
     if b_n * hk * k_blocks > 0 {
         let mut args = Args::new();
         args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
@@ -452,9 +470,11 @@ pub(crate) fn attention_vjp(
         args.ptr(ptr(&lse)).ptr(ptr(&delta)).ptr(ptr(&dk)).ptr(ptr(&dvo));
         args.i64(scale.to_bits() as i64);
         let blocks = check_grid(op, (b_n * hk * k_blocks) as u64)?;
-        launch(KV, kernel(&key(Kernel::Kv))?, blocks, threads, 0, &mut args)?;
+        let function = kernel(&key(kv.0))?;
+        crate::launch::allow_shared(kv.1, function, kv.4)?;
+        launch(kv.1, function, blocks, kv.3, kv.4 as u32, &mut args)?;
     }
-    let q_blocks = lq.div_ceil(BLOCK);
+    let q_blocks = lq.div_ceil(qk.2);
     if b_n * hq * q_blocks > 0 {
         let mut args = Args::new();
         args.i64(hq as i64).i64(lq as i64).i64(lk as i64).i64(group).i64(hk as i64);
@@ -462,7 +482,9 @@ pub(crate) fn attention_vjp(
         args.ptr(ptr(&lse)).ptr(ptr(&delta)).ptr(ptr(&dq));
         args.i64(scale.to_bits() as i64);
         let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
-        launch(Q, kernel(&key(Kernel::Q))?, blocks, threads, 0, &mut args)?;
+        let function = kernel(&key(qk.0))?;
+        crate::launch::allow_shared(qk.1, function, qk.4)?;
+        launch(qk.1, function, blocks, qk.3, qk.4 as u32, &mut args)?;
     }
     Ok(vec![dq, dk, dvo])
 }
@@ -475,6 +497,12 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         for mask in [AttentionMask::None, AttentionMask::Causal] {
             for d in [16, 32, 64, 80, 96, 112, 128] {
                 for kernel in [Kernel::Kv, Kernel::Q] {
+                    let key = BwdKey { dtype, mask, d, kernel };
+                    out.push((format!("attention_bwd_{key:?}"), source(&key)));
+                }
+            }
+            for d in [64, 128] {
+                for kernel in [Kernel::KvHopper, Kernel::QHopper] {
                     let key = BwdKey { dtype, mask, d, kernel };
                     out.push((format!("attention_bwd_{key:?}"), source(&key)));
                 }
@@ -502,6 +530,6 @@ mod tests {
         assert!(s.contains("#define SWIZZLE 0") && s.contains("kiln_attn_bwd_q("));
         let s = source(&BwdKey { kernel: Kernel::Delta, ..key });
         assert!(s.contains("kiln_attn_bwd_delta") && !s.contains("ldmatrix"));
-        assert_eq!(all_sources().len(), 2 * 2 * (7 * 2 + 1));
+        assert_eq!(all_sources().len(), 2 * 2 * (7 * 2 + 2 * 2 + 1));
     }
 }

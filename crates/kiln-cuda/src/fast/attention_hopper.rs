@@ -124,7 +124,7 @@ pub(crate) fn tensor_map(
 /// (16 x n); `a` from shared memory (`_ss`, a descriptor) or registers (`_rs`, 4 words), `b`
 /// from shared memory (transposed when `tnsp_b`: MN-major). `_ss` zeroes d first unless
 /// `acc`.
-fn wgmma_helpers(n: usize, t: &str) -> String {
+pub(crate) fn wgmma_helpers(n: usize, t: &str) -> String {
     let regs = n / 2;
     let list =
         |from: usize| (from..from + regs).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
@@ -169,13 +169,16 @@ pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
     if dp != bn {
         s.push_str(&wgmma_helpers(dp, dtype_mma));
     }
+    s.push_str(HELPERS);
     s.push_str(BODY);
     let _ = writeln!(s, "#define PINGPONG {}", (form == 2) as u8);
     s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
 }
 
-const BODY: &str = r#"
+/// What the forward and backward kernels share: copies, packing, `wgmma` fences and
+/// descriptors, the swizzled tile loader (256 threads). Needs `S`, `D` and `DR`.
+pub(crate) const HELPERS: &str = r#"
 #define PANELS (D / 64)
 K_INLINE uint32_t k_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 K_INLINE void k_cp16(uint32_t dst, const void *src, bool valid) {
@@ -202,6 +205,24 @@ K_INLINE uint64_t k_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
         | ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+/* Rows [r0, r0 + R) of a row-major (rows, D) matrix into a tile at `base` (a shared
+   address, 1024-aligned): 64-column panels of R 128-byte rows, chunk c of row r at
+   ((c ^ r % 8) * 16), the layout TMA's 128-byte swizzle writes. Rows past the end and
+   padded columns are zeros (0 * NaN would poison a product). */
+template <int R>
+K_INLINE void k_load_tile(uint32_t base, const S *src, int64_t r0, int64_t rows) {
+    #pragma unroll
+    for (int e = threadIdx.x; e < R * (D / 8); e += 256) {
+        const int r = e / (D / 8), c = e % (D / 8);
+        const bool valid = r0 + r < rows && c * 8 < DR;
+        const uint32_t dst = base + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+        k_cp16(dst, src + (valid ? (r0 + r) * DR + c * 8 : 0), valid);
+    }
+}
+
+"#;
+
+const BODY: &str = r#"
 /* What every query row of a block shares: where its head's data is, the causal shift, the
    mask's strides. */
 struct KRows {
@@ -366,21 +387,6 @@ K_INLINE int k_key_tiles(const KRows &r) {
 
 /// Tiles through `cp.async` by all 256 threads; a block barrier a tile.
 const KERNEL_CP: &str = r#"
-/* Rows [r0, r0 + R) of a row-major (rows, D) matrix into a tile at `base` (a shared
-   address, 1024-aligned): 64-column panels of R 128-byte rows, chunk c of row r at
-   ((c ^ r % 8) * 16), the layout TMA's 128-byte swizzle writes. Rows past the end and
-   padded columns are zeros (0 * NaN would poison a product). */
-template <int R>
-K_INLINE void k_load_tile(uint32_t base, const S *src, int64_t r0, int64_t rows) {
-    #pragma unroll
-    for (int e = threadIdx.x; e < R * (D / 8); e += 256) {
-        const int r = e / (D / 8), c = e % (D / 8);
-        const bool valid = r0 + r < rows && c * 8 < DR;
-        const uint32_t dst = base + (c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-        k_cp16(dst, src + (valid ? (r0 + r) * DR + c * 8 : 0), valid);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_hopper(
         const int64_t hq, const int64_t lq, const int64_t lk, const int64_t group, const int64_t hk,
         const int64_t q_blocks, const S *__restrict__ q, const S *__restrict__ k,

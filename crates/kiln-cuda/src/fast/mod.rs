@@ -7,6 +7,7 @@
 
 mod attention;
 mod attention_bwd;
+mod attention_bwd_hopper;
 mod attention_decode;
 mod attention_hopper;
 pub mod cuda_kernel;
