@@ -65,6 +65,46 @@ extern "C" __global__ void kiln_attn_bwd_delta(const int64_t rows, const int64_t
 }
 "#;
 
+/// Both backward forms' per-entry math (after `common`).
+pub(crate) const ENTRIES: &str = r#"
+/* Entry (key j, query i) of the kv kernel: st (the score) becomes P^T, dpt (dP^T) becomes
+   dS^T; padded entries are 0. Rows [0, blind) see no key (causal with Lq > Lk): their
+   weights are 1 / Lk and pass no gradient to q or k. */
+K_INLINE void k_kv_entry(float &st, float &dpt, int64_t i, int64_t j, int64_t lq, int64_t lk,
+                         int64_t blind, int64_t shift, float sl, float lse2, float del) {
+    float p = 0.0f, ds = 0.0f;
+    if (i < lq && j < lk) {
+#if MASK == 1
+        if (i < blind) {
+            p = exp2f(-lse2);
+        } else if (j <= i + shift) {
+            p = exp2f(st * sl - lse2);
+            ds = p * (dpt - del);
+        }
+#else
+        p = exp2f(st * sl - lse2);
+        ds = p * (dpt - del);
+#endif
+    }
+    (void)blind;
+    (void)shift;
+    st = p;
+    dpt = ds;
+}
+/* dS of entry (query i, key j) of the q kernel from its score s and dP; hidden, padded and
+   unseen entries are 0. */
+K_INLINE float k_q_entry(float s, float dp, int64_t i, int64_t j, int64_t lq, int64_t lk,
+                         int64_t shift, float sl, float lse2, float del) {
+    bool seen = i < lq && j < lk;
+#if MASK == 1
+    seen = seen && j <= i + shift;
+#endif
+    (void)shift;
+    const float p = seen ? exp2f(s * sl - lse2) : 0.0f;
+    return p * (dp - del);
+}
+"#;
+
 const KV_BODY: &str = r#"
 #define BN 64
 #define WARPS 4
@@ -168,24 +208,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_bwd_kv(
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int il = n * 8 + tq * 2 + (e & 1);
-                    const int64_t i = i0 + il;
-                    const int64_t j = jr0 + (e >> 1) * 8;
-                    float p = 0.0f, ds = 0.0f;
-                    if (i < lq && j < lk) {
-#if MASK == 1
-                        if (i < blind) {
-                            p = exp2f(-slse[il]); /* 1 / Lk; no gradient to q or k */
-                        } else if (j <= i + shift) {
-                            p = exp2f(st[n][e] * sl - slse[il]);
-                            ds = p * (dpt[n][e] - sdel[il]);
-                        }
-#else
-                        p = exp2f(st[n][e] * sl - slse[il]);
-                        ds = p * (dpt[n][e] - sdel[il]);
-#endif
-                    }
-                    st[n][e] = p;
-                    dpt[n][e] = ds;
+                    k_kv_entry(st[n][e], dpt[n][e], i0 + il, jr0 + (e >> 1) * 8, lq, lk, blind,
+                               shift, sl, slse[il], sdel[il]);
                 }
             }
             /* As A fragments (keys x queries): tiles 2c and 2c + 1 make chunk c. */
@@ -334,14 +358,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_bwd_q(
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int rh = e >> 1;
-                const int64_t i = row0 + rh * 8;
-                const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
-                bool seen = i < lq && j < lk;
-#if MASK == 1
-                seen = seen && j <= i + shift;
-#endif
-                const float p = seen ? exp2f(s[n][e] * sl - lse2[rh]) : 0.0f;
-                s[n][e] = p * (dp[n][e] - del[rh]);
+                s[n][e] = k_q_entry(s[n][e], dp[n][e], row0 + rh * 8, j0 + n * 8 + tq * 2 + (e & 1),
+                                    lq, lk, shift, sl, lse2[rh], del[rh]);
             }
         }
         uint32_t sf[BN / 16][4];
@@ -389,10 +407,12 @@ pub(crate) fn source(key: &BwdKey) -> String {
         Kernel::Kv | Kernel::Q => {
             s.push_str(&flash_defines(key.dtype, key.d));
             s.push_str(FLASH_HELPERS);
+            s.push_str(ENTRIES);
             s.push_str(if key.kernel == Kernel::Kv { KV_BODY } else { Q_BODY });
         }
         Kernel::KvHopper | Kernel::QHopper => {
             let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
+            s.push_str(ENTRIES);
             s.push_str(&hopper::body(key.d, t, key.kernel == Kernel::KvHopper));
         }
     }

@@ -1,7 +1,8 @@
 //! Attention's fused backward on Hopper (sm_90): `attention_bwd.rs`'s two main kernels with
 //! every product on `wgmma` (`attention_hopper.rs`'s tile layout, descriptors and fragment
 //! reuse), for head dims 64 and 128, no mask or causal. Same algorithm and the same
-//! reproducibility (no atomics); its `delta` kernel (`Di = rowsum(dO O)`) is shared.
+//! reproducibility (no atomics); its `delta` kernel (`Di = rowsum(dO O)`) and per-entry
+//! math (`attention_bwd::ENTRIES`) are shared.
 //! - `kv`: a block of two warpgroups owns 128 keys of one (batch, kv head), 64 a warpgroup,
 //!   K and V in shared memory for the block's life; it walks 64-query tiles of every query
 //!   head of its GQA group: `Sᵀ = K Qᵀ` and `dPᵀ = V dOᵀ` from shared memory, then
@@ -147,24 +148,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_kv_hopper(
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int il = n * 8 + tq * 2 + (e & 1);
-                    const int64_t i = i0 + il;
-                    const int64_t j = jr0 + (e >> 1) * 8;
-                    float p = 0.0f, ds = 0.0f;
-                    if (i < lq && j < lk) {
-#if MASK == 1
-                        if (i < blind) {
-                            p = exp2f(-slse[il]); /* 1 / Lk; no gradient to q or k */
-                        } else if (j <= i + shift) {
-                            p = exp2f(st[n * 4 + e] * sl - slse[il]);
-                            ds = p * (dpt[n * 4 + e] - sdel[il]);
-                        }
-#else
-                        p = exp2f(st[n * 4 + e] * sl - slse[il]);
-                        ds = p * (dpt[n * 4 + e] - sdel[il]);
-#endif
-                    }
-                    st[n * 4 + e] = p;
-                    dpt[n * 4 + e] = ds;
+                    k_kv_entry(st[n * 4 + e], dpt[n * 4 + e], i0 + il, jr0 + (e >> 1) * 8, lq, lk,
+                               blind, shift, sl, slse[il], sdel[il]);
                 }
             }
             uint32_t pf[4][4], sf[4][4];
@@ -270,14 +255,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int rh = e >> 1;
-                const int64_t i = row0 + rh * 8;
-                const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
-                bool seen = i < lq && j < lk;
-#if MASK == 1
-                seen = seen && j <= i + shift;
-#endif
-                const float p = seen ? exp2f(s[n * 4 + e] * sl - lse2[rh]) : 0.0f;
-                s[n * 4 + e] = p * (dp[n * 4 + e] - del[rh]);
+                s[n * 4 + e] = k_q_entry(s[n * 4 + e], dp[n * 4 + e], row0 + rh * 8,
+                                         j0 + n * 8 + tq * 2 + (e & 1), lq, lk, shift, sl,
+                                         lse2[rh], del[rh]);
             }
         }
         uint32_t sf[4][4];

@@ -232,10 +232,10 @@ struct KRows {
     float sl; /* scale * log2(e) */
 };
 
-/* s = Q K^T for one warpgroup: 16 features a step; a panel holds 64 (4 steps of 32 bytes).
-   `qwg` is the warpgroup's first query row in the Q tile (BM rows a panel). */
-K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
-    k_wg_fence();
+/* Issues s = Q K^T for one warpgroup (no fence, commit or wait): 16 features a step; a
+   panel holds 64 (4 steps of 32 bytes). `qwg` is the warpgroup's first query row in the Q
+   tile (BM rows a panel). */
+K_INLINE void k_scores_issue(float *s, uint32_t qwg, uint32_t sk) {
     #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk & 3) << 5;
@@ -243,6 +243,12 @@ K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
         const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
         WGMMA_SS_S(s, da, db, kk);
     }
+}
+
+/* s = Q K^T, waited for. */
+K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
+    k_wg_fence();
+    k_scores_issue(s, qwg, sk);
     k_wg_commit();
     k_wg_wait();
     k_fence_regs(s, BN / 2);
@@ -553,13 +559,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         else asm volatile("bar.sync 2, 256;\n" ::: "memory");
         k_fence_regs(o, D / 2);
         k_wg_fence();
-        #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const uint32_t off = (kk & 3) << 5;
-            const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
-            const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
-            WGMMA_SS_S(s, da, db, kk);
-        }
+        k_scores_issue(s, qwg, sk);
         k_wg_commit();
         if (nb > 0) k_pv_issue(o, pf, psv);
         k_wg_commit();
