@@ -51,9 +51,10 @@ ROPE_SHAPE = (8, 32, 2048, 128)
 ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
 
 
-# kiln's default attention kernels, then each form of the sm_90 wgmma kernel (--hopper).
-HOPPER_SYSTEMS = (("kiln", None), ("kiln hopper cp", "cp"), ("kiln hopper ws", "ws"),
-                  ("kiln hopper pingpong", "pingpong"))
+# kiln's default attention kernels (on sm_90 the wgmma kernel's pingpong form), then with
+# --hopper the mma.sync kernels (off) and the wgmma kernel's other forms.
+HOPPER_SYSTEMS = (("kiln", None), ("kiln mma", "off"), ("kiln hopper cp", "cp"),
+                  ("kiln hopper ws", "ws"))
 
 
 @contextlib.contextmanager
@@ -142,7 +143,6 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
             mx.eval(q, k, v)
-            # "kiln hopper <form>": the wgmma kernel's forms (sm_90), beside the default.
             for system, kernel in HOPPER_SYSTEMS:
                 if kernel and not args.hopper:
                     continue
@@ -318,7 +318,8 @@ def main():
     p.add_argument("--only", nargs="*", default=["norm", "norm_bwd", "rope", "attention"])
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--hopper", action="store_true",
-                   help="attention rows for each form of the sm_90 wgmma kernel too")
+                   help="attention rows for the mma.sync kernels and the other forms of the "
+                        "sm_90 wgmma kernel too")
     args = p.parse_args()
     rows = []
     kiln_rows(args, rows)

@@ -698,7 +698,7 @@ mod tests {
     #[test]
     fn hopper_kernel_only_on_sm90_for_its_head_dims() {
         use super::super::attention_hopper::{shared_bytes, takes};
-        // (Asked for through KILN_HOPPER_ATTN; without it no head dim takes it.)
+        // (On unless KILN_HOPPER_ATTN=off.)
         let on = super::super::attention_hopper::form().is_some();
         assert!([64, 96, 128, 256].iter().all(|&d| takes(d, (9, 0)) == on));
         assert!(!takes(80, (9, 0)) && !takes(128, (8, 0)) && !takes(128, (10, 0)));

@@ -11,7 +11,9 @@
 //! - `q`: a block owns 128 queries of one (batch, head), 64 a warpgroup, Q and dO in shared
 //!   memory; it walks 64-key tiles: `S = Q Kᵀ`, `dP = dO Vᵀ`, then `dQ += dS K`.
 //!
-//! Opt-in with the forward's kernel (`KILN_HOPPER_ATTN`) until it has run on an sm_90 GPU.
+//! On with the forward's kernel (`KILN_HOPPER_ATTN=off` turns both off). On an H100
+//! (bench/fast_gpu.py, (8, 16, 2048, 128) bf16) the backward took 3.72 ms against 4.81 for
+//! the mma.sync kernels (torch's flash backward: 2.61).
 
 use super::attention_hopper::{wgmma_helpers, HELPERS};
 
