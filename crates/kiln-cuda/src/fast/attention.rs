@@ -130,8 +130,25 @@ typedef {mtype} M;
 #define LOWEST (-3.40282347e+38f)
 #define LOG2E 1.4426950408889634f
 struct KStrides {{ int64_t v[4]; }};
-/* max(a, v) that keeps a NaN from either side (kiln-cpu's max_nan). */
-K_INLINE float k_max_nan(float a, float v) {{ return (v > a || v != v) ? v : a; }}
+/* max(a, v) that keeps a NaN from either side (kiln-cpu's max_nan): one instruction from
+   sm_80 on, three compares and a select before. */
+K_INLINE float k_max_nan(float a, float v) {{
+#if __CUDA_ARCH__ >= 800
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(v));
+    return y;
+#else
+    return (v > a || v != v) ? v : a;
+#endif
+}}
+/* 2^x on the special-function unit alone. exp2f wraps the same instruction in a fix-up for
+   results below 2^-126 (four instructions, not one); a softmax weight that small counts as 0
+   either way. */
+K_INLINE float k_ex2(float x) {{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}}
 "#
     );
     s
@@ -375,13 +392,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) kiln_attn_flash(
                 mx = k_max_nan(k_max_nan(mx, s[n][2 * rh]), s[n][2 * rh + 1]);
             mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float corr = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
+            const float corr = mx == m[rh] ? 1.0f : k_ex2(m[rh] - mx);
             const float base = mx == -INFINITY ? 0.0f : mx;
             float sum = 0.0f;
             #pragma unroll
             for (int n = 0; n < BN / 8; ++n) {
-                s[n][2 * rh] = exp2f(s[n][2 * rh] - base);
-                s[n][2 * rh + 1] = exp2f(s[n][2 * rh + 1] - base);
+                s[n][2 * rh] = k_ex2(s[n][2 * rh] - base);
+                s[n][2 * rh + 1] = k_ex2(s[n][2 * rh + 1] - base);
                 sum += s[n][2 * rh] + s[n][2 * rh + 1];
             }
             l[rh] = l[rh] * corr + sum; /* this thread's columns; summed over the group at the end */
@@ -572,7 +589,10 @@ fn run(
     let dtype = inputs[0].dtype;
     let half = matches!(dtype, DType::F16 | DType::BF16);
     let arch = crate::runtime::gpu()?.arch;
-    let variant = if !simple && half && dk == dv && super::attention_hopper::takes(dk, arch) {
+    // The Hopper kernel folds the scale into its exponent, which needs it non-negative (a
+    // negative or NaN one, which no model uses, takes the flash kernel).
+    let hopper = super::attention_hopper::takes(dk, arch) && scale >= 0.0;
+    let variant = if !simple && half && dk == dv && hopper {
         match super::attention_hopper::form() {
             Some(f @ 1..) => Variant::HopperWs(dk, f),
             _ => Variant::Hopper(dk),

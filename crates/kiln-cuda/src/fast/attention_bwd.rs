@@ -76,13 +76,13 @@ K_INLINE void k_kv_entry(float &st, float &dpt, int64_t i, int64_t j, int64_t lq
     if (i < lq && j < lk) {
 #if MASK == 1
         if (i < blind) {
-            p = exp2f(-lse2);
+            p = k_ex2(-lse2);
         } else if (j <= i + shift) {
-            p = exp2f(st * sl - lse2);
+            p = k_ex2(fmaf(st, sl, -lse2));
             ds = p * (dpt - del);
         }
 #else
-        p = exp2f(st * sl - lse2);
+        p = k_ex2(fmaf(st, sl, -lse2));
         ds = p * (dpt - del);
 #endif
     }
@@ -100,7 +100,7 @@ K_INLINE float k_q_entry(float s, float dp, int64_t i, int64_t j, int64_t lq, in
     seen = seen && j <= i + shift;
 #endif
     (void)shift;
-    const float p = seen ? exp2f(s * sl - lse2) : 0.0f;
+    const float p = seen ? k_ex2(fmaf(s, sl, -lse2)) : 0.0f;
     return p * (dp - del);
 }
 "#;

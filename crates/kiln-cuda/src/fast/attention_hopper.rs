@@ -255,10 +255,12 @@ K_INLINE void k_scores(float *s, uint32_t qwg, uint32_t sk) {
     k_fence_regs(s, BN / 2);
 }
 
-/* The scores of keys [j0, j0 + BN) in base-2 units with the mask (hidden: the lowest float;
-   past the end: -inf), then the online softmax: s becomes the probabilities, m and l (this
-   thread's two rows) are updated, corr is what the output accumulated so far must be scaled
-   by. The 4 threads of a group share a row. */
+/* The online softmax of keys [j0, j0 + BN): s becomes the probabilities, m and l (this
+   thread's two rows, base-2 units) are updated, corr is what the output accumulated so far
+   must be scaled by. The 4 threads of a group share a row. Tiles off every edge keep the raw
+   scores: the scale (never negative here, see `takes`) goes into the exponent's FFMA, as
+   max(s) * scale = max(s * scale). Edge tiles scale and mask first (hidden: the lowest float;
+   past the end: -inf). */
 K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &r, int64_t j0,
                         int64_t row0, int tq) {
     bool edge = j0 + BN > r.lk;
@@ -267,7 +269,9 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
 #elif MASK >= 2
     edge = true;
 #endif
+    float mul = r.sl;
     if (edge) {
+        mul = 1.0f;
         #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
             #pragma unroll
@@ -288,25 +292,23 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
                 s[n * 4 + e] = j < r.lk ? x : -INFINITY;
             }
         }
-    } else {
-        #pragma unroll
-        for (int n = 0; n < BN / 2; ++n) s[n] *= r.sl;
     }
     #pragma unroll
     for (int rh = 0; rh < 2; ++rh) {
-        float mx = m[rh];
+        float mt = -INFINITY;
         #pragma unroll
         for (int n = 0; n < BN / 8; ++n)
-            mx = k_max_nan(k_max_nan(mx, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
-        mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        corr[rh] = mx == m[rh] ? 1.0f : exp2f(m[rh] - mx);
-        const float base2 = mx == -INFINITY ? 0.0f : mx;
+            mt = k_max_nan(k_max_nan(mt, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
+        mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float mx = k_max_nan(m[rh], mt * mul);
+        corr[rh] = mx == m[rh] ? 1.0f : k_ex2(m[rh] - mx);
+        const float nbase = mx == -INFINITY ? 0.0f : -mx;
         float sum = 0.0f;
         #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
-            s[n * 4 + 2 * rh] = exp2f(s[n * 4 + 2 * rh] - base2);
-            s[n * 4 + 2 * rh + 1] = exp2f(s[n * 4 + 2 * rh + 1] - base2);
+            s[n * 4 + 2 * rh] = k_ex2(fmaf(s[n * 4 + 2 * rh], mul, nbase));
+            s[n * 4 + 2 * rh + 1] = k_ex2(fmaf(s[n * 4 + 2 * rh + 1], mul, nbase));
             sum += s[n * 4 + 2 * rh] + s[n * 4 + 2 * rh + 1];
         }
         l[rh] = l[rh] * corr[rh] + sum;
