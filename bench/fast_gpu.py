@@ -17,16 +17,21 @@ kiln elementwise negate of the input) over the row's time; backward rows move x,
 so their floor is an elementwise add of two inputs (`copy floor 3x`). Attention rows print TFLOP/s
 (4 B H Lq Lk D, halved under the causal mask) and the ratio to torch's flash backend
 (`torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)`). torch rows are skipped
-cleanly where torch (or CUDA in it) is missing.
+cleanly where torch (or CUDA in it) is missing. MLX-CUDA's rows (`mlx`, MLX's own kernels:
+cuDNN attention where it uses it) come from a process of their own, skipped where `import
+mlx.core` fails; kiln rows print their speed over MLX's as `mlx x.xx`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 INNER = 10
@@ -81,13 +86,17 @@ def load_torch():
     return torch if torch.cuda.is_available() else None
 
 
-def kiln_rows(args, rows):
+def kiln_rows(args, rows, mx=None, name="kiln"):
+    """The rows of one mlx.core-shaped API: kiln's, or MLX-CUDA's (`mlx_rows`)."""
     import numpy as np
-    import kiln.core as mx
 
+    if mx is None:
+        import kiln.core as mx
     if not mx.is_available(mx.gpu):
-        print("kiln found no GPU; nothing to time")
+        print(f"{name} found no GPU; nothing to time")
         return
+    # MLX has one attention kernel choice; kiln's others come with --hopper.
+    systems = HOPPER_SYSTEMS if name == "kiln" else ((name, None),)
     mx.set_default_device(mx.gpu)
     rng = np.random.default_rng(0)
     dtypes = {"bf16": mx.bfloat16, "fp32": mx.float32}
@@ -106,10 +115,10 @@ def kiln_rows(args, rows):
                 x, w, b = randn(shape, dt), randn(shape[-1:], dt), randn(shape[-1:], dt)
                 mx.eval(x, w, b)
                 nbytes = 2 * x.size * x.itemsize
-                rows.append(("copy floor", shape, dn, "kiln negate", run(mx.negative, x), nbytes))
-                rows.append(("layer_norm", shape, dn, "kiln",
+                rows.append(("copy floor", shape, dn, f"{name} negate", run(mx.negative, x), nbytes))
+                rows.append(("layer_norm", shape, dn, name,
                              run(lambda x: mx.fast.layer_norm(x, w, b, 1e-5), x), nbytes))
-                rows.append(("rms_norm", shape, dn, "kiln",
+                rows.append(("rms_norm", shape, dn, name,
                              run(lambda x: mx.fast.rms_norm(x, w, 1e-5), x), nbytes))
                 del x
                 mx.clear_cache()
@@ -120,13 +129,13 @@ def kiln_rows(args, rows):
                 w, b = randn(shape[-1:], dt), randn(shape[-1:], dt)
                 mx.eval(x, g, w, b)
                 nbytes = 3 * x.size * x.itemsize
-                rows.append(("copy floor 3x", shape, dn, "kiln add", run(mx.add, x, g), nbytes))
+                rows.append(("copy floor 3x", shape, dn, f"{name} add", run(mx.add, x, g), nbytes))
                 ln = lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5)  # noqa: E731
                 rms = lambda x, w: mx.fast.rms_norm(x, w, 1e-5)  # noqa: E731
-                for name, f, prims in (("layer_norm bwd", ln, [w, b]), ("rms_norm bwd", rms, [w])):
+                for wname, f, prims in (("layer_norm bwd", ln, [w, b]), ("rms_norm bwd", rms, [w])):
                     def grads(x, g, f=f, prims=prims):
                         return mx.vjp(f, [x, *prims], [g])[1]
-                    rows.append((name, shape, dn, "kiln", run(grads, x, g), nbytes))
+                    rows.append((wname, shape, dn, name, run(grads, x, g), nbytes))
                 del x, g
                 mx.clear_cache()
     if "rope" in args.only:
@@ -135,7 +144,7 @@ def kiln_rows(args, rows):
         nbytes = 2 * x.size * x.itemsize
         for trad in (False, True):
             f = lambda x, t=trad: mx.fast.rope(x, 128, traditional=t, base=1e4, scale=1.0, offset=7)  # noqa: E731
-            rows.append(("rope" + (" trad" if trad else ""), ROPE_SHAPE, "bf16", "kiln", run(f, x), nbytes))
+            rows.append(("rope" + (" trad" if trad else ""), ROPE_SHAPE, "bf16", name, run(f, x), nbytes))
         del x
         mx.clear_cache()
     if "attention" in args.only:
@@ -143,7 +152,7 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v = (randn(shape, mx.bfloat16) for _ in range(3))
             mx.eval(q, k, v)
-            for system, kernel in HOPPER_SYSTEMS:
+            for system, kernel in systems:
                 if kernel and not args.hopper:
                     continue
                 for causal in (False, True):
@@ -161,7 +170,7 @@ def kiln_rows(args, rows):
             b, h, l, d = shape
             q, k, v, do = (randn(shape, mx.bfloat16) for _ in range(4))
             mx.eval(q, k, v, do)
-            for system, kernel in HOPPER_SYSTEMS:
+            for system, kernel in systems:
                 if kernel and not args.hopper:
                     continue
                 for causal in (False, True):
@@ -176,6 +185,32 @@ def kiln_rows(args, rows):
                                  system, t, -flops))
             del q, k, v, do
             mx.clear_cache()
+
+
+def mlx_rows(args, rows):
+    """MLX-CUDA's rows, in a process of their own (its CUDA runtime apart from kiln's and
+    torch's): this script again with --mlx-worker, its rows back as JSON."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--mlx-worker", "--reps", str(args.reps),
+           "--only", *args.only]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.mlx_timeout)
+    except subprocess.TimeoutExpired:
+        print(f"MLX-CUDA rows timed out after {args.mlx_timeout} s: skipped")
+        return
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("["):
+        why = (done.stderr.strip().splitlines() or lines or ["no output"])[-1]
+        print(f"MLX-CUDA rows skipped ({why})")
+        return
+    rows.extend((w, tuple(s), d, sysname, t, work) for w, s, d, sysname, t, work in json.loads(lines[-1]))
+
+
+def mlx_worker(args):
+    import mlx.core as mlx_mx
+
+    rows = []
+    kiln_rows(args, rows, mlx_mx, "mlx")
+    print(json.dumps(rows))
 
 
 def torch_rope(torch, x, dims, base, offset, traditional):
@@ -291,6 +326,7 @@ def report(rows):
     floors = {b: t for (w, s, d, sysname, t, b) in rows if w.startswith("copy floor") and "torch" in sysname}
     floors_k = {b: t for (w, s, d, sysname, t, b) in rows if w.startswith("copy floor") and "kiln" in sysname}
     flash = {(w, s): t for (w, s, d, sysname, t, _) in rows if sysname == "torch flash"}
+    mlx = {(w, s, d): t for (w, s, d, sysname, t, _) in rows if sysname == "mlx"}
     best_torch = {}
     for (w, s, d, sysname, t, _) in rows:
         if sysname.startswith("torch") and not w.startswith("copy floor"):
@@ -309,6 +345,8 @@ def report(rows):
             rate = f"{-work / t / 1e12:7.1f} TFLOP/s"
             fl = flash.get((w, s))
             vs = f"flash {fl / t:5.2f}" if fl and sysname == "kiln" else ""
+        if sysname == "kiln" and (w, s, d) in mlx:
+            vs += f" mlx {mlx[(w, s, d)] / t:5.2f}"
         print(f"{w:<18} {str(s):<18} {d:<5} {sysname:<14} {t * 1e3:9.3f} {rate:>14} {vs:>22}")
 
 
@@ -317,12 +355,20 @@ def main():
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--only", nargs="*", default=["norm", "norm_bwd", "rope", "attention"])
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--no-mlx", action="store_true", help="skip MLX-CUDA's rows")
+    p.add_argument("--mlx-timeout", type=float, default=600)
+    p.add_argument("--mlx-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--hopper", action="store_true",
                    help="attention rows for the mma.sync kernels and the other forms of the "
                         "sm_90 wgmma kernel too")
     args = p.parse_args()
+    if args.mlx_worker:
+        mlx_worker(args)
+        return
     rows = []
     kiln_rows(args, rows)
+    if not args.no_mlx:
+        mlx_rows(args, rows)
     torch = None if args.no_torch else load_torch()
     if torch is None:
         print("torch with CUDA is not installed: torch rows skipped")
