@@ -56,10 +56,11 @@ ROPE_SHAPE = (8, 32, 2048, 128)
 ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
 
 
-# kiln's default attention kernels (on sm_90 the wgmma kernel's pingpong form), then with
-# --hopper the mma.sync kernels (off) and the wgmma kernel's other forms.
+# kiln's default attention kernels (on sm_90 the wgmma kernel's persistent form, pingpong
+# under the causal mask), then with --hopper the mma.sync kernels (off) and the wgmma
+# kernel's other forms.
 HOPPER_SYSTEMS = (("kiln", None), ("kiln mma", "off"), ("kiln hopper cp", "cp"),
-                  ("kiln hopper ws", "ws"))
+                  ("kiln hopper ws", "ws"), ("kiln pingpong", "pingpong"))
 
 
 @contextlib.contextmanager

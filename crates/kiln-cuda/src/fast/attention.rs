@@ -594,6 +594,7 @@ fn run(
     let hopper = super::attention_hopper::takes(dk, arch) && scale >= 0.0;
     let variant = if !simple && half && dk == dv && hopper {
         match super::attention_hopper::form() {
+            Some(3) if mask == AttentionMask::Causal || lk == 0 => Variant::HopperWs(dk, 2),
             Some(f @ 1..) => Variant::HopperWs(dk, f),
             _ => Variant::Hopper(dk),
         }
@@ -654,7 +655,15 @@ fn run(
             args.ptr(mptr).ptr(out.buffer.as_ptr() as u64).ptr(lse.map_or(0, ptr));
             args.i64_struct(&mstrides);
             args.i64(scale.to_bits() as i64);
-            let blocks = check_grid(op, (b_n * hq * q_blocks) as u64)?;
+            let tiles = (b_n * hq * q_blocks) as u64;
+            let mut blocks = check_grid(op, tiles)?;
+            if let Variant::HopperWs(_, form) = variant {
+                args.i64(tiles as i64);
+                if form == 3 {
+                    // Persistent: one block an SM (its shared memory allows no more).
+                    blocks = blocks.min(crate::runtime::gpu()?.multiprocessors);
+                }
+            }
             let function = kernel(&key)?;
             crate::launch::allow_shared(symbol, function, shared)?;
             launch(symbol, function, blocks, threads, shared as u32, &mut args)?;

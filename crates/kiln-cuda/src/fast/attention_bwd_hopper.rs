@@ -30,10 +30,11 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
     matches!(d, 64 | 128) && super::attention_hopper::takes(d, arch)
 }
 
-/// Dynamic shared memory: two 128-row tiles and two 64-row tiles of `d` columns, 256 floats
-/// of row statistics (kv kernel), and 1 KiB to align the base to the swizzle's period.
+/// Dynamic shared memory: two 128-row tiles, two stages of two 64-row tiles of `d` columns
+/// (the step's tiles load while the last step's are used), two stages of 128 floats of row
+/// statistics (kv kernel), and 1 KiB to align the base to the swizzle's period.
 pub(crate) fn shared_bytes(d: usize) -> usize {
-    2 * (BLOCK + STEP) * d * 2 + 2 * STEP * 4 + 1024
+    2 * (BLOCK + 2 * STEP) * d * 2 + 2 * 2 * STEP * 4 + 1024
 }
 
 /// The kernel's source after `attention::common` (`kv` or `q`).
@@ -53,6 +54,11 @@ pub(crate) fn body(d: usize, dtype_mma: &str, kv: bool) -> String {
 }
 
 const SHARED: &str = r#"
+/* 4 bytes (zeros where !valid) through cp.async, in the tiles' copy group. */
+K_INLINE void k_cp4(float *dst, const float *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(k_smem(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
 /* acc (64 x 64 per warpgroup) = A B^T over D: A's 64 rows at `a` (a tile of `a_rows` rows a
    panel), B's 64 rows at `b` (`b_rows` a panel), both K-major. */
 K_INLINE void k_nt(float *acc, uint32_t a, int a_rows, uint32_t b, int b_rows) {
@@ -90,9 +96,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_kv_hopper(
         const double scale) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (k_smem(smem_raw) + 1023u) & ~1023u;
+    /* Stage st's Q and dO tiles at sq + st * STAGE, sdo + st * STAGE. */
+    const uint32_t STAGE = 2 * BQ * D * 2;
     const uint32_t sk = base, sv = sk + 128 * D * 2, sq = sv + 128 * D * 2, sdo = sq + BQ * D * 2;
-    float *slse = (float *)(smem_raw + (sdo + BQ * D * 2 - k_smem(smem_raw)));
-    float *sdel = slse + BQ;
+    float *slse = (float *)(smem_raw + (sq + 2 * STAGE - k_smem(smem_raw)));
+    float *sdel = slse + 2 * BQ;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int g = lane >> 2, tq = lane & 3;
     const int64_t kb = blockIdx.x % k_blocks, bkv = blockIdx.x / k_blocks;
@@ -100,7 +108,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_kv_hopper(
     const int64_t j0 = kb * 128;
     k_load_tile<128>(sk, k + bkv * lk * D, j0, lk);
     k_load_tile<128>(sv, v + bkv * lk * D, j0, lk);
-    k_cp_commit();
 
     float dka[D / 2], dva[D / 2];
     #pragma unroll
@@ -113,61 +120,91 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_kv_hopper(
     const int64_t blind = MASK == 1 && shift < 0 ? -shift : 0; /* rows that see no key */
     const uint32_t kwg = sk + wg * 64 * 128, vwg = sv + wg * 64 * 128;
 
-    for (int64_t hg = 0; hg < group; ++hg) {
-        const int64_t bh = b * hq + kvh * group + hg;
-        for (int64_t t = 0; t < q_tiles; ++t) {
-            const int64_t i0 = t * BQ;
+    /* Steps u = hg * q_tiles + t (query head hg of the group, query tile t), skipping under
+       the causal mask the tiles whose rows all see keys, none of this block's (block-uniform). */
+    const int64_t steps = group * q_tiles;
+    auto next_step = [&](int64_t u) {
 #if MASK == 1
-            /* Skip tiles whose rows all see keys, none of them this block's (block-uniform). */
-            if (i0 >= blind && min(lq, i0 + BQ) - 1 + shift < j0) continue;
+        for (; u < steps; ++u) {
+            const int64_t i0 = (u % q_tiles) * BQ;
+            if (i0 < blind || min(lq, i0 + BQ) - 1 + shift >= j0) break;
+        }
 #endif
-            __syncthreads(); /* every warpgroup is done with the last Q and dO tiles */
-            k_load_tile<BQ>(sq, q + bh * lq * D, i0, lq);
-            k_load_tile<BQ>(sdo, dout + bh * lq * D, i0, lq);
-            k_cp_commit();
-            if (tid < BQ) {
-                const int64_t i = i0 + tid;
-                slse[tid] = i < lq ? lse[bh * lq + i] * LOG2E : 0.0f;
-                sdel[tid] = i < lq ? delta[bh * lq + i] : 0.0f;
-            }
-            k_cp_wait();
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncthreads();
+        return u;
+    };
+    /* Step u's Q and dO tiles and row statistics into stage st. */
+    auto load_step = [&](int64_t u, int st) {
+        const int64_t bh = b * hq + kvh * group + u / q_tiles, i0 = (u % q_tiles) * BQ;
+        k_load_tile<BQ>(sq + st * STAGE, q + bh * lq * D, i0, lq);
+        k_load_tile<BQ>(sdo + st * STAGE, dout + bh * lq * D, i0, lq);
+        if (tid < BQ) {
+            const bool in = i0 + tid < lq;
+            k_cp4(slse + st * BQ + tid, lse + (in ? bh * lq + i0 + tid : 0), in);
+            k_cp4(sdel + st * BQ + tid, delta + (in ? bh * lq + i0 + tid : 0), in);
+        }
+    };
+    int64_t u = next_step(0);
+    if (u < steps) load_step(u, 0);
+    k_cp_commit();
+    for (int st = 0; u < steps; st ^= 1) {
+        const int64_t i0 = (u % q_tiles) * BQ, nxt = next_step(u + 1);
+        k_cp_wait();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* step u is in; every warpgroup is done with the other stage */
+        if (nxt < steps) load_step(nxt, st ^ 1);
+        k_cp_commit();
+        const uint32_t sqs = sq + st * STAGE, sdos = sdo + st * STAGE;
+        const float *lse_s = slse + st * BQ, *del_s = sdel + st * BQ;
 
-            /* S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries a warpgroup. */
-            float st[32], dpt[32];
-            k_wg_fence();
-            k_nt(st, kwg, 128, sq, BQ);
-            k_nt(dpt, vwg, 128, sdo, BQ);
-            k_wg_commit();
-            k_wg_wait();
-            k_fence_regs(st, 32);
-            k_fence_regs(dpt, 32);
+        /* S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries a warpgroup. */
+        float st_[32], dpt[32];
+        k_wg_fence();
+        k_nt(st_, kwg, 128, sqs, BQ);
+        k_nt(dpt, vwg, 128, sdos, BQ);
+        k_wg_commit();
+        k_wg_wait();
+        k_fence_regs(st_, 32);
+        k_fence_regs(dpt, 32);
 
-            /* P^T and dS^T in place; padded rows and columns are 0. */
+        /* P^T and dS^T in place. A tile inside every edge and wholly seen needs no index
+           test; else padded rows and columns are 0 and hidden entries pass nothing. */
+        const bool full = i0 + BQ <= lq && j0 + 128 <= lk && (MASK != 1 || j0 + 127 <= i0 + shift);
+        if (full) {
             #pragma unroll
             for (int n = 0; n < 8; ++n) {
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int il = n * 8 + tq * 2 + (e & 1);
-                    k_kv_entry(st[n * 4 + e], dpt[n * 4 + e], i0 + il, jr0 + (e >> 1) * 8, lq, lk,
-                               blind, shift, sl, slse[il], sdel[il]);
+                    const float p = k_ex2(fmaf(st_[n * 4 + e], sl, -lse_s[il] * LOG2E));
+                    dpt[n * 4 + e] = p * (dpt[n * 4 + e] - del_s[il]);
+                    st_[n * 4 + e] = p;
                 }
             }
-            uint32_t pf[4][4], sf[4][4];
-            k_frag(pf, st);
-            k_frag(sf, dpt);
-            /* dV += P^T dO and dK += dS^T Q (dO and Q read transposed). */
-            k_fence_regs(dva, D / 2);
-            k_fence_regs(dka, D / 2);
-            k_wg_fence();
-            k_nn(dva, pf, sdo);
-            k_nn(dka, sf, sq);
-            k_wg_commit();
-            k_wg_wait();
-            k_fence_regs(dva, D / 2);
-            k_fence_regs(dka, D / 2);
+        } else {
+            #pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int il = n * 8 + tq * 2 + (e & 1);
+                    k_kv_entry(st_[n * 4 + e], dpt[n * 4 + e], i0 + il, jr0 + (e >> 1) * 8, lq,
+                               lk, blind, shift, sl, lse_s[il] * LOG2E, del_s[il]);
+                }
+            }
         }
+        uint32_t pf[4][4], sf[4][4];
+        k_frag(pf, st_);
+        k_frag(sf, dpt);
+        /* dV += P^T dO and dK += dS^T Q (dO and Q read transposed). */
+        k_fence_regs(dva, D / 2);
+        k_fence_regs(dka, D / 2);
+        k_wg_fence();
+        k_nn(dva, pf, sdos);
+        k_nn(dka, sf, sqs);
+        k_wg_commit();
+        k_wg_wait();
+        k_fence_regs(dva, D / 2);
+        k_fence_regs(dka, D / 2);
+        u = nxt;
     }
     k_cp_wait(); /* a block that visited no tile still has its K and V copies in flight */
 
@@ -195,6 +232,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
         const float *__restrict__ delta, S *__restrict__ dq, const double scale) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (k_smem(smem_raw) + 1023u) & ~1023u;
+    /* Stage st's K and V tiles at sk + st * STAGE, sv + st * STAGE. */
+    const uint32_t STAGE = 2 * BK * D * 2;
     const uint32_t sq = base, sdo = sq + 128 * D * 2, sk = sdo + 128 * D * 2, sv = sk + BK * D * 2;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int g = lane >> 2, tq = lane & 3;
@@ -215,6 +254,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
     const int n_blocks = (int)((key_end + BK - 1) / BK);
     k_load_tile<128>(sq, q + bh * lq * D, i0, lq);
     k_load_tile<128>(sdo, dout + bh * lq * D, i0, lq);
+    if (n_blocks > 0) {
+        k_load_tile<BK>(sk, kp, 0, lk);
+        k_load_tile<BK>(sv, vp, 0, lk);
+    }
     k_cp_commit();
 
     const int64_t row0 = i0 + wg * 64 + (warp & 3) * 16 + g; /* rows row0 and row0 + 8 */
@@ -233,33 +276,49 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
 
     for (int nb = 0; nb < n_blocks; ++nb) {
         const int64_t j0 = (int64_t)nb * BK;
-        __syncthreads(); /* every warpgroup is done with the last K and V tiles */
-        k_load_tile<BK>(sk, kp, j0, lk);
-        k_load_tile<BK>(sv, vp, j0, lk);
-        k_cp_commit();
+        const uint32_t sks = sk + (nb & 1) * STAGE, svs = sv + (nb & 1) * STAGE;
         k_cp_wait(); /* (the first time, the Q and dO tiles too) */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
+        __syncthreads(); /* tile nb is in; every warpgroup is done with tile nb - 1 */
+        if (nb + 1 < n_blocks) {
+            k_load_tile<BK>(sk + ((nb + 1) & 1) * STAGE, kp, j0 + BK, lk);
+            k_load_tile<BK>(sv + ((nb + 1) & 1) * STAGE, vp, j0 + BK, lk);
+        }
+        k_cp_commit();
 
         /* S = Q K^T and dP = dO V^T: 64 rows x 64 keys a warpgroup. */
         float s[32], dp[32];
         k_wg_fence();
-        k_nt(s, qwg, 128, sk, BK);
-        k_nt(dp, owg, 128, sv, BK);
+        k_nt(s, qwg, 128, sks, BK);
+        k_nt(dp, owg, 128, svs, BK);
         k_wg_commit();
         k_wg_wait();
         k_fence_regs(s, 32);
         k_fence_regs(dp, 32);
 
-        /* dS in place of S; hidden, padded and unseen entries are 0. */
-        #pragma unroll
-        for (int n = 0; n < 8; ++n) {
+        /* dS in place of S: a tile inside every edge and wholly seen needs no index test;
+           else hidden, padded and unseen entries are 0. */
+        const bool full = i0 + 128 <= lq && j0 + BK <= lk && (MASK != 1 || j0 + BK - 1 <= i0 + shift);
+        if (full) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int rh = e >> 1;
-                s[n * 4 + e] = k_q_entry(s[n * 4 + e], dp[n * 4 + e], row0 + rh * 8,
-                                         j0 + n * 8 + tq * 2 + (e & 1), lq, lk, shift, sl,
-                                         lse2[rh], del[rh]);
+            for (int n = 0; n < 8; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int rh = e >> 1;
+                    const float p = k_ex2(fmaf(s[n * 4 + e], sl, -lse2[rh]));
+                    s[n * 4 + e] = p * (dp[n * 4 + e] - del[rh]);
+                }
+            }
+        } else {
+            #pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int rh = e >> 1;
+                    s[n * 4 + e] = k_q_entry(s[n * 4 + e], dp[n * 4 + e], row0 + rh * 8,
+                                             j0 + n * 8 + tq * 2 + (e & 1), lq, lk, shift, sl,
+                                             lse2[rh], del[rh]);
+                }
             }
         }
         uint32_t sf[4][4];
@@ -267,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
         /* dQ += dS K (K read transposed). */
         k_fence_regs(dqa, D / 2);
         k_wg_fence();
-        k_nn(dqa, sf, sk);
+        k_nn(dqa, sf, sks);
         k_wg_commit();
         k_wg_wait();
         k_fence_regs(dqa, D / 2);

@@ -16,7 +16,8 @@
 //! lower-right causal alignment, GQA, the optional row logsumexp), so either serves the
 //! backward. Head dims 64, 96, 128 and 256 (96 padded to 128 with zero columns; 256 with
 //! 64-key tiles), float16 and bfloat16, on sm_90 (`KILN_HOPPER_ATTN` picks a form: `cp`,
-//! `ws`, `pingpong` (the default), or `off`); everything else keeps the flash kernel.
+//! `ws`, `pingpong`, `persistent` (the default; causal takes `pingpong`), or `off`);
+//! everything else keeps the flash kernel.
 
 use kiln_base::{DType, Result};
 use std::fmt::Write;
@@ -52,21 +53,26 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
 }
 
 /// Which form `KILN_HOPPER_ATTN` asks for: 0 the cp.async one (`cp`), 1 the
-/// warp-specialised one (`ws`: TMA, mbarriers), 2 (the default) that with the two consumers
-/// taking turns and each tile's softmax overlapping the last tile's `P V` (`pingpong`);
-/// none for `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, 128) bf16 forward) they ran
-/// at 305, 408 and 490 TFLOP/s, the mma.sync kernel at 190.
+/// warp-specialised one (`ws`: TMA, mbarriers), 2 that with the two consumers taking turns
+/// and each tile's softmax overlapping the last tile's `P V` (`pingpong`), 3 (the default)
+/// that with one block an SM walking tiles (`persistent`: the next tile's loads overlap this
+/// one's last products and stores; not under the causal mask, whose tiles differ in length
+/// and would leave the static split unbalanced, nor without keys: those take 2); none for
+/// `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, D) bf16 forward, two runs) at D 128
+/// they ran at 341, 520, 555 and 551-561 TFLOP/s, the mma.sync kernel at 200; at D 64
+/// `pingpong` 379-380, `persistent` 381-416.
 pub(crate) fn form() -> Option<u8> {
     match std::env::var("KILN_HOPPER_ATTN").as_deref() {
         Ok("off") => None,
         Ok("cp") => Some(0),
         Ok("ws") => Some(1),
-        _ => Some(2),
+        Ok("pingpong") => Some(2),
+        _ => Some(3),
     }
 }
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
-/// nine mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
+/// ten mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
 pub(crate) fn shared_bytes(d: usize) -> usize {
     (BM + 4 * key_tile(d)) * padded(d) * 2 + 1024 + 128
 }
@@ -172,7 +178,8 @@ pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
     }
     s.push_str(HELPERS);
     s.push_str(BODY);
-    let _ = writeln!(s, "#define PINGPONG {}", (form == 2) as u8);
+    let _ = writeln!(s, "#define PINGPONG {}", (form >= 2) as u8);
+    let _ = writeln!(s, "#define PERSISTENT {}", (form == 3) as u8);
     s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
 }
@@ -272,15 +279,24 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
     float mul = r.sl;
     if (edge) {
         mul = 1.0f;
+        /* Tile-local key indices (32-bit): keys [0, kend) exist; under the causal mask row
+           rh sees keys up to lim[rh]. */
+        const int kend = (int)min((int64_t)BN, r.lk - j0);
+#if MASK == 1
+        int lim[2];
+        #pragma unroll
+        for (int rh = 0; rh < 2; ++rh)
+            lim[rh] = (int)max((int64_t)-1, min((int64_t)BN, row0 + rh * 8 + r.shift - j0));
+#endif
         #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int64_t i = row0 + (e >> 1) * 8;
-                const int64_t j = j0 + n * 8 + tq * 2 + (e & 1);
+                const int jl = n * 8 + tq * 2 + (e & 1);
+                const int64_t i = row0 + (e >> 1) * 8, j = j0 + jl;
                 float x = s[n * 4 + e] * r.sl;
 #if MASK == 1
-                if (j > i + r.shift) x = LOWEST;
+                if (jl > lim[e >> 1]) x = LOWEST;
 #elif MASK == 2
                 if (i < r.lq && j < r.lk)
                     x = x + k_load(r.mask[r.b * r.ms.v[0] + r.h * r.ms.v[1] + i * r.ms.v[2] + j * r.ms.v[3]]) * LOG2E;
@@ -289,7 +305,8 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
                     x = LOWEST;
 #endif
                 (void)i;
-                s[n * 4 + e] = j < r.lk ? x : -INFINITY;
+                (void)j;
+                s[n * 4 + e] = jl < kend ? x : -INFINITY;
             }
         }
     }
@@ -485,29 +502,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         const __grid_constant__ KTmap tmv,
         const int64_t hq, const int64_t lq, const int64_t lk, const int64_t group, const int64_t hk,
         const int64_t q_blocks, const M *__restrict__ mask, S *__restrict__ out,
-        float *__restrict__ lse, const KStrides ms, const double scale) {
+        float *__restrict__ lse, const KStrides ms, const double scale, const int64_t n_tiles) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (k_smem(smem_raw) + 1023u) & ~1023u;
     const uint32_t sq = base;
     const uint32_t sk0 = sq + BM * D * 2;
     const uint32_t sv0 = sk0 + 2 * BN * D * 2;
-    /* Barriers: Q; K full 0, 1; V full 0, 1; K empty 0, 1; V empty 0, 1. */
+    /* Barriers: Q full; K full 0, 1; V full 0, 1; K empty 0, 1; V empty 0, 1; Q empty. */
     const uint32_t bars = sv0 + 2 * BN * D * 2;
     const uint32_t bar_q = bars, full_k = bars + 8, full_v = bars + 24, empty_k = bars + 40,
-                   empty_v = bars + 56;
+                   empty_v = bars + 56, empty_q = bars + 72;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    const int64_t qb = q_blocks - 1 - (int64_t)(blockIdx.x % q_blocks);
-    const int64_t bh = blockIdx.x / q_blocks, h = bh % hq, b = bh / hq;
-    const int64_t kvh = b * hk + h / group;
-    const KRows r = {lq, lk, lk - lq, qb * BM, b, h, mask, ms, (float)scale * LOG2E};
-    const int n_blocks = k_key_tiles(r);
+    /* Tiles (a head's 128-query block; later blocks of a head first: under the causal mask
+       they have the most keys): one a block, or, persistent, every gridDim.x-th from
+       blockIdx.x, so the next tile's loads overlap this one's last products and output. */
+#if PERSISTENT
+    const int64_t t_step = gridDim.x;
+#else
+    const int64_t t_step = n_tiles;
+#endif
     if (tid == 0) {
         k_bar_init(bar_q, 1);
+        k_bar_init(empty_q, 8); /* a lane of each consumer warp */
         #pragma unroll
         for (int st = 0; st < 2; ++st) {
             k_bar_init(full_k + 8 * st, 1);
             k_bar_init(full_v + 8 * st, 1);
-            k_bar_init(empty_k + 8 * st, 8); /* a lane of each consumer warp */
+            k_bar_init(empty_k + 8 * st, 8);
             k_bar_init(empty_v + 8 * st, 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -517,43 +538,65 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid != 0) return;
-        k_bar_expect(bar_q, BM * D * 2);
-        #pragma unroll
-        for (int p = 0; p < PANELS; ++p) k_tma(sq + p * BM * 128, &tmq, 64 * p, (int)r.i0, (int)bh, bar_q);
-        for (int nb = 0; nb < n_blocks; ++nb) {
-            const int st = nb & 1;
-            const uint32_t ph = (nb >> 1) & 1;
-            const uint32_t sk = sk0 + st * (BN * D * 2), sv = sv0 + st * (BN * D * 2);
-            k_bar_wait(empty_k + 8 * st, ph ^ 1);
-            k_bar_expect(full_k + 8 * st, BN * D * 2);
+        int it = 0; /* K and V tiles through the ring so far */
+        int tc = 0;
+        for (int64_t t = blockIdx.x; t < n_tiles; t += t_step, ++tc) {
+            const int64_t qb = q_blocks - 1 - t % q_blocks, bh = t / q_blocks;
+            const int64_t kvh = (bh / hq) * hk + (bh % hq) / group;
+            const KRows r = {lq, lk, lk - lq, qb * BM, bh / hq, bh % hq, mask, ms, 0.0f};
+            const int n_blocks = k_key_tiles(r);
+            k_bar_wait(empty_q, (tc & 1) ^ 1);
+            k_bar_expect(bar_q, BM * D * 2);
             #pragma unroll
-            for (int p = 0; p < PANELS; ++p) k_tma(sk + p * BN * 128, &tmk, 64 * p, nb * BN, (int)kvh, full_k + 8 * st);
-            k_bar_wait(empty_v + 8 * st, ph ^ 1);
-            k_bar_expect(full_v + 8 * st, BN * D * 2);
-            #pragma unroll
-            for (int p = 0; p < PANELS; ++p) k_tma(sv + p * BN * 128, &tmv, 64 * p, nb * BN, (int)kvh, full_v + 8 * st);
+            for (int p = 0; p < PANELS; ++p) k_tma(sq + p * BM * 128, &tmq, 64 * p, (int)r.i0, (int)bh, bar_q);
+            for (int nb = 0; nb < n_blocks; ++nb, ++it) {
+                const int st = it & 1;
+                const uint32_t ph = (it >> 1) & 1;
+                const uint32_t sk = sk0 + st * (BN * D * 2), sv = sv0 + st * (BN * D * 2);
+                k_bar_wait(empty_k + 8 * st, ph ^ 1);
+                k_bar_expect(full_k + 8 * st, BN * D * 2);
+                #pragma unroll
+                for (int p = 0; p < PANELS; ++p) k_tma(sk + p * BN * 128, &tmk, 64 * p, nb * BN, (int)kvh, full_k + 8 * st);
+                k_bar_wait(empty_v + 8 * st, ph ^ 1);
+                k_bar_expect(full_v + 8 * st, BN * D * 2);
+                #pragma unroll
+                for (int p = 0; p < PANELS; ++p) k_tma(sv + p * BN * 128, &tmv, 64 * p, nb * BN, (int)kvh, full_v + 8 * st);
+            }
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = wg - 1, g = lane >> 2, tq = lane & 3;
+    int it = 0, tc = 0;
+#if PERSISTENT
+    for (int64_t t = blockIdx.x; t < n_tiles; t += t_step, ++tc) {
+#else
+    { /* (no loop: around the products one makes ptxas serialise every wgmma) */
+    const int64_t t = blockIdx.x;
+#endif
+    const int64_t qb = q_blocks - 1 - t % q_blocks, bh = t / q_blocks;
+    const KRows r = {lq, lk, lk - lq, qb * BM, bh / hq, bh % hq, mask, ms, (float)scale * LOG2E};
+    const int n_blocks = k_key_tiles(r);
     float o[D / 2];
     #pragma unroll
     for (int n = 0; n < D / 2; ++n) o[n] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int64_t row0 = r.i0 + cw * 64 + (warp & 3) * 16 + g;
-    k_bar_wait(bar_q, 0);
+    k_bar_wait(bar_q, tc & 1);
 #if PINGPONG
     /* Tile j's S = Q K^T and tile j-1's O += P V are issued together, then S is waited for
        while P V runs; the softmax of S overlaps it. The two consumer warpgroups take turns
        issuing (named barriers 1 and 2), so one's products run during the other's softmax.
-       Warpgroup 0 goes first; the last turn is not passed on (no dangling arrival). */
+       Warpgroup 0 goes first; the block's last turn is not passed on (no dangling arrival;
+       every tile of a launch has as many key tiles unless causal, which is never
+       persistent). */
     const uint32_t qwg = sq + cw * 64 * 128;
+    const bool last_tile = t + t_step >= n_tiles;
     uint32_t pf[BN / 16][4];
-    if (cw == 1 && n_blocks > 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-    for (int nb = 0; nb < n_blocks; ++nb) {
-        const int st = nb & 1, pst = st ^ 1;
-        const uint32_t ph = (nb >> 1) & 1, pph = ((nb - 1) >> 1) & 1;
+    if (cw == 1 && tc == 0 && n_blocks > 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    for (int nb = 0; nb < n_blocks; ++nb, ++it) {
+        const int st = it & 1, pst = st ^ 1;
+        const uint32_t ph = (it >> 1) & 1, pph = ((it - 1) >> 1) & 1;
         const uint32_t sk = sk0 + st * (BN * D * 2), psv = sv0 + pst * (BN * D * 2);
         float s[BN / 2];
         k_bar_wait(full_k + 8 * st, ph);
@@ -567,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         if (nb > 0) k_pv_issue(o, pf, psv);
         k_wg_commit();
         if (cw == 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-        else if (nb + 1 < n_blocks) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+        else if (nb + 1 < n_blocks || !last_tile) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         k_fence_regs(s, BN / 2);
         if (lane == 0) k_bar_arrive(empty_k + 8 * st);
@@ -579,9 +622,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_rescale(o, corr);
         k_pack_p(pf, s);
     }
-    if (n_blocks > 0) {
-        const int st = (n_blocks - 1) & 1;
-        k_bar_wait(full_v + 8 * st, ((n_blocks - 1) >> 1) & 1);
+    /* Every S of the tile is done: the producer may load the next tile's Q. */
+    if (lane == 0) k_bar_arrive(empty_q);
+    /* A persistent launch has keys in every tile (Lk = 0 never takes it); inside its tile
+       loop a condition around these products would make ptxas serialise every wgmma. */
+#if !PERSISTENT
+    if (n_blocks > 0)
+#endif
+    {
+        const int st = (it - 1) & 1;
+        k_bar_wait(full_v + 8 * st, ((it - 1) >> 1) & 1);
         k_fence_regs(o, D / 2);
         k_wg_fence();
         k_pv_issue(o, pf, sv0 + st * (BN * D * 2));
@@ -591,9 +641,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         if (lane == 0) k_bar_arrive(empty_v + 8 * st);
     }
 #else
-    for (int nb = 0; nb < n_blocks; ++nb) {
-        const int st = nb & 1;
-        const uint32_t ph = (nb >> 1) & 1;
+    for (int nb = 0; nb < n_blocks; ++nb, ++it) {
+        const int st = it & 1;
+        const uint32_t ph = (it >> 1) & 1;
         const uint32_t sk = sk0 + st * (BN * D * 2), sv = sv0 + st * (BN * D * 2);
         float s[BN / 2];
         k_bar_wait(full_k + 8 * st, ph);
@@ -606,7 +656,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_pv(o, s, sv);
         if (lane == 0) k_bar_arrive(empty_v + 8 * st);
     }
+    if (lane == 0) k_bar_arrive(empty_q);
 #endif
     k_epilogue(o, m, l, r, bh, row0, tq, out, lse);
+    }
 }
 "#;
