@@ -225,20 +225,39 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 
 /// NVRTC: source -> CUBIN for `arch`. Errors carry the compiler log (with line numbers).
 pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
+    build(source, arch, false).map(|(image, _)| image)
+}
+
+/// The compiler's log with ptxas's report (`-v`: registers, spills, and its performance
+/// notes such as wgmma serialisation) for `source` built for `arch`. NVRTC needs no GPU,
+/// so this runs offline (the Hopper kernels' build checks).
+#[cfg(test)]
+pub(crate) fn ptxas_report(source: &str, arch: &str) -> Result<String> {
+    build(source, arch, true).map(|(_, log)| log)
+}
+
+fn build(source: &str, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
     let src = CString::new(source).map_err(|_| kiln_base::Error::Value {
         op: "cuda_compile",
         msg: "The kernel source contains a NUL byte.".into(),
     })?;
     let prog = nvrtc::create_program(&src, Some(c"kiln_kernel.cu"))
         .map_err(|e| runtime(format!("nvrtcCreateProgram failed: {e}")))?;
-    let options = vec![
+    let mut options = vec![
         format!("--gpu-architecture={arch}"),
         // Bit-equal with the CPU where the math is the same: no contraction into FMAs.
         "--fmad=false".to_string(),
         "-std=c++17".to_string(),
     ];
+    if verbose {
+        options.push("--ptxas-options=-v".to_string());
+    }
     // SAFETY: prog is a live program; options are plain strings.
     let compiled = unsafe { nvrtc::compile_program(prog, &options) };
+    // SAFETY: prog is live; the log is a NUL-terminated byte string.
+    let log = unsafe { nvrtc::get_program_log(prog) }.unwrap_or_default();
+    let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    let log = String::from_utf8_lossy(&log).into_owned();
     let outcome = match compiled {
         Ok(()) => {
             let mut size = 0usize;
@@ -252,21 +271,13 @@ pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
             {
                 Err(runtime("NVRTC could not return the CUBIN.".into()))
             } else {
-                Ok(image)
+                Ok((image, log))
             }
         }
-        Err(_) => {
-            // SAFETY: prog is live; the log is a NUL-terminated byte string.
-            let log = unsafe { nvrtc::get_program_log(prog) }.unwrap_or_default();
-            let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-            Err(kiln_base::Error::Value {
-                op: "cuda_compile",
-                msg: format!(
-                    "NVRTC failed to compile the kernel:\n{}",
-                    String::from_utf8_lossy(&log)
-                ),
-            })
-        }
+        Err(_) => Err(kiln_base::Error::Value {
+            op: "cuda_compile",
+            msg: format!("NVRTC failed to compile the kernel:\n{log}"),
+        }),
     };
     // SAFETY: prog is live and not used after.
     let _ = unsafe { nvrtc::destroy_program(prog) };

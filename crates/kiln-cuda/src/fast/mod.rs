@@ -12,6 +12,8 @@ mod attention_decode;
 mod attention_hopper;
 pub mod cuda_kernel;
 mod gathered;
+#[cfg(test)]
+mod hopper_build_check;
 mod norm;
 mod norm_vjp;
 mod quantized_prefill;
