@@ -75,6 +75,18 @@ K_INLINE void k_nn(float *acc, uint32_t (*pf)[4], uint32_t b) {
     #pragma unroll
     for (int c = 0; c < 4; ++c) WGMMA_RS_D(acc, pf[c], k_desc(b + c * 16 * 128, 64 * 128, 1024));
 }
+/* x = A B^T and y = C E^T (64 x 64 each, `k_nt`'s operands, A and C 128 rows a panel, B and E
+   `rows`), issued together and waited for. */
+K_INLINE void k_nt_pair(float *x, uint32_t a, uint32_t b, float *y, uint32_t c, uint32_t e,
+                        int rows) {
+    k_wg_fence();
+    k_nt(x, a, 128, b, rows);
+    k_nt(y, c, 128, e, rows);
+    k_wg_commit();
+    k_wg_wait();
+    k_fence_regs(x, 32);
+    k_fence_regs(y, 32);
+}
 /* Accumulator chunks 2c and 2c + 1 as the register A operand of step c. */
 K_INLINE void k_frag(uint32_t (*f)[4], const float *x) {
     #pragma unroll
@@ -158,13 +170,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_kv_hopper(
 
         /* S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries a warpgroup. */
         float st_[32], dpt[32];
-        k_wg_fence();
-        k_nt(st_, kwg, 128, sqs, BQ);
-        k_nt(dpt, vwg, 128, sdos, BQ);
-        k_wg_commit();
-        k_wg_wait();
-        k_fence_regs(st_, 32);
-        k_fence_regs(dpt, 32);
+        k_nt_pair(st_, kwg, sqs, dpt, vwg, sdos, BQ);
 
         /* P^T and dS^T in place. A tile inside every edge and wholly seen needs no index
            test; else padded rows and columns are 0 and hidden entries pass nothing. */
@@ -288,13 +294,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kiln_attn_bwd_q_hopper(
 
         /* S = Q K^T and dP = dO V^T: 64 rows x 64 keys a warpgroup. */
         float s[32], dp[32];
-        k_wg_fence();
-        k_nt(s, qwg, 128, sks, BK);
-        k_nt(dp, owg, 128, svs, BK);
-        k_wg_commit();
-        k_wg_wait();
-        k_fence_regs(s, 32);
-        k_fence_regs(dp, 32);
+        k_nt_pair(s, qwg, sks, dp, owg, svs, BK);
 
         /* dS in place of S: a tile inside every edge and wholly seen needs no index test;
            else hidden, padded and unseen entries are 0. */
