@@ -92,7 +92,8 @@ HOPPER_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
 ]
 
 
-HOPPER_FORMS = ["cp", "ws", "pingpong", "persistent"]
+HOPPER_FORMS = ["cp", "ws", "pingpong", "persistent", "pingpong-overlap",
+                "persistent-overlap"]
 
 
 @pytest.mark.parametrize("form", HOPPER_FORMS)

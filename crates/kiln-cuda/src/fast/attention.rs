@@ -18,6 +18,7 @@
 //! lower-right aligned (query `i` sees key `j` when `j <= i + Lk - Lq`); no keys gives
 //! zeros; grouped-query attention maps query head `h` to key/value head `h / (Hq / Hk)`.
 
+use super::attention_hopper::FORM;
 use super::{dense, dense_aligned, header, ptr};
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -591,10 +592,12 @@ fn run(
     let arch = crate::runtime::gpu()?.arch;
     // The Hopper kernel folds the scale into its exponent, which needs it non-negative (a
     // negative or NaN one, which no model uses, takes the flash kernel).
-    let hopper = super::attention_hopper::takes(dk, arch) && scale >= 0.0;
-    let variant = if !simple && half && dk == dv && hopper {
+    let hopper_fits = super::attention_hopper::takes(dk, arch) && scale >= 0.0;
+    let variant = if !simple && half && dk == dv && hopper_fits {
         match super::attention_hopper::form() {
-            Some(3) if mask == AttentionMask::Causal || lk == 0 => Variant::HopperWs(dk, 2),
+            Some(f) if (f & FORM) == 3 && (mask == AttentionMask::Causal || lk == 0) => {
+                Variant::HopperWs(dk, (f & !FORM) | 2)
+            }
             Some(f @ 1..) => Variant::HopperWs(dk, f),
             _ => Variant::Hopper(dk),
         }
@@ -659,7 +662,7 @@ fn run(
             let mut blocks = check_grid(op, tiles)?;
             if let Variant::HopperWs(_, form) = variant {
                 args.i64(tiles as i64);
-                if form == 3 {
+                if (form & hopper::FORM) == 3 {
                     // Persistent: one block an SM (its shared memory allows no more).
                     blocks = blocks.min(crate::runtime::gpu()?.multiprocessors);
                 }

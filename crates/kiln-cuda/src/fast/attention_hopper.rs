@@ -61,15 +61,28 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
 /// `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, D) bf16 forward, two runs) at D 128
 /// they ran at 341, 520, 555 and 551-561 TFLOP/s, the mma.sync kernel at 200; at D 64
 /// `pingpong` 379-380, `persistent` 381-416.
+/// `-overlap` after `pingpong` or `persistent` sets [`OVERLAP`] (on trial, not yet timed).
 pub(crate) fn form() -> Option<u8> {
     match std::env::var("KILN_HOPPER_ATTN").as_deref() {
         Ok("off") => None,
         Ok("cp") => Some(0),
         Ok("ws") => Some(1),
         Ok("pingpong") => Some(2),
+        Ok("pingpong-overlap") => Some(2 | OVERLAP),
+        Ok("persistent-overlap") => Some(3 | OVERLAP),
         _ => Some(3),
     }
 }
+
+/// The bits of a form that choose its structure (0 to 3, [`form`]).
+pub(crate) const FORM: u8 = 7;
+/// A form bit: each consumer's softmax of tile j overlaps its own `P V` of tile j - 1. Both
+/// are issued so already, but ptxas's scheduler puts the wait for `P V` at the softmax's
+/// first stall (it takes the wait for free), so only the other consumer's products overlap
+/// a softmax. With the softmax behind a branch on a kernel parameter (`r.lk > 0`, true in
+/// the loop; ptxas cannot fold it, and it is uniform, so no wgmma is serialised) the wait
+/// stays below the softmax's last `MUFU.EX2` in the SASS.
+pub(crate) const OVERLAP: u8 = 8;
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
 /// ten mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
@@ -178,8 +191,9 @@ pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
     }
     s.push_str(HELPERS);
     s.push_str(BODY);
-    let _ = writeln!(s, "#define PINGPONG {}", (form >= 2) as u8);
-    let _ = writeln!(s, "#define PERSISTENT {}", (form == 3) as u8);
+    let _ = writeln!(s, "#define PINGPONG {}", ((form & FORM) >= 2) as u8);
+    let _ = writeln!(s, "#define PERSISTENT {}", ((form & FORM) == 3) as u8);
+    let _ = writeln!(s, "#define OVERLAP {}", ((form & OVERLAP) != 0) as u8);
     s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
 }
@@ -615,6 +629,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_fence_regs(s, BN / 2);
         if (lane == 0) k_bar_arrive(empty_k + 8 * st);
         float corr[2];
+#if OVERLAP
+        corr[0] = corr[1] = 1.0f;
+        if (r.lk > 0) /* (always: see OVERLAP) */
+#endif
         k_softmax(s, corr, m, l, r, (int64_t)nb * BN, row0, tq);
         k_wg_wait();
         k_fence_regs(o, D / 2);

@@ -7,6 +7,7 @@
 
 use super::attention::{self, Key, Variant};
 use super::attention_bwd::{self, BwdKey, Kernel};
+use super::attention_hopper::OVERLAP;
 use kiln_base::{AttentionMask, DType};
 
 /// Whether cudarc can load NVRTC here (loading it any other way panics when it is absent).
@@ -16,13 +17,13 @@ fn nvrtc_present() -> bool {
 }
 
 /// (name, source) of the kernels the GPU runs by default on sm_90 for half floats: the
-/// forward's persistent and pingpong forms at every head dim, with and without the row
-/// logsumexp, and the fused backward's wgmma kernels.
+/// forward's persistent and pingpong forms (and their `-overlap` trials) at every head dim,
+/// with and without the row logsumexp, and the fused backward's wgmma kernels.
 fn default_kernels() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for mask in [AttentionMask::None, AttentionMask::Causal] {
         for d in [64, 96, 128, 256] {
-            for form in [2, 3] {
+            for form in [2, 3, 2 | OVERLAP, 3 | OVERLAP] {
                 for lse in [false, true] {
                     let key =
                         Key { dtype: DType::BF16, mask, variant: Variant::HopperWs(d, form), lse };

@@ -196,7 +196,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             if dtype != DType::F32 {
                 variants.extend([16, 32, 64, 80, 96, 112, 128].map(attention::Variant::Flash));
                 variants.extend([64, 96, 128, 256].map(attention::Variant::Hopper));
-                for form in [1, 2, 3] {
+                for form in [1, 2, 3, 2 | 8, 3 | 8] {
                     let dims = [64, 96, 128, 256];
                     variants.extend(dims.map(|d| attention::Variant::HopperWs(d, form)));
                 }
