@@ -286,3 +286,49 @@ def test_norm_backward_simple_path_agrees(monkeypatch):
             t = tol if i == 0 else tol * np.sqrt(rows)
             np.testing.assert_allclose(a, c, rtol=t, atol=t)
     assert os.environ.get(var) is None
+
+
+# ---- rope at few positions, heads split between threads (KILN_ROPE_SPLIT=1) ---------------
+
+ROPE_SPLIT_SCRIPT = r"""
+import sys
+import numpy as np
+import kiln.core as mx
+
+rng = np.random.default_rng(5)
+out = {}
+cases = [((1, 32, 1, 128), 128), ((1, 8, 1, 64), 32), ((2, 6, 3, 64), 64), ((1, 40, 1, 128), 96)]
+with mx.stream(mx.gpu):
+    for i, (shape, dims) in enumerate(cases):
+        x = mx.array(rng.standard_normal(shape).astype(np.float32)).astype(mx.bfloat16)
+        freqs = mx.array(rng.uniform(1.0, 1e4, dims // 2).astype(np.float32))
+        for trad in (False, True):
+            for name, off in (("int", 37), ("array", mx.array(4100)),
+                              ("vector", mx.arange(shape[0]) * 3 + 1)):
+                for f in (None, freqs):
+                    y = mx.fast.rope(x, dims, traditional=trad, base=None if f is not None
+                                     else 5e5, scale=1.0, offset=off, freqs=f)
+                    key = f"{i}-{trad}-{name}-{f is None}"
+                    out[key] = np.array(y.astype(mx.float32))
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_rope_with_split_heads_equals_the_unsplit_kernel(tmp_path):
+    # Decode shapes (one position, many heads), heads not a multiple of 4, partial dims,
+    # traditional or not, every offset form, base or freqs: the split kernel (one process
+    # with KILN_ROPE_SPLIT=1) gives the same bits as the unsplit one (another without).
+    import subprocess
+    import sys
+
+    runs = []
+    for split in ("1", "0"):
+        path = tmp_path / f"rope{split}.npz"
+        env = dict(os.environ, KILN_ROPE_SPLIT=split)
+        done = subprocess.run([sys.executable, "-c", ROPE_SPLIT_SCRIPT, str(path)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(np.load(path))
+    assert sorted(runs[0].files) == sorted(runs[1].files) and len(runs[0].files) == 48
+    for key in runs[0].files:
+        np.testing.assert_array_equal(runs[0][key], runs[1][key], err_msg=key)
