@@ -81,7 +81,8 @@ pub(crate) const FORM: u8 = 7;
 /// first stall (it takes the wait for free), so only the other consumer's products overlap
 /// a softmax. With the softmax behind a branch on a kernel parameter (`r.lk > 0`, true in
 /// the loop; ptxas cannot fold it, and it is uniform, so no wgmma is serialised) the wait
-/// stays below the softmax's last `MUFU.EX2` in the SASS.
+/// stays below the softmax's last `MUFU.EX2` in the SASS. These forms also step the
+/// products' shared-memory descriptors by adding to one made per tile (`k_scores_issue`).
 pub(crate) const OVERLAP: u8 = 8;
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
@@ -190,10 +191,10 @@ pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
         s.push_str(&wgmma_helpers(dp, dtype_mma));
     }
     s.push_str(HELPERS);
-    s.push_str(BODY);
     let _ = writeln!(s, "#define PINGPONG {}", ((form & FORM) >= 2) as u8);
     let _ = writeln!(s, "#define PERSISTENT {}", ((form & FORM) == 3) as u8);
     let _ = writeln!(s, "#define OVERLAP {}", ((form & OVERLAP) != 0) as u8);
+    s.push_str(BODY);
     s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
 }
@@ -258,11 +259,22 @@ struct KRows {
    panel holds 64 (4 steps of 32 bytes). `qwg` is the warpgroup's first query row in the Q
    tile (BM rows a panel). */
 K_INLINE void k_scores_issue(float *s, uint32_t qwg, uint32_t sk) {
+#if OVERLAP
+    /* A descriptor's start field is the address / 16: for shared addresses (below 2^18)
+       and 16-byte steps, desc(a + off) = desc(a) + off / 16, one add, not the five
+       instructions of k_desc at each product. */
+    const uint64_t dq = k_desc(qwg, 16, 1024), dk = k_desc(sk, 16, 1024);
+#endif
     #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk & 3) << 5;
+#if OVERLAP
+        const uint64_t da = dq + (((kk >> 2) * (BM * 128) + off) >> 4);
+        const uint64_t db = dk + (((kk >> 2) * (BN * 128) + off) >> 4);
+#else
         const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
         const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
+#endif
         WGMMA_SS_S(s, da, db, kk);
     }
 }
@@ -372,8 +384,14 @@ K_INLINE void k_pack_p(uint32_t (*pf)[4], const float *s) {
 /* Issues o += P V (no wait): 16 keys a step (two 8-row groups of the swizzle, SBO); V's
    64-column panels are BN rows apart (LBO). */
 K_INLINE void k_pv_issue(float *o, uint32_t (*pf)[4], uint32_t sv) {
+#if OVERLAP
+    const uint64_t dv = k_desc(sv, BN * 128, 1024); /* (see k_scores_issue) */
+    #pragma unroll
+    for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], dv + c * 16 * 128 / 16);
+#else
     #pragma unroll
     for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], k_desc(sv + c * 16 * 128, BN * 128, 1024));
+#endif
 }
 
 /* o += P V, waited for. */
