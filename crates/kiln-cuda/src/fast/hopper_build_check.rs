@@ -33,8 +33,10 @@ fn default_kernels() -> Vec<(String, String)> {
         }
         for d in [64, 128] {
             for kernel in [Kernel::KvHopper, Kernel::QHopper] {
-                let key = BwdKey { dtype: DType::BF16, mask, d, kernel };
-                out.push((format!("{key:?}"), attention_bwd::source(&key)));
+                for step in [false, true] {
+                    let key = BwdKey { dtype: DType::BF16, mask, d, kernel, step };
+                    out.push((format!("{key:?}"), attention_bwd::source(&key)));
+                }
             }
         }
     }
