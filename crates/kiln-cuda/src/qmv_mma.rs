@@ -454,21 +454,31 @@ pub(crate) fn run(
     let mut key = key(dtype, group, n, groups / u);
     let gpu = crate::runtime::gpu()?;
     let tiles = n.div_ceil(FEATURES);
+    // Shared memory of a launch: dynamic (x and the stages) and the reduction's static array,
+    // which shares the block's limit (the default 48 KiB too); `None` where it does not fit.
+    let fits = |key: &Key| {
+        let fixed = key.warps * FEATURES * 8 * 4;
+        let shared = shared_bytes(key, rows, k);
+        (shared + fixed <= gpu.shared_per_block).then_some((shared, fixed))
+    };
     // Streaming: 4 warps of 4 stages unless KILN_QMV_TILING says otherwise, where the tiles
-    // outnumber two blocks an SM.
+    // outnumber two blocks an SM (and its deeper stages fit; else the default form).
     if stream_requested() && tiles > 2 * gpu.multiprocessors as usize {
         let (forced_warps, forced_stages) = forced();
-        key.warps = if forced_warps > 0 { forced_warps } else { 4 };
-        key.stages = if forced_stages > 0 { forced_stages } else { 4 };
-        key.stream = true;
+        let stream = Key {
+            warps: if forced_warps > 0 { forced_warps } else { 4 },
+            stages: if forced_stages > 0 { forced_stages } else { 4 },
+            stream: true,
+            ..key
+        };
+        if fits(&stream).is_some() {
+            key = stream;
+        }
     }
-    let shared = shared_bytes(&key, rows, k);
-    // The reduction's static array shares the block's limit (the default 48 KiB too).
-    let fixed = key.warps * FEATURES * 8 * 4;
-    let room = gpu.shared_per_block.saturating_sub(fixed);
-    if shared > room {
+    let Some((shared, fixed)) = fits(&key) else {
         return Ok(None);
-    }
+    };
+    let room = gpu.shared_per_block - fixed;
     let out = empty(shape, dtype)?;
     if rows == 0 || n == 0 {
         return Ok(Some(out));
@@ -480,14 +490,29 @@ pub(crate) fn run(
     let mut args = Args::new();
     args.i64(rows as i64).i64(n as i64).i64(k as i64).i64(ldw as i64);
     args.ptr(x).ptr(w).ptr(scales).ptr(biases).ptr(out.buffer.as_ptr() as u64);
+    let threads = (key.warps * 32) as u32;
     let mut blocks = check_grid(SYMBOL, tiles as u64)?;
     if key.stream {
-        // As many blocks as stay resident (shared memory, and at most 4 an SM), each walking
-        // every gridDim-th tile.
-        let per_sm = (gpu.shared_per_block / (shared + fixed + 1024)).clamp(1, 4);
-        blocks = blocks.min((per_sm * gpu.multiprocessors as usize) as u32);
+        // As many blocks as stay resident, each walking every gridDim-th tile.
+        let mut per_sm: std::ffi::c_int = 0;
+        // SAFETY: `function` is a loaded kernel (its shared-memory opt-in already set);
+        // `per_sm` is a plain out-parameter.
+        let status = unsafe {
+            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut per_sm,
+                function.0,
+                threads as std::ffi::c_int,
+                shared,
+            )
+        };
+        let per_sm = if status == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            per_sm.max(1) as u32
+        } else {
+            1
+        };
+        blocks = blocks.min(per_sm * gpu.multiprocessors);
     }
-    launch(SYMBOL, function, blocks, (key.warps * 32) as u32, shared as u32, &mut args)?;
+    launch(SYMBOL, function, blocks, threads, shared as u32, &mut args)?;
     Ok(Some(out))
 }
 

@@ -663,7 +663,7 @@ fn run(
             if let Variant::HopperWs(_, form) = variant {
                 args.i64(tiles as i64);
                 if (form & hopper::FORM) == 3 {
-                    // Persistent: one block an SM (its shared memory allows no more).
+                    // Persistent: one block an SM (its registers, 384 threads, allow no more).
                     blocks = blocks.min(crate::runtime::gpu()?.multiprocessors);
                 }
             }
