@@ -10,6 +10,10 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 # compile the Hopper kernels without a GPU (skipped without it).
 nvrtc_lib=$(python3 -c "import importlib.util as u, os; s = u.find_spec('nvidia.cuda_nvrtc'); \
 print(os.path.join(list(s.submodule_search_locations)[0], 'lib') if s else '')" 2>/dev/null || true)
-LD_LIBRARY_PATH="${nvrtc_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --release
+if [ -n "$nvrtc_lib" ]; then
+    LD_LIBRARY_PATH="${nvrtc_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --release
+else
+    cargo test --workspace --release
+fi
 python3 -m pip install --quiet .
 python3 -m pytest tests/python tests/clients -q
