@@ -509,6 +509,32 @@ fn kernel(key: &Key) -> Result<Function> {
     KERNELS.get(key, symbol, || source(key))
 }
 
+/// The forward's kernel: the Hopper one in `hopper` form (`attention_hopper::form`, given
+/// where the GPU and head dim take it) for half floats of one head dim, else [`variant`]'s.
+/// The persistent form leaves the causal mask (its tiles differ in length) and Lk = 0 (its
+/// tile loop needs keys) to pingpong; the Hopper kernel folds the scale into its exponent,
+/// which needs it non-negative (a negative or NaN one, which no model uses, takes flash).
+pub(crate) fn choose(
+    dtype: DType,
+    (dk, dv, lk): (usize, usize, usize),
+    mask: AttentionMask,
+    scale: f64,
+    simple: bool,
+    hopper: Option<u8>,
+) -> Variant {
+    let half = matches!(dtype, DType::F16 | DType::BF16);
+    match hopper {
+        Some(f) if !simple && half && dk == dv && scale >= 0.0 => match f {
+            f if (f & FORM) == 3 && (mask == AttentionMask::Causal || lk == 0) => {
+                Variant::HopperWs(dk, (f & !FORM) | 2)
+            }
+            1.. => Variant::HopperWs(dk, f),
+            0 => Variant::Hopper(dk),
+        },
+        _ => variant(dtype, dk, dv, simple),
+    }
+}
+
 /// The kernel for these inputs: flash for half floats with equal head dims, a multiple of 16
 /// up to 128 (its three 64-row tiles fit the 48 KiB of static shared memory).
 pub(crate) fn variant(dtype: DType, dk: usize, dv: usize, simple: bool) -> Variant {
@@ -588,22 +614,10 @@ fn run(
     // Hopper one where the GPU and head dim allow (the simple kernel only when asked for).
     let simple = lse.is_none() && simple_requested();
     let dtype = inputs[0].dtype;
-    let half = matches!(dtype, DType::F16 | DType::BF16);
     let arch = crate::runtime::gpu()?.arch;
-    // The Hopper kernel folds the scale into its exponent, which needs it non-negative (a
-    // negative or NaN one, which no model uses, takes the flash kernel).
-    let hopper_fits = super::attention_hopper::takes(dk, arch) && scale >= 0.0;
-    let variant = if !simple && half && dk == dv && hopper_fits {
-        match super::attention_hopper::form() {
-            Some(f) if (f & FORM) == 3 && (mask == AttentionMask::Causal || lk == 0) => {
-                Variant::HopperWs(dk, (f & !FORM) | 2)
-            }
-            Some(f @ 1..) => Variant::HopperWs(dk, f),
-            _ => Variant::Hopper(dk),
-        }
-    } else {
-        variant(dtype, dk, dv, simple)
-    };
+    let hopper_form = super::attention_hopper::form();
+    let hopper = hopper_form.filter(|_| super::attention_hopper::takes(dk, arch));
+    let variant = choose(dtype, (dk, dv, lk), mask, scale, simple, hopper);
     let prep = if variant == Variant::Simple { dense } else { dense_aligned };
     let (q, k, v) = (prep(&inputs[0])?, prep(&inputs[1])?, prep(&inputs[2])?);
     // The mask is read in place through its strides.
@@ -725,6 +739,39 @@ mod tests {
         assert!(s.contains("kiln_attn_hopper") && s.contains("#define LSE 1"));
         assert!(s.contains("m64n128k16.f32.f16.f16") && s.contains("m64n64k16.f32.f16.f16"));
         assert!(s.contains("#define WGMMA_RS_D k_wgmma_rs_64"));
+    }
+
+    #[test]
+    fn the_forward_kernel_for_each_case() {
+        use AttentionMask::{Additive, Causal, None as NoMask};
+        let (bf, f32) = (DType::BF16, DType::F32);
+        let pick = |dtype, d, lk, mask, scale, simple, form| {
+            choose(dtype, (d, d, lk), mask, scale, simple, form)
+        };
+        // Persistent off the causal mask; pingpong under it and without keys; the overlap
+        // bit kept either way.
+        assert_eq!(pick(bf, 128, 512, NoMask, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
+        assert_eq!(pick(bf, 128, 512, Additive, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
+        assert_eq!(pick(bf, 128, 512, Causal, 0.1, false, Some(3)), Variant::HopperWs(128, 2));
+        assert_eq!(pick(bf, 64, 0, NoMask, 0.1, false, Some(3)), Variant::HopperWs(64, 2));
+        assert_eq!(pick(bf, 64, 9, Causal, 0.1, false, Some(11)), Variant::HopperWs(64, 10));
+        assert_eq!(pick(bf, 64, 9, NoMask, 0.1, false, Some(10)), Variant::HopperWs(64, 10));
+        // The other forms as asked; cp is the plain Hopper variant.
+        assert_eq!(pick(bf, 96, 9, Causal, 0.1, false, Some(1)), Variant::HopperWs(96, 1));
+        assert_eq!(pick(bf, 256, 9, NoMask, 0.1, false, Some(0)), Variant::Hopper(256));
+        // A negative or NaN scale, float32, unequal head dims, `simple` or no Hopper kernel:
+        // the flash (or simple) kernel.
+        assert_eq!(pick(bf, 128, 9, NoMask, -0.1, false, Some(3)), Variant::Flash(128));
+        assert_eq!(pick(bf, 128, 9, NoMask, f64::NAN, false, Some(3)), Variant::Flash(128));
+        assert_eq!(pick(f32, 128, 9, NoMask, 0.1, false, Some(3)), Variant::Simple);
+        assert_eq!(pick(bf, 128, 9, NoMask, 0.1, true, Some(3)), Variant::Simple);
+        assert_eq!(pick(bf, 128, 9, NoMask, 0.1, false, None), Variant::Flash(128));
+        assert_eq!(pick(bf, 256, 9, NoMask, 0.1, false, None), Variant::Simple);
+        assert_eq!(
+            choose(bf, (128, 64, 9), NoMask, 0.1, false, Some(3)),
+            Variant::Simple,
+            "unequal head dims"
+        );
     }
 
     #[test]
