@@ -82,7 +82,9 @@ pub(crate) const FORM: u8 = 7;
 /// a softmax. With the softmax behind a branch on a kernel parameter (`r.lk > 0`, true in
 /// the loop; ptxas cannot fold it, and it is uniform, so no wgmma is serialised) the wait
 /// stays below the softmax's last `MUFU.EX2` in the SASS. These forms also step the
-/// products' shared-memory descriptors by adding to one made per tile (`k_scores_issue`).
+/// products' shared-memory descriptors by adding to one made per tile (`k_scores_issue`),
+/// and keep a row's running max until a tile's is 8 (base 2) above it, so that most tiles
+/// skip the output's rescale (a warp-uniform test).
 pub(crate) const OVERLAP: u8 = 8;
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
@@ -344,7 +346,15 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
             mt = k_max_nan(k_max_nan(mt, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
         mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+#if OVERLAP
+        /* The running max moves only when the tile's is more than 8 (base 2) above it: the
+           probabilities stay below 2^8 (exact as bf16 and float32 sums, as the final
+           division by l uses the same max), and most tiles need no rescale (below). */
+        const float mc = k_max_nan(m[rh], mt * mul);
+        const float mx = mc - m[rh] <= 8.0f ? m[rh] : mc;
+#else
         const float mx = k_max_nan(m[rh], mt * mul);
+#endif
         corr[rh] = mx == m[rh] ? 1.0f : k_ex2(m[rh] - mx);
         const float nbase = mx == -INFINITY ? 0.0f : -mx;
         float sum = 0.0f;
@@ -655,6 +665,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_wg_wait();
         k_fence_regs(o, D / 2);
         if (nb > 0 && lane == 0) k_bar_arrive(empty_v + 8 * pst);
+#if OVERLAP
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) /* (see k_softmax) */
+#endif
         k_rescale(o, corr);
         k_pack_p(pf, s);
     }
