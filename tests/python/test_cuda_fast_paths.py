@@ -148,6 +148,30 @@ HOPPER_TRAIN_SHAPES = [  # B, Hq, Hk, Lq, Lk, D
 
 @pytest.mark.parametrize("form", HOPPER_FORMS)
 @pytest.mark.parametrize("mask", [None, "causal"])
+@pytest.mark.parametrize("ramp", [3.0, 11.0, -6.0])
+def test_hopper_kernel_follows_scores_that_climb_or_fall_along_the_keys(form, mask, ramp,
+                                                                        default, monkeypatch):
+    # Scores growing (or shrinking) along the keys by `ramp` (base 2) a 128-key tile: the
+    # running max moves every tile, or (the -overlap forms keep it until it is 8 above)
+    # every other tile, or never; rows see 1 to 1000 keys under the causal mask.
+    b, h, lq, lk, d = 1, 2, 300, 1000, 128
+    rng = np.random.default_rng(9)
+    kn = rng.standard_normal((b, h, lk, d)).astype(np.float32) * 0.1
+    kn[..., 0] = np.arange(lk) * (ramp / 128.0) / np.log2(np.e)  # natural-log units
+    qn = rng.standard_normal((b, h, lq, d)).astype(np.float32) * 0.1
+    qn[..., 0] = 1.0
+    vn = rng.standard_normal((b, h, lk, d)).astype(np.float32)
+    q, k, v = (mx.array(x).astype(mx.bfloat16) for x in (qn, kn, vn))
+    fn = lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask=mask)  # noqa: E731
+    monkeypatch.setenv("KILN_HOPPER_ATTN", form)
+    got = npy(on_gpu(fn))
+    nm = None if mask is None else "causal"
+    want = fa.grouped_sdpa(npy(q), npy(k), npy(v), 1.0, nm)
+    fa.close(got, want, fa.ATOL[mx.bfloat16])
+
+
+@pytest.mark.parametrize("form", HOPPER_FORMS)
+@pytest.mark.parametrize("mask", [None, "causal"])
 @pytest.mark.parametrize("dims", HOPPER_TRAIN_SHAPES, ids=str)
 def test_hopper_training_forward_and_backward(form, mask, dims, default, monkeypatch):
     # The training forward (output and logsumexp) from the wgmma kernel feeds the fused
