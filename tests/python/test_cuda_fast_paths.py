@@ -18,7 +18,7 @@ import pytest
 
 import kiln.core as mx
 import test_fast_attention as fa
-from conftest import GPU_ONLY
+from conftest import GPU_ONLY, same_bits_in_processes
 from test_attention_fused_vjp import check_half, half_grads, half_inputs, loss_fn, np_sdpa_vjp
 
 pytestmark = GPU_ONLY
@@ -342,17 +342,5 @@ def test_rope_with_split_heads_equals_the_unsplit_kernel(tmp_path):
     # Decode shapes (one position, many heads), heads not a multiple of 4, partial dims,
     # traditional or not, every offset form, base or freqs: the split kernel (one process
     # with KILN_ROPE_SPLIT=1) gives the same bits as the unsplit one (another without).
-    import subprocess
-    import sys
-
-    runs = []
-    for split in ("1", "0"):
-        path = tmp_path / f"rope{split}.npz"
-        env = dict(os.environ, KILN_ROPE_SPLIT=split)
-        done = subprocess.run([sys.executable, "-c", ROPE_SPLIT_SCRIPT, str(path)], env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs.append(np.load(path))
-    assert sorted(runs[0].files) == sorted(runs[1].files) and len(runs[0].files) == 48
-    for key in runs[0].files:
-        np.testing.assert_array_equal(runs[0][key], runs[1][key], err_msg=key)
+    envs = [{"KILN_ROPE_SPLIT": "1"}, {"KILN_ROPE_SPLIT": "0"}]
+    same_bits_in_processes(ROPE_SPLIT_SCRIPT, envs, tmp_path, 48)

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
-from conftest import GPU_ONLY
+from conftest import GPU_ONLY, same_bits_in_processes
 
 pytestmark = GPU_ONLY
 
@@ -93,14 +92,5 @@ def test_streaming_form_gives_the_same_bits(tmp_path):
     # tile to tile. With the same warps and stages (KILN_QMV_TILING=4,4) each output is the
     # same sum in the same order as the one-tile-a-block kernel's: equal bits, inf and NaN
     # rows included (the definition's values are checked above for the default form).
-    runs = []
-    for stream in ("1", "0"):
-        path = tmp_path / f"qmv{stream}.npz"
-        env = dict(os.environ, KILN_QMV_STREAM=stream, KILN_QMV_TILING="4,4")
-        r = subprocess.run([sys.executable, "-c", STREAM_CHILD, str(path)], env=env,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        runs.append(np.load(path))
-    assert sorted(runs[0].files) == sorted(runs[1].files) and len(runs[0].files) == 54
-    for key in runs[0].files:
-        np.testing.assert_array_equal(runs[0][key], runs[1][key], err_msg=key)
+    envs = [{"KILN_QMV_STREAM": s, "KILN_QMV_TILING": "4,4"} for s in ("1", "0")]
+    same_bits_in_processes(STREAM_CHILD, envs, tmp_path, 54)

@@ -200,28 +200,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     };
     int64_t next_tile = blockIdx.x;
     aim(next_tile);
-    const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(stages);
-    int next = warp, next_slot = 0;
-    auto issue = [&]() {
-        if (next < chunks && next_tile < tiles) {
-            const uint32_t st = stage0 + next_slot * STAGE_BYTES;
-            #pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                k_cp<16>(st + dst_w[m], src_w[m]);
-                src_w[m] += WARPS * 128;
-            }
-            k_cp<U * 2>(st + dst_s, src_s);
-            src_s += WARPS * U;
-        }
-        k_commit();
-        next += WARPS;
-        next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
-        if (next >= chunks && warp < chunks) { /* this warp's chunks of the tile are issued */
-            next = warp;
-            next_tile += tile_step;
-            if (next_tile < tiles) aim(next_tile);
-        }
-    };
 #else
     const unsigned char *src_w[4];
     uint32_t dst_w[4];
@@ -240,10 +218,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         src_s = (lane < 16 ? scales : biases) + f * groups + warp * U;
         dst_s = W_BYTES + (lane >> 4) * SB_BYTES + row * U * 2;
     }
+#endif
     const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(stages);
     int next = warp, next_slot = 0;
     auto issue = [&]() {
+#if STREAM
+        if (next < chunks && next_tile < tiles) {
+#else
         if (next < chunks) {
+#endif
             const uint32_t st = stage0 + next_slot * STAGE_BYTES;
             #pragma unroll
             for (int m = 0; m < 4; ++m) {
@@ -256,8 +239,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         k_commit();
         next += WARPS;
         next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
-    };
+#if STREAM
+        if (next >= chunks && warp < chunks) { /* this warp's chunks of the tile are issued */
+            next = warp;
+            next_tile += tile_step;
+            if (next_tile < tiles) aim(next_tile);
+        }
 #endif
+    };
     /* x into shared memory by every thread, in flight with the first chunk (its group);
        once that group is in, a barrier makes all of x visible. */
     const int units = (int)(k / 8);
