@@ -236,6 +236,12 @@ pub(crate) fn ptxas_report(source: &str, arch: &str) -> Result<String> {
     build(source, arch, true).map(|(_, log)| log)
 }
 
+/// The CUBIN of `source` for `arch` (offline checks of the machine code).
+#[cfg(test)]
+pub(crate) fn cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
+    build(source, arch, false).map(|(image, _)| image)
+}
+
 fn build(source: &str, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
     let src = CString::new(source).map_err(|_| kiln_base::Error::Value {
         op: "cuda_compile",
