@@ -31,6 +31,9 @@ def main():
     p.add_argument("--kernels", type=int, default=0, metavar="N",
                    help="after the loop, N steps under kiln.profiler: device time a step and the "
                         "kernels that take it (the GPU's busy time, beside the host's step)")
+    p.add_argument("--gpu-time", type=int, default=0, metavar="N",
+                   help="after the loop, N steps each issued behind a kernel that holds the GPU: "
+                        "the GPU's own time a step, with no wait for the host")
     args = p.parse_args()
     if not args.mlx:
         import kiln
@@ -57,6 +60,9 @@ def main():
     split = {"build": [], "issue": [], "wait": []}
     y, lp = step(y)
     mx.async_eval(y, lp)
+    core = None if args.mlx else sys.modules["kiln"]._core
+    thread_stats = getattr(core, "_async_thread_stats", None)
+    thread0 = thread_stats() if thread_stats else None
     end = time.perf_counter() + args.seconds
     steps = 0
     # The cache grows by one token a step; start over before it passes 4096 entries.
@@ -76,8 +82,49 @@ def main():
     print(f"{args.model} {args.quant} {'mlx' if args.mlx else 'kiln'}: {steps} steps, build "
           f"{med(build):.2f} ms, issue {med(issue):.2f}, wait {med(wait):.2f}, step {step_ms:.2f} "
           f"({1e3 / step_ms:.0f} tok/s)", flush=True)
+    if thread0 is not None:
+        jobs, busy = (b - a for a, b in zip(thread0, thread_stats()))
+        if jobs:
+            # Near the step time: issuing bounds the loop; well under it: the GPU does.
+            print(f"  issuing thread: {jobs} jobs, busy {busy / jobs * 1e3:.2f} ms a job "
+                  f"({busy / (jobs * step_ms * 1e-3):.0%} of a step)", flush=True)
+    if args.gpu_time and not args.mlx:
+        gpu_step_time(mx, step, y, args.gpu_time)
     if args.kernels and not args.mlx:
         kernel_table(mx, step, y, args.kernels)
+
+
+HOLD_MS = 25
+
+
+def gpu_step_time(mx, step, y, steps):
+    """The GPU's time a step when it never waits for the host: a one-thread kernel spins
+    for HOLD_MS on the GPU clock while the step is built and issued behind it, so the step's
+    kernels run back to back; the wall time less the hold is the step's (plus one read)."""
+    hold = mx.fast.cuda_kernel("kiln_bench_hold", ["x"], ["y"], """
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < NS);
+        y[0] = x[0];
+    """)
+    x = mx.zeros((1,))
+    times = []
+    for _ in range(steps + 2):
+        mx.eval(x, y)
+        t0 = time.perf_counter()
+        (h,) = hold(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
+                    output_dtypes=[mx.float32], template=[("NS", HOLD_MS * 1_000_000)])
+        mx.async_eval(h)
+        y, lp = step(y)
+        mx.async_eval(y, lp)
+        issued = time.perf_counter() - t0
+        mx.eval(y, lp, h)
+        times.append(time.perf_counter() - t0 - HOLD_MS * 1e-3)
+        assert issued < HOLD_MS * 1e-3, "the step took longer to issue than the hold"
+    times = sorted(times[2:])
+    print(f"  GPU time a step (issued behind a {HOLD_MS} ms hold): median "
+          f"{times[len(times) // 2] * 1e3:.2f} ms, min {times[0] * 1e3:.2f} over {steps}",
+          flush=True)
 
 
 def kernel_table(mx, step, y, steps):

@@ -60,9 +60,7 @@ ATTN_SHAPES = [(8, 16, 2048, 128), (8, 16, 2048, 64)]
 # under the causal mask), then with --hopper the mma.sync kernels (off) and the wgmma
 # kernel's other forms.
 HOPPER_SYSTEMS = (("kiln", None), ("kiln mma", "off"), ("kiln hopper cp", "cp"),
-                  ("kiln hopper ws", "ws"), ("kiln pingpong", "pingpong"),
-                  ("kiln pp overlap", "pingpong-overlap"),
-                  ("kiln ps overlap", "persistent-overlap"))
+                  ("kiln hopper ws", "ws"), ("kiln pingpong", "pingpong"))
 
 
 @contextlib.contextmanager

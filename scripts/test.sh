@@ -6,17 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
-# NVRTC and cuobjdump from pip (nvidia-cuda-nvrtc-cu12, nvidia-cuda-cuobjdump and -nvdisasm,
-# where installed): kiln-cuda's offline build checks compile the Hopper kernels and read
-# their machine code without a GPU (skipped without them).
+# NVRTC from pip (nvidia-cuda-nvrtc-cu12, where installed): kiln-cuda's offline build checks
+# compile the kernels without a GPU (skipped without it).
 pip_dir() {
     python3 -c "import importlib.util as u, os, sys; s = u.find_spec(sys.argv[1]); \
 print(os.path.join(list(s.submodule_search_locations)[0], sys.argv[2]) if s else '')" "$1" "$2" \
         2>/dev/null || true
 }
 nvrtc_lib=$(pip_dir nvidia.cuda_nvrtc lib)
-cuobjdump="$(pip_dir nvidia.cu13 bin)/cuobjdump"
-if [ -x "$cuobjdump" ]; then export KILN_CUOBJDUMP="$cuobjdump"; fi
 if [ -n "$nvrtc_lib" ]; then
     LD_LIBRARY_PATH="${nvrtc_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --release
 else

@@ -18,7 +18,7 @@ import pytest
 
 import kiln.core as mx
 import test_fast_attention as fa
-from conftest import GPU_ONLY, same_bits_in_processes
+from conftest import GPU_ONLY
 from test_attention_fused_vjp import check_half, half_grads, half_inputs, loss_fn, np_sdpa_vjp
 
 pytestmark = GPU_ONLY
@@ -92,8 +92,7 @@ HOPPER_SHAPES = [  # B, Hq, Hk, Lq, Lk, D, Dv
 ]
 
 
-HOPPER_FORMS = ["cp", "ws", "pingpong", "persistent", "pingpong-overlap",
-                "persistent-overlap"]
+HOPPER_FORMS = ["cp", "ws", "pingpong", "persistent"]
 
 
 @pytest.mark.parametrize("form", HOPPER_FORMS)
@@ -152,8 +151,8 @@ HOPPER_TRAIN_SHAPES = [  # B, Hq, Hk, Lq, Lk, D
 def test_hopper_kernel_follows_scores_that_climb_or_fall_along_the_keys(form, mask, ramp,
                                                                         default, monkeypatch):
     # Scores growing (or shrinking) along the keys by `ramp` (base 2) a 128-key tile: the
-    # running max moves every tile, or (the -overlap forms keep it until it is 8 above)
-    # every other tile, or never; rows see 1 to 1000 keys under the causal mask.
+    # running max moves every tile, by a little or by a lot, or never; rows see 1 to 1000
+    # keys under the causal mask.
     b, h, lq, lk, d = 1, 2, 300, 1000, 128
     rng = np.random.default_rng(9)
     kn = rng.standard_normal((b, h, lk, d)).astype(np.float32) * 0.1
@@ -311,36 +310,3 @@ def test_norm_backward_simple_path_agrees(monkeypatch):
             np.testing.assert_allclose(a, c, rtol=t, atol=t)
     assert os.environ.get(var) is None
 
-
-# ---- rope at few positions, heads split between threads (KILN_ROPE_SPLIT=1) ---------------
-
-ROPE_SPLIT_SCRIPT = r"""
-import sys
-import numpy as np
-import kiln.core as mx
-
-rng = np.random.default_rng(5)
-out = {}
-cases = [((1, 32, 1, 128), 128), ((1, 8, 1, 64), 32), ((2, 6, 3, 64), 64), ((1, 40, 1, 128), 96)]
-with mx.stream(mx.gpu):
-    for i, (shape, dims) in enumerate(cases):
-        x = mx.array(rng.standard_normal(shape).astype(np.float32)).astype(mx.bfloat16)
-        freqs = mx.array(rng.uniform(1.0, 1e4, dims // 2).astype(np.float32))
-        for trad in (False, True):
-            for name, off in (("int", 37), ("array", mx.array(4100)),
-                              ("vector", mx.arange(shape[0]) * 3 + 1)):
-                for f in (None, freqs):
-                    y = mx.fast.rope(x, dims, traditional=trad, base=None if f is not None
-                                     else 5e5, scale=1.0, offset=off, freqs=f)
-                    key = f"{i}-{trad}-{name}-{f is None}"
-                    out[key] = np.array(y.astype(mx.float32))
-np.savez(sys.argv[1], **out)
-"""
-
-
-def test_rope_with_split_heads_equals_the_unsplit_kernel(tmp_path):
-    # Decode shapes (one position, many heads), heads not a multiple of 4, partial dims,
-    # traditional or not, every offset form, base or freqs: the split kernel (one process
-    # with KILN_ROPE_SPLIT=1) gives the same bits as the unsplit one (another without).
-    envs = [{"KILN_ROPE_SPLIT": "1"}, {"KILN_ROPE_SPLIT": "0"}]
-    same_bits_in_processes(ROPE_SPLIT_SCRIPT, envs, tmp_path, 48)

@@ -303,10 +303,12 @@ def test_edges_of_the_kernels(device):
     close(y, grouped_sdpa(f64(q * 4), f64(k * 4), f64(v), 1.0), 5e-2)
 
 
-# Decode: B, Hq, Hk, Lq, Lk, D, Dv: one span (few keys), many spans, GQA 1 to 8, up to 16 rows
-# per KV head (two row tiles), odd lengths, head dims 64 to 256.
+# Decode: B, Hq, Hk, Lq, Lk, D, Dv: one span (few keys), many spans (hundreds: more than the
+# combine's threads), GQA 1 to 8, up to 16 rows per KV head (two row tiles), odd lengths, head
+# dims 64 to 256.
 DECODE_SHAPES = [
     (1, 32, 8, 1, 4096, 128, 128),
+    (1, 4, 1, 1, 70001, 64, 64),
     (1, 32, 8, 1, 40, 128, 128),
     (2, 8, 2, 3, 1000, 64, 64),
     (1, 4, 4, 16, 777, 96, 96),

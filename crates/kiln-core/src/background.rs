@@ -16,7 +16,7 @@
 
 use crate::array::Array;
 use kiln_base::{DeviceKind, Result};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Condvar, Mutex, OnceLock};
 
 /// Jobs waiting beyond the one being issued: a caller that runs further ahead blocks (each
@@ -31,6 +31,16 @@ struct Worker {
 }
 
 static WORKER: OnceLock<Option<Worker>> = OnceLock::new();
+
+/// Jobs the issuing thread finished, and the nanoseconds it spent on them: a decode step
+/// whose thread is busy for the whole step is bound by issuing, not by the GPU.
+static ISSUED_JOBS: AtomicU64 = AtomicU64::new(0);
+static BUSY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// (jobs issued, seconds busy) of the issuing thread so far.
+pub fn issuing_thread_stats() -> (u64, f64) {
+    (ISSUED_JOBS.load(Ordering::Relaxed), BUSY_NS.load(Ordering::Relaxed) as f64 * 1e-9)
+}
 
 thread_local! {
     /// Set on the issuing thread: it never waits for its own jobs.
@@ -95,6 +105,7 @@ fn worker() -> Option<&'static Worker> {
             let spawned = std::thread::Builder::new().name("kiln-issue".into()).spawn(move || {
                 IS_WORKER.with(|w| w.set(true));
                 for job in queue {
+                    let start = std::time::Instant::now();
                     // Errors stay with the arrays (see the module doc); a panic (kernels'
                     // are caught already) must still count the job as issued.
                     let run = std::panic::AssertUnwindSafe(|| {
@@ -102,6 +113,8 @@ fn worker() -> Option<&'static Worker> {
                         drop(job);
                     });
                     let _ = std::panic::catch_unwind(run);
+                    BUSY_NS.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    ISSUED_JOBS.fetch_add(1, Ordering::Relaxed);
                     let worker = WORKER.get().and_then(Option::as_ref).expect("set before jobs");
                     worker.counts.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
                     worker.issued.notify_all();

@@ -76,6 +76,9 @@ impl Launch {
 
     fn run(&mut self, stream: sys::CUstream) -> Result<()> {
         let mut params = self.params();
+        if early_launches() && !crate::runtime::capturing(stream) {
+            return self.run_early(stream, &mut params);
+        }
         // SAFETY: `func` is a loaded kernel whose parameters match `words` (the caller laid
         // them out for its signature); every pointer argument is a live device allocation
         // kept alive by its buffers until the stream reaches the kernel (blocks are reused
@@ -92,6 +95,46 @@ impl Launch {
         }
         .map_err(|e| driver_error(self.op, e))
     }
+
+    /// A programmatic dependent launch: the kernel may be scheduled before the one ahead of
+    /// it on the stream has flushed its writes; its first statement waits for them
+    /// (`nvrtc::GRID_WAIT`), so only the launch gap is overlapped.
+    fn run_early(&self, stream: sys::CUstream, params: &mut [*mut std::ffi::c_void]) -> Result<()> {
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: self.blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: self.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: self.shared,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as for `launch_kernel` in `run`; `config` and `attr` outlive the call,
+        // and every kernel kiln builds for this architecture starts with the grid wait.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, self.func, params.as_mut_ptr(), std::ptr::null_mut())
+        }
+        .result()
+        .map_err(|e| driver_error(self.op, e))
+    }
+}
+
+/// Whether kernels go out as programmatic dependent launches: on sm_90 and later (whose
+/// kernels kiln builds with the grid wait), unless `KILN_EARLY_LAUNCH=0`.
+fn early_launches() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var("KILN_EARLY_LAUNCH").is_ok_and(|v| v.trim() == "0");
+        !off && gpu().is_ok_and(|g| g.arch.0 >= 9)
+    })
 }
 
 /// An executable graph of one kernel sequence, with the arguments its nodes hold now.

@@ -149,7 +149,12 @@ pub(crate) struct Loaded {
 /// to the cache), then loaded. Takes no lock: several threads may build at once (NVRTC
 /// programs are independent); loading binds the GPU's context on the calling thread.
 pub(crate) fn obtain(source: &str, symbol: &str, target: &Target) -> Result<Loaded> {
-    let key = fnv1a(&[source.as_bytes(), target.arch.as_bytes(), target.nvrtc.as_bytes()]);
+    let key = fnv1a(&[
+        source.as_bytes(),
+        target.arch.as_bytes(),
+        target.nvrtc.as_bytes(),
+        GRID_WAIT_TAG.as_bytes(),
+    ]);
     let paths = cache_dir()
         .map(|d| (d.join(format!("{key:016x}.cubin")), d.join(format!("{key:016x}.cu"))));
     let cached = paths.as_ref().and_then(|(cubin, src)| {
@@ -228,6 +233,14 @@ pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
     build(source, arch, false).map(|(image, _)| image)
 }
 
+/// Whether cudarc can load NVRTC here (loading it any other way panics when it is absent):
+/// the offline build checks skip without it.
+#[cfg(test)]
+pub(crate) fn loadable() -> bool {
+    // SAFETY: only tries to open the library by its candidate names.
+    unsafe { nsys::is_culib_present() }
+}
+
 /// The compiler's log with ptxas's report (`-v`: registers, spills, and its performance
 /// notes such as wgmma serialisation) for `source` built for `arch`. NVRTC needs no GPU,
 /// so this runs offline (the Hopper kernels' build checks).
@@ -236,13 +249,54 @@ pub(crate) fn ptxas_report(source: &str, arch: &str) -> Result<String> {
     build(source, arch, true).map(|(_, log)| log)
 }
 
-/// The CUBIN of `source` for `arch` (offline checks of the machine code).
-#[cfg(test)]
-pub(crate) fn cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
-    build(source, arch, false).map(|(image, _)| image)
+/// Part of the disk cache key: CUBINs built before kernels began with the grid wait must
+/// not be loaded (a kernel launched early would race its predecessor).
+const GRID_WAIT_TAG: &str = "grid-wait-1";
+
+/// What every kernel runs first on sm_90 and later: wait until the kernels before it on
+/// the stream have finished and their writes are visible (`griddepcontrol.wait`). After a
+/// plain launch there is nothing left to wait for; it is what makes a programmatic dependent
+/// launch (batch.rs) safe, which lets a kernel's blocks be scheduled while its predecessor's
+/// last blocks drain instead of after a full launch gap. On one line: compiler messages
+/// keep the source's line numbers.
+const GRID_WAIT: &str = " asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");";
+
+/// Whether `arch` (`sm_90a`, `sm_86`, ...) has `griddepcontrol` (sm_90 and later).
+pub(crate) fn has_grid_dependencies(arch: &str) -> bool {
+    let digits: String =
+        arch.trim_start_matches("sm_").chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse::<u32>().is_ok_and(|n| n >= 90)
+}
+
+/// `source` with [`GRID_WAIT`] as the first statement of each `extern "C" __global__`
+/// function defined in it (kiln's kernels and the wrappers of user kernels all are).
+pub(crate) fn with_grid_wait(source: &str) -> String {
+    const ENTRY: &str = "extern \"C\" __global__";
+    let mut out = String::with_capacity(source.len() + 128);
+    let mut rest = source;
+    while let Some(at) = rest.find(ENTRY) {
+        // The body opens at the first brace after the parameter list (which holds none);
+        // a `;` first is a declaration.
+        let after = at + ENTRY.len();
+        let Some(end) = rest[after..].find(['{', ';']).map(|i| after + i) else { break };
+        out.push_str(&rest[..=end]);
+        if rest.as_bytes()[end] == b'{' {
+            out.push_str(GRID_WAIT);
+        }
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn build(source: &str, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
+    let waiting;
+    let source = if has_grid_dependencies(arch) {
+        waiting = with_grid_wait(source);
+        waiting.as_str()
+    } else {
+        source
+    };
     let src = CString::new(source).map_err(|_| kiln_base::Error::Value {
         op: "cuda_compile",
         msg: "The kernel source contains a NUL byte.".into(),
@@ -358,6 +412,29 @@ pub(crate) fn dump_sources(sources: &[(String, String)]) {
 mod tests {
     use super::*;
 
+    /// Every kernel defined in a source starts with the grid wait, declarations and other
+    /// functions are left alone, and line numbers do not move.
+    #[test]
+    fn kernels_start_with_the_grid_wait() {
+        let source = "extern \"C\" __global__ void kiln_a(int n);\n\
+                      __device__ int f(int x) { return x; }\n\
+                      extern \"C\" __global__ void __launch_bounds__(128) kiln_a(const Str s,\n\
+                      int n) {\n  s.v[0] = n;\n}\n\
+                      extern \"C\" __global__ void kiln_b() { }\n";
+        let out = with_grid_wait(source);
+        assert_eq!(out.matches(GRID_WAIT).count(), 2, "{out}");
+        assert_eq!(out.lines().count(), source.lines().count());
+        assert!(out.contains(&format!("int n) {{{GRID_WAIT}\n  s.v[0] = n;")), "{out}");
+        assert!(out.contains(&format!("kiln_b() {{{GRID_WAIT} }}")), "{out}");
+        assert!(out.contains("kiln_a(int n);\n__device__ int f(int x) { return x; }"), "{out}");
+        assert_eq!(with_grid_wait("no kernel here {"), "no kernel here {");
+        for (arch, has) in [("sm_90a", true), ("sm_90", true), ("sm_100a", true), ("sm_89", false)]
+        {
+            assert_eq!(has_grid_dependencies(arch), has, "{arch}");
+        }
+        assert!(!has_grid_dependencies("compute_80"));
+    }
+
     /// A batch's failed build is raised by the first launch needing that kernel, with the
     /// same error; later calls build again as without a batch (here: no GPU).
     #[test]
@@ -379,8 +456,7 @@ mod tests {
     /// several threads at once, each to its own CUBIN, and a broken one carries its log.
     #[test]
     fn nvrtc_compiles_in_parallel_without_a_gpu() {
-        // SAFETY: only tries to dlopen the library.
-        if !unsafe { nsys::is_culib_present() } {
+        if !loadable() {
             eprintln!("skipped: libnvrtc not found");
             return;
         }

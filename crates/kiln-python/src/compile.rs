@@ -488,6 +488,12 @@ fn _drain_async_eval(py: Python<'_>) {
     py.detach(kiln::background::drain);
 }
 
+/// The issuing thread's jobs so far and the seconds it spent issuing them.
+#[pyfunction]
+fn _async_thread_stats() -> (u64, f64) {
+    kiln::background::issuing_thread_stats()
+}
+
 /// The eager-graph batches' counters so far (flushes, direct and graph launches, nodes
 /// updated, graphs built and refused).
 #[pyfunction]
@@ -605,6 +611,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_set_async_thread, m)?)?;
     m.add_function(wrap_pyfunction!(_drain_async_eval, m)?)?;
     m.add_function(wrap_pyfunction!(_eager_graph_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_async_thread_stats, m)?)?;
     m.add_function(wrap_pyfunction!(export_to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(disable_compile, m)?)?;
     m.add_function(wrap_pyfunction!(enable_compile, m)?)?;

@@ -18,7 +18,6 @@
 //! lower-right aligned (query `i` sees key `j` when `j <= i + Lk - Lq`); no keys gives
 //! zeros; grouped-query attention maps query head `h` to key/value head `h / (Hq / Hk)`.
 
-use super::attention_hopper::FORM;
 use super::{dense, dense_aligned, header, ptr};
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -525,9 +524,7 @@ pub(crate) fn choose(
     let half = matches!(dtype, DType::F16 | DType::BF16);
     match hopper {
         Some(f) if !simple && half && dk == dv && scale >= 0.0 => match f {
-            f if (f & FORM) == 3 && (mask == AttentionMask::Causal || lk == 0) => {
-                Variant::HopperWs(dk, (f & !FORM) | 2)
-            }
+            3 if mask == AttentionMask::Causal || lk == 0 => Variant::HopperWs(dk, 2),
             1.. => Variant::HopperWs(dk, f),
             0 => Variant::Hopper(dk),
         },
@@ -676,7 +673,7 @@ fn run(
             let mut blocks = check_grid(op, tiles)?;
             if let Variant::HopperWs(_, form) = variant {
                 args.i64(tiles as i64);
-                if (form & hopper::FORM) == 3 {
+                if form == 3 {
                     // Persistent: one block an SM (its registers, 384 threads, allow no more).
                     blocks = blocks.min(crate::runtime::gpu()?.multiprocessors);
                 }
@@ -748,15 +745,13 @@ mod tests {
         let pick = |dtype, d, lk, mask, scale, simple, form| {
             choose(dtype, (d, d, lk), mask, scale, simple, form)
         };
-        // Persistent off the causal mask; pingpong under it and without keys; the overlap
-        // bit kept either way.
+        // Persistent off the causal mask; pingpong under it and without keys.
         assert_eq!(pick(bf, 128, 512, NoMask, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
         assert_eq!(pick(bf, 128, 512, Additive, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
         assert_eq!(pick(bf, 128, 512, Causal, 0.1, false, Some(3)), Variant::HopperWs(128, 2));
         assert_eq!(pick(bf, 64, 0, NoMask, 0.1, false, Some(3)), Variant::HopperWs(64, 2));
-        assert_eq!(pick(bf, 64, 9, Causal, 0.1, false, Some(11)), Variant::HopperWs(64, 10));
-        assert_eq!(pick(bf, 64, 9, NoMask, 0.1, false, Some(10)), Variant::HopperWs(64, 10));
         // The other forms as asked; cp is the plain Hopper variant.
+        assert_eq!(pick(bf, 64, 9, NoMask, 0.1, false, Some(2)), Variant::HopperWs(64, 2));
         assert_eq!(pick(bf, 96, 9, Causal, 0.1, false, Some(1)), Variant::HopperWs(96, 1));
         assert_eq!(pick(bf, 256, 9, NoMask, 0.1, false, Some(0)), Variant::Hopper(256));
         // A negative or NaN scale, float32, unequal head dims, `simple` or no Hopper kernel:

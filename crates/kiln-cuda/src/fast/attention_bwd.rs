@@ -48,8 +48,6 @@ pub(crate) struct BwdKey {
     /// The head dim (the delta kernel's source takes any).
     pub d: usize,
     pub kernel: Kernel,
-    /// The Hopper kernels' trial descriptor stepping (with `KILN_HOPPER_ATTN=*-overlap`).
-    pub step: bool,
 }
 
 const DELTA_BODY: &str = r#"
@@ -415,7 +413,7 @@ pub(crate) fn source(key: &BwdKey) -> String {
         Kernel::KvHopper | Kernel::QHopper => {
             let t = if key.dtype == DType::BF16 { "bf16" } else { "f16" };
             s.push_str(ENTRIES);
-            s.push_str(&hopper::body(key.d, t, key.kernel == Kernel::KvHopper, key.step));
+            s.push_str(&hopper::body(key.d, t, key.kernel == Kernel::KvHopper));
         }
     }
     s
@@ -465,9 +463,7 @@ pub(crate) fn attention_vjp(
         (dense_aligned(&inputs[0])?, dense_aligned(&inputs[1])?, dense_aligned(&inputs[2])?);
     let (o, lse) = (dense(&inputs[3])?, dense(&inputs[4])?);
     let g = dense_aligned(&inputs[5])?;
-    let step = super::attention_hopper::form()
-        .is_some_and(|f| (f & super::attention_hopper::OVERLAP) != 0);
-    let key = |kernel| BwdKey { dtype, mask, d, kernel, step };
+    let key = |kernel| BwdKey { dtype, mask, d, kernel };
     let threads = 32 * WARPS;
 
     // Di in float32.
@@ -521,19 +517,17 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         for mask in [AttentionMask::None, AttentionMask::Causal] {
             for d in [16, 32, 64, 80, 96, 112, 128] {
                 for kernel in [Kernel::Kv, Kernel::Q] {
-                    let key = BwdKey { dtype, mask, d, kernel, step: false };
+                    let key = BwdKey { dtype, mask, d, kernel };
                     out.push((format!("attention_bwd_{key:?}"), source(&key)));
                 }
             }
             for d in [64, 128] {
                 for kernel in [Kernel::KvHopper, Kernel::QHopper] {
-                    for step in [false, true] {
-                        let key = BwdKey { dtype, mask, d, kernel, step };
-                        out.push((format!("attention_bwd_{key:?}"), source(&key)));
-                    }
+                    let key = BwdKey { dtype, mask, d, kernel };
+                    out.push((format!("attention_bwd_{key:?}"), source(&key)));
                 }
             }
-            let key = BwdKey { dtype, mask, d: 64, kernel: Kernel::Delta, step: false };
+            let key = BwdKey { dtype, mask, d: 64, kernel: Kernel::Delta };
             out.push((format!("attention_bwd_{key:?}"), source(&key)));
         }
     }
@@ -546,13 +540,8 @@ mod tests {
 
     #[test]
     fn sources() {
-        let key = BwdKey {
-            dtype: DType::BF16,
-            mask: AttentionMask::Causal,
-            d: 128,
-            kernel: Kernel::Kv,
-            step: false,
-        };
+        let key =
+            BwdKey { dtype: DType::BF16, mask: AttentionMask::Causal, d: 128, kernel: Kernel::Kv };
         let s = source(&key);
         assert!(s.contains("#define MASK 1\n"));
         assert!(s.contains("#define D 128\n#define MMA_T \"bf16\"\n#define SWIZZLE 1"));
@@ -561,6 +550,6 @@ mod tests {
         assert!(s.contains("#define SWIZZLE 0") && s.contains("kiln_attn_bwd_q("));
         let s = source(&BwdKey { kernel: Kernel::Delta, ..key });
         assert!(s.contains("kiln_attn_bwd_delta") && !s.contains("ldmatrix"));
-        assert_eq!(all_sources().len(), 2 * 2 * (7 * 2 + 2 * 2 * 2 + 1));
+        assert_eq!(all_sources().len(), 2 * 2 * (7 * 2 + 2 * 2 + 1));
     }
 }

@@ -37,13 +37,9 @@ pub(crate) fn shared_bytes(d: usize) -> usize {
     2 * (BLOCK + 2 * STEP) * d * 2 + 2 * 2 * STEP * 4 + 1024
 }
 
-/// The kernel's source after `attention::common` (`kv` or `q`); `step`: descriptors stepped
-/// by adds (the forward's `-overlap` trial forms bring it along).
-pub(crate) fn body(d: usize, dtype_mma: &str, kv: bool, step: bool) -> String {
-    let mut s = format!(
-        "#define D {d}\n#define DR {d}\n#define BQ {STEP}\n#define BK {STEP}\n#define STEP {}\n",
-        step as u8
-    );
+/// The kernel's source after `attention::common` (`kv` or `q`).
+pub(crate) fn body(d: usize, dtype_mma: &str, kv: bool) -> String {
+    let mut s = format!("#define D {d}\n#define DR {d}\n#define BQ {STEP}\n#define BK {STEP}\n");
     s.push_str(&wgmma_helpers(STEP, dtype_mma));
     if d != STEP {
         s.push_str(&wgmma_helpers(d, dtype_mma));
@@ -66,33 +62,18 @@ K_INLINE void k_cp4(float *dst, const float *src, bool valid) {
 /* acc (64 x 64 per warpgroup) = A B^T over D: A's 64 rows at `a` (a tile of `a_rows` rows a
    panel), B's 64 rows at `b` (`b_rows` a panel), both K-major. */
 K_INLINE void k_nt(float *acc, uint32_t a, int a_rows, uint32_t b, int b_rows) {
-#if STEP
-    /* (attention_hopper's k_scores_issue: one descriptor made, the others added to it) */
-    const uint64_t da = k_desc(a, 16, 1024), db = k_desc(b, 16, 1024);
-#endif
     #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk & 3) << 5;
-#if STEP
-        WGMMA_SS_64(acc, da + (((kk >> 2) * (a_rows * 128) + off) >> 4),
-                    db + (((kk >> 2) * (b_rows * 128) + off) >> 4), kk);
-#else
         WGMMA_SS_64(acc, k_desc(a + (kk >> 2) * (a_rows * 128) + off, 16, 1024),
                     k_desc(b + (kk >> 2) * (b_rows * 128) + off, 16, 1024), kk);
-#endif
     }
 }
 /* acc (64 x D) += P B over 64 inner rows: P as register fragments (4 steps of 16), B's rows
    (64 a panel) read MN-major. */
 K_INLINE void k_nn(float *acc, uint32_t (*pf)[4], uint32_t b) {
-#if STEP
-    const uint64_t db = k_desc(b, 64 * 128, 1024);
-    #pragma unroll
-    for (int c = 0; c < 4; ++c) WGMMA_RS_D(acc, pf[c], db + c * 16 * 128 / 16);
-#else
     #pragma unroll
     for (int c = 0; c < 4; ++c) WGMMA_RS_D(acc, pf[c], k_desc(b + c * 16 * 128, 64 * 128, 1024));
-#endif
 }
 /* x = A B^T and y = C E^T (64 x 64 each, `k_nt`'s operands, A and C 128 rows a panel, B and E
    `rows`), issued together and waited for. */

@@ -40,6 +40,8 @@ const SHARED_LIMIT: usize = 48 * 1024;
 const MAX_DIM: usize = 256;
 /// Fewest key tiles a span takes: fewer make the combine's traffic matter.
 const MIN_SPAN_TILES: usize = 2;
+/// Most key spans (the combine keeps a weight per span in shared memory).
+const MAX_SPANS: usize = 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct Key {
@@ -327,28 +329,61 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
 "#;
 
 const COMBINE_BODY: &str = r#"
-/* A warp per output row: the spans' outputs weighted by exp2(m_s - max) over the weighted
-   sums. A row whose scores are all -inf gets 0 / 0 (NaN), as one span would. */
-extern "C" __global__ void kiln_attn_combine(const int64_t total_rows, const int64_t spans,
-        const float *__restrict__ part_o, const float *__restrict__ part_ml, S *__restrict__ out) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= total_rows) return;
+#define NT 128
+#define DPT ((DV + NT - 1) / NT)
+
+/* Across the block: the max (NaN kept) or the sum of each thread's `x`. */
+template <bool MAX>
+K_INLINE float k_block_reduce(float x, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = MAX ? k_max_nan(x, y) : x + y;
+    }
+    __syncthreads(); /* scratch's last use is done */
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    x = scratch[0];
+    #pragma unroll
+    for (int w = 1; w < NT / 32; ++w) x = MAX ? k_max_nan(x, scratch[w]) : x + scratch[w];
+    return x;
+}
+
+/* A block per output row: the spans' outputs weighted by exp2(m_s - max) over the weighted
+   sums. Every thread reads its own spans' (max, sum) and then, per output column, the spans'
+   partial outputs with many loads in flight (they are independent), so the time is a few
+   memory round trips whatever the span count. A row whose scores are all -inf gets
+   0 / 0 (NaN), as one span would. */
+extern "C" __global__ void __launch_bounds__(NT) kiln_attn_combine(const int64_t total_rows,
+        const int64_t spans, const float *__restrict__ part_o, const float *__restrict__ part_ml,
+        S *__restrict__ out) {
+    __shared__ float sw[MAX_SPANS];
+    __shared__ float scratch[NT / 32];
+    const int64_t row = blockIdx.x;
+    const int ns = (int)spans;
     float mx = -INFINITY;
-    for (int64_t s = 0; s < spans; ++s) mx = k_max_nan(mx, part_ml[2 * (s * total_rows + row)]);
+    for (int s = threadIdx.x; s < ns; s += NT) mx = k_max_nan(mx, part_ml[2 * (s * total_rows + row)]);
+    mx = k_block_reduce<true>(mx, scratch);
     const float base = mx == -INFINITY ? 0.0f : mx;
     float den = 0.0f;
-    for (int64_t s = 0; s < spans; ++s) {
+    for (int s = threadIdx.x; s < ns; s += NT) {
         const int64_t slot = s * total_rows + row;
-        den += exp2f(part_ml[2 * slot] - base) * part_ml[2 * slot + 1];
+        const float w = exp2f(part_ml[2 * slot] - base);
+        sw[s] = w;
+        den += w * part_ml[2 * slot + 1];
     }
+    den = k_block_reduce<false>(den, scratch); /* its barriers also publish sw */
     const float inv = 1.0f / den;
-    for (int d = lane; d < DV; d += 32) {
+    #pragma unroll
+    for (int c = 0; c < DPT; ++c) {
+        const int d = threadIdx.x + c * NT;
+        if (d >= DV) break;
+        const float *po = part_o + row * DV + d;
+        const int64_t step = total_rows * DV;
         float num = 0.0f;
-        for (int64_t s = 0; s < spans; ++s) {
-            const int64_t slot = s * total_rows + row;
-            num = fmaf(exp2f(part_ml[2 * slot] - base), part_o[slot * DV + d], num);
-        }
+        #pragma unroll 8
+        for (int s = 0; s < ns; ++s) num = fmaf(sw[s], po[s * step], num);
         out[row * DV + d] = k_store(num * inv);
     }
 }
@@ -366,7 +401,7 @@ fn source(key: &Key, symbol: &str) -> String {
     let _ = write!(
         s,
         "#define DK {}\n#define DV {}\n#define ROWS {}\n#define T {}\n#define VEC {}\n\
-         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n",
+         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n#define MAX_SPANS {MAX_SPANS}\n",
         key.dk,
         key.dv,
         key.rows,
@@ -411,7 +446,7 @@ fn in_place(x: &ArrayData) -> Result<(ArrayData, [i64; 3])> {
 fn spans_for(units: usize, lk: usize, tile: usize, sms: usize) -> (usize, usize) {
     let tiles = lk.div_ceil(tile).max(1);
     let want = (4 * sms).div_ceil(units.max(1));
-    let spans = want.min(tiles.div_ceil(MIN_SPAN_TILES)).max(1);
+    let spans = want.min(tiles.div_ceil(MIN_SPAN_TILES)).clamp(1, MAX_SPANS);
     let span_tiles = tiles.div_ceil(spans);
     (tiles.div_ceil(span_tiles), span_tiles * tile)
 }
@@ -484,7 +519,7 @@ pub(crate) fn attention(
         let mut args = Args::new();
         args.i64(total_rows as i64).i64(spans as i64).ptr(po).ptr(pml);
         args.ptr(out.buffer.as_ptr() as u64);
-        let blocks = check_grid(op, total_rows.div_ceil(4) as u64)?;
+        let blocks = check_grid(op, total_rows as u64)?;
         launch(COMBINE, kernel(&key, COMBINE)?, blocks, THREADS, 0, &mut args)?;
     }
     Ok(out)

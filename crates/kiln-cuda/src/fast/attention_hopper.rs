@@ -61,31 +61,15 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
 /// `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, D) bf16 forward, two runs) at D 128
 /// they ran at 341, 520, 555 and 551-561 TFLOP/s, the mma.sync kernel at 200; at D 64
 /// `pingpong` 379-380, `persistent` 381-416.
-/// `-overlap` after `pingpong` or `persistent` sets [`OVERLAP`] (on trial, not yet timed).
 pub(crate) fn form() -> Option<u8> {
     match std::env::var("KILN_HOPPER_ATTN").as_deref() {
         Ok("off") => None,
         Ok("cp") => Some(0),
         Ok("ws") => Some(1),
         Ok("pingpong") => Some(2),
-        Ok("pingpong-overlap") => Some(2 | OVERLAP),
-        Ok("persistent-overlap") => Some(3 | OVERLAP),
         _ => Some(3),
     }
 }
-
-/// The bits of a form that choose its structure (0 to 3, [`form`]).
-pub(crate) const FORM: u8 = 7;
-/// A form bit: each consumer's softmax of tile j overlaps its own `P V` of tile j - 1. Both
-/// are issued so already, but ptxas's scheduler puts the wait for `P V` at the softmax's
-/// first stall (it takes the wait for free), so only the other consumer's products overlap
-/// a softmax. With the softmax behind a branch on a kernel parameter (`r.lk > 0`, true in
-/// the loop; ptxas cannot fold it, and it is uniform, so no wgmma is serialised) the wait
-/// stays below the softmax's last `MUFU.EX2` in the SASS. These forms also step the
-/// products' shared-memory descriptors by adding to one made per tile (`k_scores_issue`),
-/// and keep a row's running max until a tile's is 8 (base 2) above it, so that most tiles
-/// skip the output's rescale (a warp-uniform test).
-pub(crate) const OVERLAP: u8 = 8;
 
 /// Dynamic shared memory of a block: Q, two K and two V tiles, the warp-specialised form's
 /// ten mbarriers, and 1 KiB to align the base to the swizzle's 1024-byte period.
@@ -193,9 +177,8 @@ pub(crate) fn body(d: usize, dtype_mma: &str, form: u8) -> String {
         s.push_str(&wgmma_helpers(dp, dtype_mma));
     }
     s.push_str(HELPERS);
-    let _ = writeln!(s, "#define PINGPONG {}", ((form & FORM) >= 2) as u8);
-    let _ = writeln!(s, "#define PERSISTENT {}", ((form & FORM) == 3) as u8);
-    let _ = writeln!(s, "#define OVERLAP {}", ((form & OVERLAP) != 0) as u8);
+    let _ = writeln!(s, "#define PINGPONG {}", (form >= 2) as u8);
+    let _ = writeln!(s, "#define PERSISTENT {}", (form == 3) as u8);
     s.push_str(BODY);
     s.push_str(if form > 0 { KERNEL_WS } else { KERNEL_CP });
     s
@@ -261,22 +244,11 @@ struct KRows {
    panel holds 64 (4 steps of 32 bytes). `qwg` is the warpgroup's first query row in the Q
    tile (BM rows a panel). */
 K_INLINE void k_scores_issue(float *s, uint32_t qwg, uint32_t sk) {
-#if OVERLAP
-    /* A descriptor's start field is the address / 16: for shared addresses (below 2^18)
-       and 16-byte steps, desc(a + off) = desc(a) + off / 16, one add, not the five
-       instructions of k_desc at each product. */
-    const uint64_t dq = k_desc(qwg, 16, 1024), dk = k_desc(sk, 16, 1024);
-#endif
     #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk & 3) << 5;
-#if OVERLAP
-        const uint64_t da = dq + (((kk >> 2) * (BM * 128) + off) >> 4);
-        const uint64_t db = dk + (((kk >> 2) * (BN * 128) + off) >> 4);
-#else
         const uint64_t da = k_desc(qwg + (kk >> 2) * (BM * 128) + off, 16, 1024);
         const uint64_t db = k_desc(sk + (kk >> 2) * (BN * 128) + off, 16, 1024);
-#endif
         WGMMA_SS_S(s, da, db, kk);
     }
 }
@@ -346,15 +318,7 @@ K_INLINE void k_softmax(float *s, float *corr, float *m, float *l, const KRows &
             mt = k_max_nan(k_max_nan(mt, s[n * 4 + 2 * rh]), s[n * 4 + 2 * rh + 1]);
         mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         mt = k_max_nan(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-#if OVERLAP
-        /* The running max moves only when the tile's is more than 8 (base 2) above it: the
-           probabilities stay below 2^8 (exact as bf16 and float32 sums, as the final
-           division by l uses the same max), and most tiles need no rescale (below). */
-        const float mc = k_max_nan(m[rh], mt * mul);
-        const float mx = mc - m[rh] <= 8.0f ? m[rh] : mc;
-#else
         const float mx = k_max_nan(m[rh], mt * mul);
-#endif
         corr[rh] = mx == m[rh] ? 1.0f : k_ex2(m[rh] - mx);
         const float nbase = mx == -INFINITY ? 0.0f : -mx;
         float sum = 0.0f;
@@ -394,14 +358,8 @@ K_INLINE void k_pack_p(uint32_t (*pf)[4], const float *s) {
 /* Issues o += P V (no wait): 16 keys a step (two 8-row groups of the swizzle, SBO); V's
    64-column panels are BN rows apart (LBO). */
 K_INLINE void k_pv_issue(float *o, uint32_t (*pf)[4], uint32_t sv) {
-#if OVERLAP
-    const uint64_t dv = k_desc(sv, BN * 128, 1024); /* (see k_scores_issue) */
-    #pragma unroll
-    for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], dv + c * 16 * 128 / 16);
-#else
     #pragma unroll
     for (int c = 0; c < BN / 16; ++c) WGMMA_RS_D(o, pf[c], k_desc(sv + c * 16 * 128, BN * 128, 1024));
-#endif
 }
 
 /* o += P V, waited for. */
@@ -657,17 +615,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
         k_fence_regs(s, BN / 2);
         if (lane == 0) k_bar_arrive(empty_k + 8 * st);
         float corr[2];
-#if OVERLAP
-        corr[0] = corr[1] = 1.0f;
-        if (r.lk > 0) /* (always: see OVERLAP) */
-#endif
         k_softmax(s, corr, m, l, r, (int64_t)nb * BN, row0, tq);
         k_wg_wait();
         k_fence_regs(o, D / 2);
         if (nb > 0 && lane == 0) k_bar_arrive(empty_v + 8 * pst);
-#if OVERLAP
-        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) /* (see k_softmax) */
-#endif
         k_rescale(o, corr);
         k_pack_p(pf, s);
     }

@@ -4,8 +4,7 @@
 //! its cosine and sine rounded to float32 (the sine negated for `inverse`); the rotation
 //! itself is float32. One thread per (batch element, position, pair) rotates that pair in
 //! every head (the float64 angle is computed once, not once per head), and one per copied
-//! feature past `dims`. With `KILN_ROPE_SPLIT=1` (on trial) a product of few positions (a
-//! decode step: 64 pairs) splits its heads between threads instead (`head_chunks`).
+//! feature past `dims`.
 
 use super::{dense, header, ptr};
 use crate::copy::empty;
@@ -34,23 +33,18 @@ pub(crate) struct Key {
 }
 
 const BODY: &str = r#"
-/* Work item (b, t, j, chunk): pair j < half of position t (its angle computed once), or
-   feature half + j past dims (copied), for heads [chunk * per, chunk * per + per) of batch
-   element b. */
+/* Work item (b, t, j): pair j < half of position t (its angle computed once), or feature
+   half + j past dims (copied), for every head of batch element b. */
 extern "C" __global__ void kiln_rope(const int64_t batch, const int64_t heads, const int64_t t_len,
                                      const int64_t d, const int64_t half, const int64_t n_off,
                                      const S *__restrict__ x, const OFF *__restrict__ offs,
                                      const float *__restrict__ freqs, S *__restrict__ y,
-                                     const double base_ln, const double scale, const double sign,
-                                     const int64_t per) {
+                                     const double base_ln, const double scale, const double sign) {
     const int64_t work = d - half; /* half pairs, then d - 2 half copied features */
-    const int64_t chunks = (heads + per - 1) / per;
-    const int64_t n = batch * t_len * work * chunks;
+    const int64_t n = batch * t_len * work;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t j = e % work, r = e / work, t = r % t_len, bc = r / t_len;
-        const int64_t b = bc % batch, h_begin = (bc / batch) * per;
-        const int64_t h_end = h_begin + per < heads ? h_begin + per : heads;
+        const int64_t j = e % work, bt = e / work, t = bt % t_len, b = bt / t_len;
         const int64_t first = b * heads * t_len + t; /* row of head 0; heads are t_len rows apart */
         if (j < half) {
             const double off = (double)offs[n_off == 1 ? 0 : b];
@@ -69,17 +63,17 @@ extern "C" __global__ void kiln_rope(const int64_t batch, const int64_t heads, c
             const int64_t i0 = j, i1 = j + half;
 #endif
             /* Heads in groups of 4, loads first: 8 loads in flight per thread. */
-            for (int64_t h0 = h_begin; h0 < h_end; h0 += 4) {
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
                 float x0[4], x1[4];
                 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int64_t at = (first + (h0 + u) * t_len) * d;
-                    if (h0 + u < h_end) { x0[u] = k_load(x[at + i0]); x1[u] = k_load(x[at + i1]); }
+                    if (h0 + u < heads) { x0[u] = k_load(x[at + i0]); x1[u] = k_load(x[at + i1]); }
                 }
                 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int64_t at = (first + (h0 + u) * t_len) * d;
-                    if (h0 + u < h_end) {
+                    if (h0 + u < heads) {
                         y[at + i0] = k_store(x0[u] * c - x1[u] * s);
                         y[at + i1] = k_store(x0[u] * s + x1[u] * c);
                     }
@@ -87,14 +81,14 @@ extern "C" __global__ void kiln_rope(const int64_t batch, const int64_t heads, c
             }
         } else {
             const int64_t k = half + j; /* 2 half + (j - half) */
-            for (int64_t h0 = h_begin; h0 < h_end; h0 += 4) {
+            for (int64_t h0 = 0; h0 < heads; h0 += 4) {
                 S v[4];
                 #pragma unroll
                 for (int u = 0; u < 4; ++u)
-                    if (h0 + u < h_end) v[u] = x[(first + (h0 + u) * t_len) * d + k];
+                    if (h0 + u < heads) v[u] = x[(first + (h0 + u) * t_len) * d + k];
                 #pragma unroll
                 for (int u = 0; u < 4; ++u)
-                    if (h0 + u < h_end) y[(first + (h0 + u) * t_len) * d + k] = v[u];
+                    if (h0 + u < heads) y[(first + (h0 + u) * t_len) * d + k] = v[u];
             }
         }
     }
@@ -111,23 +105,6 @@ pub(crate) fn source(key: &Key) -> String {
     );
     s.push_str(BODY);
     s
-}
-
-/// Threads a split product aims for.
-const SPLIT_TARGET: usize = 8192;
-
-/// Into how many chunks the heads split for `items` work items (positions times pairs): 1
-/// (every thread walks all heads, 4 loads in flight at a time) unless `KILN_ROPE_SPLIT=1`
-/// (read once; on trial, untimed) and the items are few, then up to one chunk per 4 heads.
-/// A decode step of 32 heads has 64 items: 64 threads each waiting on 8 rounds of loads.
-fn head_chunks(items: usize, heads: usize) -> usize {
-    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let split = *SPLIT.get_or_init(|| std::env::var("KILN_ROPE_SPLIT").as_deref() == Ok("1"));
-    if split {
-        (SPLIT_TARGET / items.max(1)).clamp(1, heads.div_ceil(4).max(1))
-    } else {
-        1
-    }
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -168,17 +145,14 @@ pub(crate) fn rope(
     let batch = shape[0];
     // The axes between the batch and T: "heads", each a block of T rows.
     let heads = rows / (batch * t_len);
-    let work = d - half;
-    let per = heads.div_ceil(head_chunks(batch * t_len * work, heads));
+    let work = (d - half) as u64;
     let mut args = Args::new();
     args.i64(batch as i64).i64(heads as i64).i64(t_len as i64).i64(d as i64).i64(half as i64);
     args.i64(offs.layout.size() as i64).ptr(ptr(&x)).ptr(ptr(&offs));
     args.ptr(freqs.as_ref().map_or(0, ptr)).ptr(out.buffer.as_ptr() as u64);
     let sign: f64 = if p.inverse { -1.0 } else { 1.0 };
     args.i64(p.base.ln().to_bits() as i64).i64(p.scale.to_bits() as i64).i64(sign.to_bits() as i64);
-    args.i64(per as i64);
-    let items = (batch * t_len * work * heads.div_ceil(per)) as u64;
-    let blocks = blocks_for(items, BLOCK as u64);
+    let blocks = blocks_for((batch * t_len) as u64 * work, BLOCK as u64);
     launch(SYMBOL, kernel(&key)?, blocks, BLOCK, 0, &mut args)?;
     Ok(out)
 }
