@@ -109,7 +109,7 @@ def gpu_step_time(mx, step, y, steps):
     """)
     x = mx.zeros((1,))
     times = []
-    for _ in range(steps + 2):
+    for i in range(steps + 2):
         mx.eval(x, y)
         t0 = time.perf_counter()
         (h,) = hold(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
@@ -120,7 +120,8 @@ def gpu_step_time(mx, step, y, steps):
         issued = time.perf_counter() - t0
         mx.eval(y, lp, h)
         times.append(time.perf_counter() - t0 - HOLD_MS * 1e-3)
-        assert issued < HOLD_MS * 1e-3, "the step took longer to issue than the hold"
+        # (the first calls build the hold kernel while it should be holding)
+        assert i < 2 or issued < HOLD_MS * 1e-3, "the step took longer to issue than the hold"
     times = sorted(times[2:])
     print(f"  GPU time a step (issued behind a {HOLD_MS} ms hold): median "
           f"{times[len(times) // 2] * 1e3:.2f} ms, min {times[0] * 1e3:.2f} over {steps}",

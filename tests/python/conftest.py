@@ -198,28 +198,6 @@ HAS_GPU = mx.is_available(mx.gpu)
 NO_GPU = "no GPU is available on this machine"
 # The module-level mark of the GPU-only modules (CUDA graphs, NVRTC, custom CUDA kernels...).
 GPU_ONLY = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)]
-
-
-def same_bits_in_processes(script, envs, tmp_path, count):
-    """Runs `script` (it saves its arrays to the .npz path given as argv[1]) once per
-    environment in `envs`, each in a process of its own (switches read once a process),
-    and checks that the `count` arrays saved have the same bits in every run."""
-    import os
-    import subprocess
-    import sys
-
-    runs = []
-    for i, env in enumerate(envs):
-        path = tmp_path / f"run{i}.npz"
-        done = subprocess.run([sys.executable, "-c", script, str(path)],
-                              env=dict(os.environ, **env), capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, (env, done.stderr[-3000:])
-        runs.append(np.load(path))
-    for run in runs[1:]:
-        assert sorted(run.files) == sorted(runs[0].files) and len(run.files) == count
-        for key in run.files:
-            np.testing.assert_array_equal(run[key], runs[0][key], err_msg=key)
 FLOAT64_ON_GPU = "float64 has no GPU kernels (as in MLX, a clear error): the cpu param covers it"
 
 

@@ -76,7 +76,7 @@ impl Launch {
 
     fn run(&mut self, stream: sys::CUstream) -> Result<()> {
         let mut params = self.params();
-        if early_launches() && !crate::runtime::capturing(stream) {
+        if early_launches() && !CAPTURING.with(Cell::get) {
             return self.run_early(stream, &mut params);
         }
         // SAFETY: `func` is a loaded kernel whose parameters match `words` (the caller laid
@@ -127,6 +127,17 @@ impl Launch {
     }
 }
 
+thread_local! {
+    /// Set while this thread captures a graph (cuda_graph.rs; a capture holds the issuing
+    /// lock, so no other thread launches meanwhile): its launches go out plain.
+    static CAPTURING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as capturing a graph, or no longer.
+pub(crate) fn set_capturing(on: bool) {
+    CAPTURING.with(|c| c.set(on));
+}
+
 /// Whether kernels go out as programmatic dependent launches: on sm_90 and later (whose
 /// kernels kiln builds with the grid wait), unless `KILN_EARLY_LAUNCH=0`.
 fn early_launches() -> bool {
@@ -147,25 +158,45 @@ struct Exec {
 }
 
 impl Exec {
-    /// A graph of `launches` in order, each node after the one before.
+    /// A graph of `launches` in order, each node after the one before (through a
+    /// programmatic edge where kernels go out early: the graph keeps their overlap).
     fn build(launches: &mut [Launch]) -> Result<Exec> {
         let mut graph = std::ptr::null_mut();
         // SAFETY: creates an empty graph owned by the returned Exec (or destroyed below).
         unsafe { sys::cuGraphCreate(&mut graph, 0) }
             .result()
             .map_err(|e| driver_error("launch", e))?;
+        let early = early_launches();
+        let edge = sys::CUgraphEdgeData {
+            from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+            to_port: 0,
+            type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+            reserved: [0; 5],
+        };
         let mut nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
         for l in launches.iter_mut() {
             let mut params = l.params();
             let p = l.node_params(&mut params);
             let mut node = std::ptr::null_mut();
-            let deps = nodes.last().map_or(std::ptr::null(), |n| n as *const _);
+            let prev = nodes.last().copied();
+            let deps = match prev {
+                Some(ref n) if !early => n as *const _,
+                _ => std::ptr::null(),
+            };
             // SAFETY: `graph` is live; `p` points at `params`, which outlives the call (the
             // driver copies the argument values); the dependency is a node of this graph.
             let added = unsafe {
-                sys::cuGraphAddKernelNode_v2(&mut node, graph, deps, nodes.len().min(1), &p)
-            };
-            if let Err(e) = added.result() {
+                sys::cuGraphAddKernelNode_v2(&mut node, graph, deps, (!deps.is_null()) as usize, &p)
+            }
+            .result()
+            .and_then(|()| match prev {
+                // SAFETY: both nodes belong to `graph`; `edge` outlives the call.
+                Some(prev) if early => unsafe {
+                    sys::cuGraphAddDependencies_v2(graph, &prev, &node, &edge, 1).result()
+                },
+                _ => Ok(()),
+            });
+            if let Err(e) = added {
                 // SAFETY: the graph is ours and not instantiated.
                 let _ = unsafe { result::graph::destroy(graph) };
                 return Err(driver_error("launch", e));

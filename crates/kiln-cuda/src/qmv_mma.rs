@@ -32,12 +32,6 @@
 //!
 //! On by default for 4 bits (`KILN_QMV_MMA=0`, read once, gives the CUDA-core kernel), where
 //! the groups fill whole chunks and the shared memory fits.
-//!
-//! `KILN_QMV_STREAM=1` (on trial, untimed) takes products of more feature tiles than two
-//! blocks an SM with resident blocks that walk the tiles (`STREAM`): each warp's copy ring
-//! runs on into the next tile while the block reduces and stores this one, and x is copied
-//! once a block. One tile a block, a warp of a K = 4096 product copies 2 chunks and waits
-//! once, and 896 tiles (14336 features) run in waves with a memory round trip each.
 
 use crate::copy::empty;
 use crate::launch::{launch, Args};
@@ -63,8 +57,6 @@ struct Key {
     warps: usize,
     /// Chunks each warp has in flight.
     stages: usize,
-    /// Blocks walk feature tiles, their copy rings running on across tiles (`stream`).
-    stream: bool,
 }
 
 /// `KILN_QMV_TILING=warps,stages` (read once; 0 keeps the default) for tuning on a device.
@@ -160,15 +152,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     __shared__ float red[WARPS][16][8]; /* [warp][feature][row] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
-#if !STREAM
     const int64_t f0 = (int64_t)blockIdx.x * 16;
-#endif
     const int groups = (int)(k / GROUP), chunks = groups / U;
-#if STREAM
-    /* Feature tiles of 16: every gridDim.x-th from blockIdx.x, the warps' copy rings running
-       on from one tile into the next. */
-    const int64_t tiles = (n + 15) / 16, tile_step = gridDim.x;
-#endif
     const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
     /* smem: x's rows, then each warp's stages. */
     unsigned char *xs = smem;
@@ -178,29 +163,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
        words each, lanes 0-15 a feature's U scales, 16-31 its biases. The sources move on
        by WARPS chunks a call (loop-carried, so kept in registers rather than recomputed).
        Every call commits a group (perhaps empty) so that the waits count alike. */
-#if STREAM
-    const unsigned char *src_w[4];
-    uint32_t dst_w[4];
-    const S *src_s;
-    uint32_t dst_s;
-    /* The copy sources at chunk `warp` of tile `tile`'s features (rows past n repeat the
-       last: their outputs are not written). */
-    auto aim = [&](const int64_t tile) {
-        #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const int t = lane + 32 * m, row = t >> 3, col = t & 7;
-            const int64_t f = tile * 16 + row < n ? tile * 16 + row : n - 1;
-            src_w[m] = (const unsigned char *)(w + f * ldw) + col * 16 + warp * 128;
-            dst_w[m] = row * ROW_BYTES + col * 16;
-        }
-        const int row = lane & 15;
-        const int64_t f = tile * 16 + row < n ? tile * 16 + row : n - 1;
-        src_s = (lane < 16 ? scales : biases) + f * groups + warp * U;
-        dst_s = W_BYTES + (lane >> 4) * SB_BYTES + row * U * 2;
-    };
-    int64_t next_tile = blockIdx.x;
-    aim(next_tile);
-#else
     const unsigned char *src_w[4];
     uint32_t dst_w[4];
     #pragma unroll
@@ -218,15 +180,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         src_s = (lane < 16 ? scales : biases) + f * groups + warp * U;
         dst_s = W_BYTES + (lane >> 4) * SB_BYTES + row * U * 2;
     }
-#endif
     const uint32_t stage0 = (uint32_t)__cvta_generic_to_shared(stages);
     int next = warp, next_slot = 0;
     auto issue = [&]() {
-#if STREAM
-        if (next < chunks && next_tile < tiles) {
-#else
         if (next < chunks) {
-#endif
             const uint32_t st = stage0 + next_slot * STAGE_BYTES;
             #pragma unroll
             for (int m = 0; m < 4; ++m) {
@@ -239,13 +196,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         k_commit();
         next += WARPS;
         next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
-#if STREAM
-        if (next >= chunks && warp < chunks) { /* this warp's chunks of the tile are issued */
-            next = warp;
-            next_tile += tile_step;
-            if (next_tile < tiles) aim(next_tile);
-        }
-#endif
     };
     /* x into shared memory by every thread, in flight with the first chunk (its group);
        once that group is in, a barrier makes all of x visible. */
@@ -261,15 +211,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
 
     const bool has_row = g < rows;
     const unsigned char *xr = xs + (has_row ? g : 0) * xstride + c * WPT * 16;
-#if STREAM
-    int slot = 0;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += tile_step) {
-    const int64_t f0 = tile * 16;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#else
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int slot = 0;
-#endif
     for (int j = warp; j < chunks; j += WARPS) {
         issue(); /* chunk j + (STAGES - 1) * WARPS, into the slot chunk j - WARPS left */
         k_wait<STAGES - 1>();
@@ -311,9 +254,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         __syncwarp(); /* every lane is done with the slot before it is refilled */
         slot = slot == STAGES - 1 ? 0 : slot + 1;
     }
-#if !STREAM
     k_wait<0>();
-#endif
     /* A sum that is not finite (an inf or NaN in x, or a factored sum that overflowed):
        this warp's groups again, weight by weight, as the definition has them. */
     #pragma unroll
@@ -345,11 +286,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
             out[r * n + f0 + j] = k_store(a);
         }
     }
-#if STREAM
-    __syncthreads(); /* red is read before the next tile writes it */
-    }
-    k_wait<0>(); /* the copies issued past the last tile are empty groups */
-#endif
 }
 "#;
 
@@ -358,12 +294,11 @@ fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define GROUP {}\n#define STAGES {}\n#define WARPS {}\n#define IS_BF16 {}\n\
-         #define ROW_BYTES {ROW_BYTES}\n#define STREAM {}\n",
+         #define ROW_BYTES {ROW_BYTES}\n",
         key.group,
         key.stages,
         key.warps,
-        (key.dtype == DType::BF16) as u8,
-        key.stream as u8
+        (key.dtype == DType::BF16) as u8
     );
     s.push_str(BODY);
     s
@@ -400,15 +335,7 @@ fn key(dtype: DType, group: usize, n: usize, chunks: usize) -> Key {
         .min(chunks.next_power_of_two().max(1));
     let warps = if forced_warps > 0 { forced_warps } else { warps };
     let stages = if forced_stages > 0 { forced_stages } else { 2 };
-    Key { dtype, group, warps, stages, stream: false }
-}
-
-/// Whether `KILN_QMV_STREAM=1` (read once) asks for the streaming form (on trial: a block
-/// lives one memory round trip, 2 chunks a warp for K = 4096, and products of more tiles
-/// than the GPU holds blocks run in waves with a latency bubble each).
-fn stream_requested() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_QMV_STREAM").as_deref() == Ok("1"))
+    Key { dtype, group, warps, stages }
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -440,34 +367,14 @@ pub(crate) fn run(
     if !groups.is_multiple_of(u) || !aligned || !(ldw * 4).is_multiple_of(16) {
         return Ok(None);
     }
-    let mut key = key(dtype, group, n, groups / u);
-    let gpu = crate::runtime::gpu()?;
-    let tiles = n.div_ceil(FEATURES);
-    // Shared memory of a launch: dynamic (x and the stages) and the reduction's static array,
-    // which shares the block's limit (the default 48 KiB too); `None` where it does not fit.
-    let fits = |key: &Key| {
-        let fixed = key.warps * FEATURES * 8 * 4;
-        let shared = shared_bytes(key, rows, k);
-        (shared + fixed <= gpu.shared_per_block).then_some((shared, fixed))
-    };
-    // Streaming: 4 warps of 4 stages unless KILN_QMV_TILING says otherwise, where the tiles
-    // outnumber two blocks an SM (and its deeper stages fit; else the default form).
-    if stream_requested() && tiles > 2 * gpu.multiprocessors as usize {
-        let (forced_warps, forced_stages) = forced();
-        let stream = Key {
-            warps: if forced_warps > 0 { forced_warps } else { 4 },
-            stages: if forced_stages > 0 { forced_stages } else { 4 },
-            stream: true,
-            ..key
-        };
-        if fits(&stream).is_some() {
-            key = stream;
-        }
-    }
-    let Some((shared, fixed)) = fits(&key) else {
+    let key = key(dtype, group, n, groups / u);
+    let shared = shared_bytes(&key, rows, k);
+    // The reduction's static array shares the block's limit (the default 48 KiB too).
+    let fixed = key.warps * FEATURES * 8 * 4;
+    let room = crate::runtime::gpu()?.shared_per_block.saturating_sub(fixed);
+    if shared > room {
         return Ok(None);
-    };
-    let room = gpu.shared_per_block - fixed;
+    }
     let out = empty(shape, dtype)?;
     if rows == 0 || n == 0 {
         return Ok(Some(out));
@@ -479,29 +386,8 @@ pub(crate) fn run(
     let mut args = Args::new();
     args.i64(rows as i64).i64(n as i64).i64(k as i64).i64(ldw as i64);
     args.ptr(x).ptr(w).ptr(scales).ptr(biases).ptr(out.buffer.as_ptr() as u64);
-    let threads = (key.warps * 32) as u32;
-    let mut blocks = check_grid(SYMBOL, tiles as u64)?;
-    if key.stream {
-        // As many blocks as stay resident, each walking every gridDim-th tile.
-        let mut per_sm: std::ffi::c_int = 0;
-        // SAFETY: `function` is a loaded kernel (its shared-memory opt-in already set);
-        // `per_sm` is a plain out-parameter.
-        let status = unsafe {
-            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut per_sm,
-                function.0,
-                threads as std::ffi::c_int,
-                shared,
-            )
-        };
-        let per_sm = if status == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            per_sm.max(1) as u32
-        } else {
-            1
-        };
-        blocks = blocks.min(per_sm * gpu.multiprocessors);
-    }
-    launch(SYMBOL, function, blocks, threads, shared as u32, &mut args)?;
+    let blocks = check_grid(SYMBOL, n.div_ceil(FEATURES) as u64)?;
+    launch(SYMBOL, function, blocks, (key.warps * 32) as u32, shared as u32, &mut args)?;
     Ok(Some(out))
 }
 
@@ -512,11 +398,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     for dtype in [DType::BF16, DType::F16] {
         for group in [32, 64, 128] {
             for (warps, stages) in [(4, 2), (8, 2), (8, 4)] {
-                let key = Key { dtype, group, warps, stages, stream: false };
-                out.push((format!("qmv_mma_{key:?}"), source(&key)));
-            }
-            for (warps, stages) in [(4, 4), (8, 2)] {
-                let key = Key { dtype, group, warps, stages, stream: true };
+                let key = Key { dtype, group, warps, stages };
                 out.push((format!("qmv_mma_{key:?}"), source(&key)));
             }
         }
