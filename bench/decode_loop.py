@@ -34,6 +34,9 @@ def main():
     p.add_argument("--gpu-time", type=int, default=0, metavar="N",
                    help="after the loop, N steps each issued behind a kernel that holds the GPU: "
                         "the GPU's own time a step, with no wait for the host")
+    p.add_argument("--host-ops", type=int, default=0, metavar="N",
+                   help="after the loop, N steps under kiln.profiler without device events: the "
+                        "host time an evaluation spends on each primitive")
     args = p.parse_args()
     if not args.mlx:
         import kiln
@@ -92,6 +95,25 @@ def main():
         gpu_step_time(mx, step, y, args.gpu_time)
     if args.kernels and not args.mlx:
         kernel_table(mx, step, y, args.kernels)
+    if args.host_ops and not args.mlx:
+        host_table(mx, step, y, args.host_ops)
+
+
+def host_table(mx, step, y, steps):
+    """Host time a synchronous step spends issuing each primitive (no CUDA events)."""
+    import kiln.profiler
+
+    with kiln.profiler.profile(device_times=False) as prof:
+        for _ in range(steps):
+            y, lp = step(y)
+            mx.eval(y, lp)
+    rows = sorted(prof.key_averages(), key=lambda r: -r.self_host_time_total)
+    t = prof.totals()
+    print(f"  host a step: eval {t['wall_us'] / steps / 1e3:.3f} ms; by primitive (self time, "
+          f"count, per call):")
+    for r in rows[:16]:
+        print(f"  {r.self_host_time_total / steps:8.1f} us {r.count // steps:4d}x "
+              f"{r.self_host_time_total / max(r.count, 1):6.2f} us  {r.key[:60]}")
 
 
 HOLD_MS = 25
