@@ -153,7 +153,7 @@ pub(crate) fn obtain(source: &str, symbol: &str, target: &Target) -> Result<Load
         source.as_bytes(),
         target.arch.as_bytes(),
         target.nvrtc.as_bytes(),
-        GRID_WAIT_TAG.as_bytes(),
+        prologue().as_bytes(),
     ]);
     let paths = cache_dir()
         .map(|d| (d.join(format!("{key:016x}.cubin")), d.join(format!("{key:016x}.cu"))));
@@ -249,10 +249,6 @@ pub(crate) fn ptxas_report(source: &str, arch: &str) -> Result<String> {
     build(source, arch, true).map(|(_, log)| log)
 }
 
-/// Part of the disk cache key: CUBINs built before kernels began with the grid wait must
-/// not be loaded (a kernel launched early would race its predecessor).
-const GRID_WAIT_TAG: &str = "grid-wait-1";
-
 /// What every kernel runs first on sm_90 and later: wait until the kernels before it on
 /// the stream have finished and their writes are visible (`griddepcontrol.wait`). After a
 /// plain launch there is nothing left to wait for; it is what makes a programmatic dependent
@@ -261,6 +257,22 @@ const GRID_WAIT_TAG: &str = "grid-wait-1";
 /// keep the source's line numbers.
 const GRID_WAIT: &str = " asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");";
 
+/// Then, past the wait, let the next kernel launch (`griddepcontrol.launch_dependents`):
+/// once every block of this one has started, the next one's blocks are placed and wait in
+/// their own `GRID_WAIT`, so they start the moment this one ends. Placed after the wait,
+/// a chain never runs more than one kernel ahead. `KILN_EARLY_TRIGGER=0` leaves it out.
+const TRIGGER: &str = " asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");";
+
+/// The statements [`with_grid_wait`] puts first in every kernel (part of the disk cache key:
+/// CUBINs built without them must not be loaded, a kernel launched early would race).
+fn prologue() -> &'static str {
+    static PROLOGUE: OnceLock<String> = OnceLock::new();
+    PROLOGUE.get_or_init(|| {
+        let trigger = !std::env::var("KILN_EARLY_TRIGGER").is_ok_and(|v| v.trim() == "0");
+        format!("{GRID_WAIT}{}", if trigger { TRIGGER } else { "" })
+    })
+}
+
 /// Whether `arch` (`sm_90a`, `sm_86`, ...) has `griddepcontrol` (sm_90 and later).
 pub(crate) fn has_grid_dependencies(arch: &str) -> bool {
     let digits: String =
@@ -268,7 +280,7 @@ pub(crate) fn has_grid_dependencies(arch: &str) -> bool {
     digits.parse::<u32>().is_ok_and(|n| n >= 90)
 }
 
-/// `source` with [`GRID_WAIT`] as the first statement of each `extern "C" __global__`
+/// `source` with [`prologue`] as the first statements of each `extern "C" __global__`
 /// function defined in it (kiln's kernels and the wrappers of user kernels all are).
 pub(crate) fn with_grid_wait(source: &str) -> String {
     const ENTRY: &str = "extern \"C\" __global__";
@@ -281,7 +293,7 @@ pub(crate) fn with_grid_wait(source: &str) -> String {
         let Some(end) = rest[after..].find(['{', ';']).map(|i| after + i) else { break };
         out.push_str(&rest[..=end]);
         if rest.as_bytes()[end] == b'{' {
-            out.push_str(GRID_WAIT);
+            out.push_str(prologue());
         }
         rest = &rest[end + 1..];
     }
@@ -422,10 +434,12 @@ mod tests {
                       int n) {\n  s.v[0] = n;\n}\n\
                       extern \"C\" __global__ void kiln_b() { }\n";
         let out = with_grid_wait(source);
-        assert_eq!(out.matches(GRID_WAIT).count(), 2, "{out}");
+        let first = prologue();
+        assert!(first.starts_with(GRID_WAIT), "the wait comes before anything else");
+        assert_eq!(out.matches(first).count(), 2, "{out}");
         assert_eq!(out.lines().count(), source.lines().count());
-        assert!(out.contains(&format!("int n) {{{GRID_WAIT}\n  s.v[0] = n;")), "{out}");
-        assert!(out.contains(&format!("kiln_b() {{{GRID_WAIT} }}")), "{out}");
+        assert!(out.contains(&format!("int n) {{{first}\n  s.v[0] = n;")), "{out}");
+        assert!(out.contains(&format!("kiln_b() {{{first} }}")), "{out}");
         assert!(out.contains("kiln_a(int n);\n__device__ int f(int x) { return x; }"), "{out}");
         assert_eq!(with_grid_wait("no kernel here {"), "no kernel here {");
         for (arch, has) in [("sm_90a", true), ("sm_90", true), ("sm_100a", true), ("sm_89", false)]
