@@ -39,6 +39,33 @@ const MAX_EXECS: usize = 64;
 /// A kernel sequence becomes a graph the second time it is flushed.
 const SEEN_BEFORE_GRAPH: u32 = 2;
 
+/// A kernel's arguments laid out by value: every argument's 8-byte words one after another
+/// in one vector (one allocation however many arguments), and where each starts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ArgWords {
+    words: Vec<u64>,
+    starts: Vec<u32>,
+}
+
+impl ArgWords {
+    /// Appends one argument made of `words`.
+    pub(crate) fn push(&mut self, words: impl IntoIterator<Item = u64>) {
+        self.starts.push(self.words.len() as u32);
+        self.words.extend(words);
+    }
+
+    /// A pointer to each argument's first word, as the driver takes them (valid while `self`
+    /// is neither moved nor changed).
+    fn params(&mut self) -> Vec<*mut std::ffi::c_void> {
+        let base = self.words.as_mut_ptr();
+        // SAFETY: every start is an index into `words` (pushed with its words).
+        self.starts
+            .iter()
+            .map(|&s| unsafe { base.add(s as usize) } as *mut std::ffi::c_void)
+            .collect()
+    }
+}
+
 /// One kernel launch as the driver takes it.
 #[derive(Clone, PartialEq)]
 pub(crate) struct Launch {
@@ -48,13 +75,13 @@ pub(crate) struct Launch {
     pub blocks: u32,
     pub threads: u32,
     pub shared: u32,
-    /// Each argument's bytes as 8-byte words.
-    pub words: Vec<Vec<u64>>,
+    /// Its arguments' bytes as 8-byte words.
+    pub words: ArgWords,
 }
 
 impl Launch {
     fn params(&mut self) -> Vec<*mut std::ffi::c_void> {
-        self.words.iter_mut().map(|w| w.as_mut_ptr() as *mut std::ffi::c_void).collect()
+        self.words.params()
     }
 
     fn node_params(&self, params: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
@@ -458,5 +485,30 @@ impl Batch {
     fn direct(&mut self, launches: &mut [Launch], stream: sys::CUstream) -> Result<()> {
         self.stats.direct_launches += launches.len() as u64;
         launches.iter_mut().try_for_each(|l| l.run(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ArgWords;
+
+    /// Each parameter pointer points at its own argument's first word; a struct argument's
+    /// words stay together.
+    #[test]
+    fn arguments_lie_one_after_another() {
+        let mut a = ArgWords::default();
+        a.push([7]);
+        a.push([1, 2, 3]);
+        a.push(std::iter::empty());
+        a.push([9]);
+        let params = a.params();
+        assert_eq!(params.len(), 4);
+        // SAFETY: the pointers point into `a.words`, alive and unchanged here.
+        let read = |p: *mut std::ffi::c_void, i: usize| unsafe { *(p as *const u64).add(i) };
+        assert_eq!(read(params[0], 0), 7);
+        assert_eq!([read(params[1], 0), read(params[1], 1), read(params[1], 2)], [1, 2, 3]);
+        assert_eq!(read(params[3], 0), 9);
+        assert_eq!(a.words, [7, 1, 2, 3, 9]);
+        assert_eq!(a.clone(), a);
     }
 }

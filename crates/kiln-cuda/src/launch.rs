@@ -9,11 +9,11 @@ use kiln_base::Result;
 /// Threads per block of the generated elementwise and reduction kernels.
 pub const BLOCK: u32 = 256;
 
-/// A kernel's arguments, in order.
+/// A kernel's arguments, in order; a launch takes them (the `Args` is left empty).
 #[derive(Default)]
 pub struct Args {
     /// Each argument as 8-byte words (structs of int64 fields, pointers, int64 scalars).
-    words: Vec<Vec<u64>>,
+    words: crate::batch::ArgWords,
 }
 
 impl Args {
@@ -21,16 +21,17 @@ impl Args {
         Args::default()
     }
     pub fn ptr(&mut self, device_ptr: u64) -> &mut Args {
-        self.words.push(vec![device_ptr]);
+        self.words.push([device_ptr]);
         self
     }
     pub fn i64(&mut self, v: i64) -> &mut Args {
-        self.words.push(vec![v as u64]);
+        self.words.push([v as u64]);
         self
     }
     /// A struct whose fields are all int64 (shape and stride tables), passed by value.
     pub fn i64_struct(&mut self, fields: &[i64]) -> &mut Args {
-        self.words.push(fields.iter().map(|&v| v as u64).collect());
+        // (an i64 and a u64 have the same bytes)
+        self.words.push(fields.iter().map(|&v| v as u64));
         self
     }
 }
@@ -52,7 +53,7 @@ pub fn launch(
         blocks,
         threads,
         shared,
-        words: args.words.clone(),
+        words: std::mem::take(&mut args.words),
     })
 }
 
