@@ -257,10 +257,11 @@ pub(crate) fn ptxas_report(source: &str, arch: &str) -> Result<String> {
 /// keep the source's line numbers.
 const GRID_WAIT: &str = " asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");";
 
-/// Then, past the wait, let the next kernel launch (`griddepcontrol.launch_dependents`):
-/// once every block of this one has started, the next one's blocks are placed and wait in
-/// their own `GRID_WAIT`, so they start the moment this one ends. Placed after the wait,
-/// a chain never runs more than one kernel ahead. `KILN_EARLY_TRIGGER=0` leaves it out.
+/// With `KILN_EARLY_TRIGGER=1`, then, past the wait, let the next kernel launch
+/// (`griddepcontrol.launch_dependents`): once every block of this one has started, the next
+/// one's blocks are placed and wait in their own `GRID_WAIT`, so they start the moment this
+/// one ends. Placed after the wait, a chain never runs more than one kernel ahead. Off by
+/// default until it has run on a GPU (session 27 built it after its last device call).
 const TRIGGER: &str = " asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");";
 
 /// The statements [`with_grid_wait`] puts first in every kernel (part of the disk cache key:
@@ -268,7 +269,7 @@ const TRIGGER: &str = " asm volatile(\"griddepcontrol.launch_dependents;\" ::: \
 fn prologue() -> &'static str {
     static PROLOGUE: OnceLock<String> = OnceLock::new();
     PROLOGUE.get_or_init(|| {
-        let trigger = !std::env::var("KILN_EARLY_TRIGGER").is_ok_and(|v| v.trim() == "0");
+        let trigger = std::env::var("KILN_EARLY_TRIGGER").is_ok_and(|v| v.trim() == "1");
         format!("{GRID_WAIT}{}", if trigger { TRIGGER } else { "" })
     })
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool), one call: the whole GPU suite, then the decode loops'
+# GPU time a step, then the A/B of the switches not yet measured, then host time per
+# primitive. Sections start only while time is left (STOP seconds into the call).
+#   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl)
+#   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
+# Session 27 left these for it: the GPU suite with early launches, the flat kernel
+# arguments and the capture flag (built after its last call); KILN_EAGER_GRAPHS=1 (now with
+# programmatic edges) and KILN_EARLY_TRIGGER=1 against the defaults.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cp .carry/_core.abi3.so python/kiln/_core.abi3.so
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/whl/*.whl 2>/dev/null
+export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp}
+STOP=${STOP:-420}
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+echo "== suite ($SECONDS s)"
+timeout "${SUITE_S:-300}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf tests/python 2>&1 \
+    | tee "$OUT/suite.log" | grep -E "passed|failed|^FAILED|^ERROR" | cut -c1-250 | head -40
+echo "suite progress: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tail -1 | grep -oE '\[ *[0-9]+%\]')," \
+     "F/E marks: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tr -cd 'FE' | wc -c)"
+loop() {
+    timeout 45 python3 bench/decode_loop.py --model "$1" --quant "$2" --seconds 3 "${@:3}" 2>&1 \
+        | grep -E "kiln:|issuing|GPU time"
+}
+echo "== decode ($SECONDS s)"
+for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
+    IFS=: read -r model quant <<<"$spec"
+    [ "$SECONDS" -gt "$STOP" ] && break
+    loop "$model" "$quant" --gpu-time 15
+done
+echo "== A/B ($SECONDS s)"
+for setting in KILN_EAGER_GRAPHS=1 KILN_EARLY_TRIGGER=1; do
+    for spec in llama-1b:q4 llama-1b:bf16; do
+        IFS=: read -r model quant <<<"$spec"
+        [ "$SECONDS" -gt "$STOP" ] && break
+        env "$setting" bash -c "$(declare -f loop); loop $model $quant --gpu-time 15" | sed "s/^/[$setting] /"
+    done
+done
+if [ "$SECONDS" -lt "$STOP" ]; then
+    timeout 40 python3 bench/decode_loop.py --model llama-1b --quant bf16 --seconds 1 --host-ops 3 \
+        2>&1 | grep -v "^ready"
+fi
+echo "== end ($SECONDS s)"
