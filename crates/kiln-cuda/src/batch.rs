@@ -160,9 +160,42 @@ thread_local! {
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as capturing a graph, or no longer.
-pub(crate) fn set_capturing(on: bool) {
-    CAPTURING.with(|c| c.set(on));
+/// Marks this thread as capturing a graph until dropped (also when a capture fails or
+/// panics).
+pub(crate) struct CapturingLaunches(());
+
+impl CapturingLaunches {
+    pub(crate) fn start() -> CapturingLaunches {
+        CAPTURING.with(|c| c.set(true));
+        CapturingLaunches(())
+    }
+}
+
+impl Drop for CapturingLaunches {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| c.set(false));
+    }
+}
+
+/// The driver's CUDA version (12030 for 12.3), 0 if it cannot say.
+fn driver_version() -> i32 {
+    static VERSION: OnceLock<i32> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let mut version = 0;
+        // SAFETY: an out-parameter; the driver is loaded (a GPU is open).
+        let ok = unsafe { sys::cuDriverGetVersion(&mut version) }.result().is_ok();
+        if ok {
+            version
+        } else {
+            0
+        }
+    })
+}
+
+/// Whether the driver takes programmatic graph edges (`cuGraphAddDependencies_v2`, CUDA 12.3;
+/// on an older driver the missing symbol would panic, not fail).
+fn programmatic_edges() -> bool {
+    driver_version() >= 12030
 }
 
 /// Whether kernels go out as programmatic dependent launches: on sm_90 and later (whose
@@ -171,7 +204,8 @@ fn early_launches() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         let off = std::env::var("KILN_EARLY_LAUNCH").is_ok_and(|v| v.trim() == "0");
-        !off && gpu().is_ok_and(|g| g.arch.0 >= 9)
+        // (`cuLaunchKernelEx` and the attribute are CUDA 12's)
+        !off && gpu().is_ok_and(|g| g.arch.0 >= 9) && driver_version() >= 12000
     })
 }
 
@@ -193,7 +227,7 @@ impl Exec {
         unsafe { sys::cuGraphCreate(&mut graph, 0) }
             .result()
             .map_err(|e| driver_error("launch", e))?;
-        let early = early_launches();
+        let early = early_launches() && programmatic_edges();
         let edge = sys::CUgraphEdgeData {
             from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
             to_port: 0,

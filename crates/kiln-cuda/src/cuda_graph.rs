@@ -42,19 +42,18 @@ pub fn capture<T>(work: impl FnOnce() -> Result<T>) -> Result<(CudaGraph, T)> {
     let gpu = gpu()?;
     let stream = gpu.stream()?;
     alloc::begin_capture();
-    crate::batch::set_capturing(true);
+    // Launches go out plain while capturing, whichever way this function is left.
+    let _plain = crate::batch::CapturingLaunches::start();
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: the stream is live; capture mode only changes what the stream records.
     if let Err(e) = unsafe { result::stream::begin_capture(stream, mode) } {
-        crate::batch::set_capturing(false);
         alloc::release(alloc::end_capture());
         return Err(driver_error("compile", e));
     }
     let value = work();
     // SAFETY: the stream is capturing (begun above); ending returns the recorded graph.
-    let ended = unsafe { result::stream::end_capture(gpu.stream()?) };
+    let ended = unsafe { result::stream::end_capture(stream) };
     let blocks = alloc::end_capture();
-    crate::batch::set_capturing(false);
     let built = match (value, ended) {
         (Ok(value), Ok(graph)) => {
             instantiate(graph).map(|(exec, nodes)| (graph, exec, nodes, value))

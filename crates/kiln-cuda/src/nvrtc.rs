@@ -154,6 +154,7 @@ pub(crate) fn obtain(source: &str, symbol: &str, target: &Target) -> Result<Load
         target.arch.as_bytes(),
         target.nvrtc.as_bytes(),
         prologue().as_bytes(),
+        GRID_WAIT_PLACEMENT.as_bytes(),
     ]);
     let paths = cache_dir()
         .map(|d| (d.join(format!("{key:016x}.cubin")), d.join(format!("{key:016x}.cu"))));
@@ -264,8 +265,12 @@ const GRID_WAIT: &str = " asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
 /// default until it has run on a GPU (session 27 built it after its last device call).
 const TRIGGER: &str = " asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");";
 
-/// The statements [`with_grid_wait`] puts first in every kernel (part of the disk cache key:
-/// CUBINs built without them must not be loaded, a kernel launched early would race).
+/// How [`with_grid_wait`] places the prologue: with the prologue's text, part of the disk
+/// cache key (CUBINs built without the wait must not be loaded: a kernel launched early
+/// would race). Change it when the placement changes.
+const GRID_WAIT_PLACEMENT: &str = "grid-wait-placement-1";
+
+/// The statements [`with_grid_wait`] puts first in every kernel.
 fn prologue() -> &'static str {
     static PROLOGUE: OnceLock<String> = OnceLock::new();
     PROLOGUE.get_or_init(|| {
@@ -282,15 +287,22 @@ pub(crate) fn has_grid_dependencies(arch: &str) -> bool {
 }
 
 /// `source` with [`prologue`] as the first statements of each `extern "C" __global__`
-/// function defined in it (kiln's kernels and the wrappers of user kernels all are).
+/// function defined in it (kiln's kernels and the wrappers of user kernels all are). Only
+/// an entry that starts its line counts: not one in a comment or a macro.
 pub(crate) fn with_grid_wait(source: &str) -> String {
     const ENTRY: &str = "extern \"C\" __global__";
     let mut out = String::with_capacity(source.len() + 128);
     let mut rest = source;
     while let Some(at) = rest.find(ENTRY) {
+        let line_start = rest[..at].rfind('\n').map_or(0, |i| i + 1);
+        let after = at + ENTRY.len();
+        if !rest[line_start..at].trim().is_empty() {
+            out.push_str(&rest[..after]);
+            rest = &rest[after..];
+            continue;
+        }
         // The body opens at the first brace after the parameter list (which holds none);
         // a `;` first is a declaration.
-        let after = at + ENTRY.len();
         let Some(end) = rest[after..].find(['{', ';']).map(|i| after + i) else { break };
         out.push_str(&rest[..=end]);
         if rest.as_bytes()[end] == b'{' {
@@ -442,6 +454,10 @@ mod tests {
         assert!(out.contains(&format!("int n) {{{first}\n  s.v[0] = n;")), "{out}");
         assert!(out.contains(&format!("kiln_b() {{{first} }}")), "{out}");
         assert!(out.contains("kiln_a(int n);\n__device__ int f(int x) { return x; }"), "{out}");
+        // Not in a comment or a macro.
+        let quoted = "// extern \"C\" __global__ void k() { }\n\
+                      #define K extern \"C\" __global__ void k() { }\n";
+        assert_eq!(with_grid_wait(quoted), quoted);
         assert_eq!(with_grid_wait("no kernel here {"), "no kernel here {");
         for (arch, has) in [("sm_90a", true), ("sm_90", true), ("sm_100a", true), ("sm_89", false)]
         {

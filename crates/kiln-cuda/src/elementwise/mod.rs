@@ -342,6 +342,25 @@ mod tests {
         out
     }
 
+    /// Every variant of a generated elementwise kernel starts with the grid wait (an entry
+    /// the transform missed would race its predecessor under an early launch).
+    #[test]
+    fn elementwise_kernels_start_with_the_grid_wait() {
+        use kiln_base::BinaryOp;
+        let f32s = DType::F32;
+        let add = Primitive::Binary(BinaryOp::Add);
+        let program = single_op_program(&add, &[f32s, f32s], f32s).unwrap();
+        let kinds = vec![InputKind::Vector; 2];
+        for variant in [
+            CudaVariant::Contiguous { kinds: kinds.clone(), vector: 4, packed: false, unroll: 1 },
+            CudaVariant::Strided { ndim: 3, wide: true },
+            CudaVariant::Rows { ndim: 2, wide: false, kinds, vector: 4, packed: false },
+        ] {
+            let source = crate::nvrtc::with_grid_wait(&kernel_request(&program, &variant).source);
+            assert_eq!(source.matches("griddepcontrol.wait").count(), 1, "{source}");
+        }
+    }
+
     /// `predict` names the variant `run_program` picks for each layout (it shares `plan`).
     #[test]
     fn predict_follows_the_layouts() {

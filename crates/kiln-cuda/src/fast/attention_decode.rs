@@ -10,8 +10,9 @@
 //!   softmax (base 2) and `P V` run in float32 on the CUDA cores, since a few rows leave
 //!   nothing for the tensor cores to do. K and V are read in place through their strides, so
 //!   the slice of a preallocated cache (mlx-lm's `KVCache`) is never copied.
-//! - `kiln_attn_combine`: a warp per query row merges the spans' unnormalised outputs and
-//!   (max, sum) pairs. With one span the decode kernel writes the output itself.
+//! - `kiln_attn_combine`: a block per query row merges the spans' unnormalised outputs and
+//!   (max, sum) pairs, reading the spans in parallel. With one span the decode kernel writes
+//!   the output itself.
 //!
 //! Semantics are `attention`'s (kiln-cpu's): hidden scores are the lowest finite float (a
 //! fully hidden row averages every value), causal is lower-right aligned, no keys give zeros,

@@ -281,6 +281,21 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     }
 
+    /// Every kernel entry of every variant gets the grid wait (an entry the transform
+    /// missed would race its predecessor under an early launch).
+    #[test]
+    fn every_kernel_starts_with_the_grid_wait() {
+        for (name, src) in super::all_sources() {
+            let entries = src
+                .lines()
+                .filter(|l| l.trim_start().starts_with("extern \"C\" __global__"))
+                .count();
+            let waited = crate::nvrtc::with_grid_wait(&src);
+            let waits = waited.matches("griddepcontrol.wait").count();
+            assert!(entries >= 1 && waits == entries, "{name}: {entries} entries, {waits} waits");
+        }
+    }
+
     #[test]
     fn dump() {
         let sources = super::all_sources();
