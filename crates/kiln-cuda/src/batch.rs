@@ -101,56 +101,52 @@ impl Launch {
         }
     }
 
+    /// Launches on `stream`: as a programmatic dependent launch where kernels go out early
+    /// (not while capturing), so the kernel may be scheduled before the one ahead of it has
+    /// flushed its writes; its first statement waits for them (`nvrtc::GRID_WAIT`), so only
+    /// the launch gap is overlapped.
     fn run(&mut self, stream: sys::CUstream) -> Result<()> {
         let mut params = self.params();
-        if early_launches() && !CAPTURING.with(Cell::get) {
-            return self.run_early(stream, &mut params);
-        }
-        // SAFETY: `func` is a loaded kernel whose parameters match `words` (the caller laid
-        // them out for its signature); every pointer argument is a live device allocation
-        // kept alive by its buffers until the stream reaches the kernel (blocks are reused
-        // only by work issued later on the same stream).
-        unsafe {
-            result::launch_kernel(
-                self.func,
-                (self.blocks, 1, 1),
-                (self.threads, 1, 1),
-                self.shared,
-                stream,
-                &mut params,
-            )
-        }
-        .map_err(|e| driver_error(self.op, e))
-    }
-
-    /// A programmatic dependent launch: the kernel may be scheduled before the one ahead of
-    /// it on the stream has flushed its writes; its first statement waits for them
-    /// (`nvrtc::GRID_WAIT`), so only the launch gap is overlapped.
-    fn run_early(&self, stream: sys::CUstream, params: &mut [*mut std::ffi::c_void]) -> Result<()> {
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        let node = self.node_params(&mut params);
+        let launched = if early_launches() && !CAPTURING.with(Cell::get) {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+            };
+            let config = sys::CUlaunchConfig {
+                gridDimX: node.gridDimX,
+                gridDimY: node.gridDimY,
+                gridDimZ: node.gridDimZ,
+                blockDimX: node.blockDimX,
+                blockDimY: node.blockDimY,
+                blockDimZ: node.blockDimZ,
+                sharedMemBytes: node.sharedMemBytes,
+                hStream: stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and `attr` outlive the call, and every kernel kiln
+            // builds for this architecture starts with the grid wait.
+            unsafe { sys::cuLaunchKernelEx(&config, node.func, node.kernelParams, node.extra) }
+                .result()
+        } else {
+            // SAFETY: `func` is a loaded kernel whose parameters match `words` (the caller
+            // laid them out for its signature); every pointer argument is a live device
+            // allocation kept alive by its buffers until the stream reaches the kernel
+            // (blocks are reused only by work issued later on the same stream).
+            unsafe {
+                result::launch_kernel(
+                    node.func,
+                    (node.gridDimX, 1, 1),
+                    (node.blockDimX, 1, 1),
+                    node.sharedMemBytes,
+                    stream,
+                    &mut params,
+                )
+            }
         };
-        let config = sys::CUlaunchConfig {
-            gridDimX: self.blocks,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: self.threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: self.shared,
-            hStream: stream,
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        // SAFETY: as for `launch_kernel` in `run`; `config` and `attr` outlive the call,
-        // and every kernel kiln builds for this architecture starts with the grid wait.
-        unsafe {
-            sys::cuLaunchKernelEx(&config, self.func, params.as_mut_ptr(), std::ptr::null_mut())
-        }
-        .result()
-        .map_err(|e| driver_error(self.op, e))
+        launched.map_err(|e| driver_error(self.op, e))
     }
 }
 

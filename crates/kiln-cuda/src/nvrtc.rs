@@ -242,6 +242,28 @@ pub(crate) fn loadable() -> bool {
     unsafe { nsys::is_culib_present() }
 }
 
+/// The problems `check` finds in each of `sources`, checked on up to 8 threads at once
+/// (NVRTC programs are independent): the offline build checks.
+#[cfg(test)]
+pub(crate) fn problems_in_parallel(
+    sources: &[(String, String)],
+    check: impl Fn(&str, &str) -> Vec<String> + Sync,
+) -> Vec<String> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    let check = &check;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = sources
+            .chunks(sources.len().div_ceil(threads).max(1))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk.iter().flat_map(|(name, src)| check(name, src)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a build thread panicked")).collect()
+    })
+}
+
 /// The compiler's log with ptxas's report (`-v`: registers, spills, and its performance
 /// notes such as wgmma serialisation) for `source` built for `arch`. NVRTC needs no GPU,
 /// so this runs offline (the Hopper kernels' build checks).

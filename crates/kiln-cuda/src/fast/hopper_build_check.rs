@@ -55,18 +55,8 @@ fn hopper_attention_keeps_wgmma_asynchronous_and_registers_only() {
         eprintln!("skipped: no libnvrtc on the library path (pip nvidia-cuda-nvrtc-cu12)");
         return;
     }
-    let kernels = default_kernels();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = kernels
-            .chunks(kernels.len().div_ceil(threads))
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk.iter().filter_map(|(n, src)| problems(n, src)).collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("a build thread panicked")).collect()
+    let failures = crate::nvrtc::problems_in_parallel(&default_kernels(), |name, src| {
+        problems(name, src).into_iter().collect()
     });
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

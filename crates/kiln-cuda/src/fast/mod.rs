@@ -252,31 +252,12 @@ mod tests {
             }
             i += n;
         }
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-        let failures: Vec<String> = std::thread::scope(|scope| {
-            let handles: Vec<_> = picked
-                .chunks(picked.len().div_ceil(threads))
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        let mut bad = Vec::new();
-                        for (name, src) in chunk {
-                            // (the Hopper forms exist for sm_90a only)
-                            let archs: &[&str] = if name.contains("Hopper") {
-                                &["sm_90a"]
-                            } else {
-                                &["sm_90a", "sm_80"]
-                            };
-                            for &arch in archs {
-                                if let Err(e) = crate::nvrtc::compile(src, arch) {
-                                    bad.push(format!("{name} ({arch}): {e}"));
-                                }
-                            }
-                        }
-                        bad
-                    })
-                })
-                .collect();
-            handles.into_iter().flat_map(|h| h.join().expect("a build thread panicked")).collect()
+        let failures = crate::nvrtc::problems_in_parallel(&picked, |name, src| {
+            // (the Hopper forms exist for sm_90a only)
+            let archs: &[&str] =
+                if name.contains("Hopper") { &["sm_90a"] } else { &["sm_90a", "sm_80"] };
+            let built = archs.iter().map(|&arch| (arch, crate::nvrtc::compile(src, arch)));
+            built.filter_map(|(arch, r)| r.err().map(|e| format!("{name} ({arch}): {e}"))).collect()
         });
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     }
