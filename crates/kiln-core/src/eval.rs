@@ -88,6 +88,19 @@ fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
     if array.is_evaluated() {
         return Ok(());
     }
+    if let Some(view) = view_in_place(array, &call) {
+        // A view of an input already on the array's device (a decode step's reshapes and
+        // transposes, a third of its nodes): no kernel, allocation or guard to go through.
+        let timer = crate::profile::Timer::start(view.buffer.device());
+        CALLS_RUN.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = timer {
+            let input = call.inputs[0].0.data.get().expect("checked by view_in_place");
+            let device = view.buffer.device();
+            t.call(&call.prim, std::slice::from_ref(input), &call.output_meta, device, device);
+        }
+        set_results(&call, vec![view], evaluation, array.is_tracer());
+        return Ok(());
+    }
     // Primitives without a GPU kernel yet run on the CPU; each input moves (once) to the
     // device that runs the call.
     let device = match array.stream().device.kind {
@@ -149,6 +162,32 @@ fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
     if let Some(t) = timer {
         t.call(&call.prim, &inputs, &call.output_meta, device, array.stream().device);
     }
+    set_results(&call, results, evaluation, keep_graph);
+    Ok(())
+}
+
+/// The view `array`'s call makes of its one input, when that input is evaluated on the
+/// array's own device and the primitive is a view of its layout (else `None`: the general
+/// path, which may move the input first).
+fn view_in_place(array: &Array, call: &crate::array::OpCall) -> Option<ArrayData> {
+    let [input] = call.inputs.as_slice() else { return None };
+    let data = input.0.data.get()?;
+    if data.buffer.device() != array.stream().device {
+        return None;
+    }
+    let layout = call.prim.view_layout(&data.layout)?;
+    Some(ArrayData { buffer: data.buffer.clone(), layout, dtype: data.dtype })
+}
+
+/// Gives the call's outputs their data, stamped with `evaluation`; the call is dropped
+/// unless a transform keeps the graph (`keep_graph`).
+fn set_results(
+    call: &crate::array::OpCall,
+    results: Vec<ArrayData>,
+    evaluation: u64,
+    keep_graph: bool,
+) {
+    let outputs = call.outputs.get().expect("set at construction");
     for (weak, data) in outputs.iter().zip(results) {
         if let Some(node) = weak.upgrade() {
             let _ = node.data.set(data);
@@ -159,7 +198,6 @@ fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
             }
         }
     }
-    Ok(())
 }
 
 /// Buffer donation: whether `input`'s buffer is referenced by nothing but the call being
