@@ -11,6 +11,12 @@ pub(crate) fn pending_in_order(outputs: &[Array]) -> Vec<Array> {
     // (array, whether its inputs were already pushed)
     let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|a| (a.clone(), false)).collect();
     while let Some((array, expanded)) = stack.pop() {
+        if expanded {
+            // Its inputs are in the order already (an array finished meanwhile by another
+            // thread is skipped by eval).
+            order.push(array);
+            continue;
+        }
         if array.is_evaluated() {
             continue;
         }
@@ -22,10 +28,6 @@ pub(crate) fn pending_in_order(outputs: &[Array]) -> Vec<Array> {
             continue;
         };
         let key = std::sync::Arc::as_ptr(&call) as usize;
-        if expanded {
-            order.push(array);
-            continue;
-        }
         if !seen.insert(key) {
             continue;
         }
