@@ -6,7 +6,9 @@
 #   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
 # Session 27 left these for it: the GPU suite with early launches, the flat kernel
 # arguments and the capture flag (built after its last call); KILN_EAGER_GRAPHS=1 (now with
-# programmatic edges) and KILN_EARLY_TRIGGER=1 against the defaults.
+# programmatic edges) and KILN_EARLY_TRIGGER=1 against the defaults on decode, and
+# KILN_EARLY_LAUNCH_IN_GRAPHS=1 (compile's captured graphs with programmatic edges) on the
+# training step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cp .carry/_core.abi3.so python/kiln/_core.abi3.so
@@ -42,4 +44,10 @@ if [ "$SECONDS" -lt "$STOP" ]; then
     timeout 40 python3 bench/decode_loop.py --model llama-1b --quant bf16 --seconds 1 --host-ops 3 \
         2>&1 | grep -v "^ready"
 fi
+echo "== training step, captured launches plain / early ($SECONDS s)"
+for setting in KILN_EARLY_LAUNCH_IN_GRAPHS=0 KILN_EARLY_LAUNCH_IN_GRAPHS=1; do
+    [ "$SECONDS" -gt "$STOP" ] && break
+    env "$setting" timeout 90 python3 bench/gpu.py --systems kiln-train --no-eager-ops 2>&1 \
+        | grep -E "train" | sed "s/^/[$setting] /"
+done
 echo "== end ($SECONDS s)"

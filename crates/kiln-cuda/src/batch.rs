@@ -102,13 +102,14 @@ impl Launch {
     }
 
     /// Launches on `stream`: as a programmatic dependent launch where kernels go out early
-    /// (not while capturing), so the kernel may be scheduled before the one ahead of it has
+    /// (not while capturing, unless `early_in_graphs`), so the kernel may be scheduled before the one ahead of it has
     /// flushed its writes; its first statement waits for them (`nvrtc::GRID_WAIT`), so only
     /// the launch gap is overlapped.
     fn run(&mut self, stream: sys::CUstream) -> Result<()> {
         let mut params = self.params();
         let node = self.node_params(&mut params);
-        let launched = if early_launches() && !CAPTURING.with(Cell::get) {
+        let early = early_launches() && (!CAPTURING.with(Cell::get) || early_in_graphs());
+        let launched = if early {
             let mut attr = sys::CUlaunchAttribute {
                 id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                 pad: [0; 4],
@@ -192,6 +193,18 @@ fn driver_version() -> i32 {
 /// on an older driver the missing symbol would panic, not fail).
 fn programmatic_edges() -> bool {
     driver_version() >= 12030
+}
+
+/// Whether launches being captured into a graph (compile's replays) go out early too, so the
+/// graph keeps programmatic edges: `KILN_EARLY_LAUNCH_IN_GRAPHS=1`, with a CUDA 12.3 driver.
+/// Off by default until it has run on a GPU (session 27 built it after its last device
+/// call); a training step replayed as a graph is what it is for.
+fn early_in_graphs() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("KILN_EARLY_LAUNCH_IN_GRAPHS").is_ok_and(|v| v.trim() == "1")
+            && programmatic_edges()
+    })
 }
 
 /// Whether kernels go out as programmatic dependent launches: on sm_90 and later (whose
