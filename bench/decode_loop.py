@@ -111,7 +111,7 @@ def host_table(mx, step, y, steps):
     t = prof.totals()
     print(f"  host a step: eval {t['wall_us'] / steps / 1e3:.3f} ms; by primitive (self time, "
           f"count, per call):")
-    for r in rows[:16]:
+    for r in rows[:int(os.environ.get("HOST_ROWS", 16))]:
         print(f"  {r.self_host_time_total / steps:8.1f} us {r.count // steps:4d}x "
               f"{r.self_host_time_total / max(r.count, 1):6.2f} us  {r.key[:60]}")
 

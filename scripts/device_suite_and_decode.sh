@@ -4,7 +4,8 @@
 # primitive. Sections start only while time is left (STOP seconds into the call).
 #   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl)
 #   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
-# Session 27 left these for it: the GPU suite with early launches, the flat kernel
+# KILN_HORIZONTAL=0 (session 28: a decode step's projections of one x as one launch) is
+# the first A/B. Session 27 left these for it: the GPU suite with early launches, the flat kernel
 # arguments and the capture flag (built after its last call); KILN_EAGER_GRAPHS=1 (now with
 # programmatic edges) and KILN_EARLY_TRIGGER=1 against the defaults on decode, and
 # KILN_EARLY_LAUNCH_IN_GRAPHS=1 (compile's captured graphs with programmatic edges) on the
@@ -33,7 +34,7 @@ for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
     loop "$model" "$quant" --gpu-time 15
 done
 echo "== A/B ($SECONDS s)"
-for setting in KILN_EAGER_GRAPHS=1 KILN_EARLY_TRIGGER=1; do
+for setting in KILN_HORIZONTAL=0 KILN_EAGER_GRAPHS=1 KILN_EARLY_TRIGGER=1; do
     for spec in llama-1b:q4 llama-1b:bf16; do
         IFS=: read -r model quant <<<"$spec"
         [ "$SECONDS" -gt "$STOP" ] && break

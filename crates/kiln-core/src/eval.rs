@@ -50,13 +50,20 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     let mut on_gpu = outputs.iter().any(|a| a.stream().device.kind == DeviceKind::Gpu);
     let mut issued = false;
     let evaluation = crate::completion::begin();
+    let mut groups = crate::horizontal::find(&order);
     // Consume the order front to back so each node is released once its users are done.
     for array in order {
         let gpu = array.stream().device.kind == DeviceKind::Gpu;
         on_gpu |= gpu;
         issued |= gpu;
         interrupt::check("eval")?;
-        eval_node(&array, if gpu { evaluation } else { 0 })?;
+        let stamp = if gpu { evaluation } else { 0 };
+        if let Some((call, rest)) = groups.take(&array) {
+            if crate::horizontal::run(&array, &call, &rest, stamp)? {
+                continue;
+            }
+        }
+        eval_node(&array, stamp)?;
     }
     if issued {
         crate::completion::finish(evaluation)?;
@@ -64,8 +71,13 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     Ok(on_gpu)
 }
 
+/// Counts calls run together by `horizontal::run`.
+pub(crate) fn count_calls(n: u64) {
+    CALLS_RUN.fetch_add(n, Ordering::Relaxed);
+}
+
 /// `evaluation`: the number stamped on the outputs (see completion.rs).
-fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
+pub(crate) fn eval_node(array: &Array, evaluation: u64) -> Result<()> {
     if array.is_evaluated() {
         return Ok(());
     }
@@ -181,7 +193,7 @@ fn view_in_place(array: &Array, call: &crate::array::OpCall) -> Option<ArrayData
 
 /// Gives the call's outputs their data, stamped with `evaluation`; the call is dropped
 /// unless a transform keeps the graph (`keep_graph`).
-fn set_results(
+pub(crate) fn set_results(
     call: &crate::array::OpCall,
     results: Vec<ArrayData>,
     evaluation: u64,

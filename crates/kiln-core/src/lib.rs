@@ -19,6 +19,7 @@ mod completion;
 pub mod device;
 pub mod eval;
 pub mod export;
+mod horizontal;
 pub mod ops;
 pub mod profile;
 pub mod transforms;

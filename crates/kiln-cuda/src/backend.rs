@@ -189,6 +189,20 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// A decode step's projections of one x (q, k, v; gate, up) as one launch.
+    fn runs_together(&self, prim: &Primitive) -> bool {
+        crate::gemv::runs_together(prim)
+    }
+
+    fn eval_together(
+        &self,
+        prim: &Primitive,
+        inputs: &[Vec<ArrayData>],
+        outputs: &[&(Shape, DType)],
+    ) -> Option<Result<Vec<ArrayData>>> {
+        crate::gemv::eval_together(prim, inputs, outputs).transpose()
+    }
+
     /// A slice update writes into its donated base: a KV cache's new entries cost their own
     /// bytes, not a copy of the cache.
     fn eval_donating(

@@ -16,7 +16,7 @@
 use crate::copy::empty;
 use crate::launch::{launch, Args};
 use crate::nvrtc::{check_grid, Function, KernelCache};
-use kiln_base::{ArrayData, DType, Result};
+use kiln_base::{ArrayData, DType, FastOp, Primitive, Result, Shape};
 use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_gemv";
@@ -33,6 +33,8 @@ struct Key {
     /// x's rows, rounded up to a power of two.
     rows: usize,
     tiling: Tiling,
+    /// Products the kernel takes: 1, or `MAX_SETS` for a group run together.
+    sets: usize,
 }
 
 /// A block's shape: `features` outputs, `warps` warps splitting K, `unroll` units per
@@ -132,14 +134,14 @@ K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
 #endif
 }
 
-/* out (rows, n) = x (rows, k) @ W.T; W's rows `ldw` words apart. */
+/* out (rows, n) = x (rows, k) @ W.T for each product of `sets`; W's rows `ldw` words apart. */
 extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
-        const int64_t rows, const int64_t n, const int64_t k, const int64_t ldw,
-        const S *__restrict__ x, const uint32_t *__restrict__ w, const S *__restrict__ scales,
-        const S *__restrict__ biases, S *__restrict__ out) {
+        const int64_t rows, const int64_t k, const int64_t ldw, const S *__restrict__ x,
+        const KSets sets) {
+    K_PICK_SET(sets);
     __shared__ float red[WARPS][FPB][ROWS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t f0 = (int64_t)blockIdx.x * FPB;
+    const int64_t f0 = tile * FPB;
     int64_t fr[FPB];
     #pragma unroll
     for (int j = 0; j < FPB; ++j) fr[j] = f0 + j < n ? f0 + j : n - 1;
@@ -258,6 +260,7 @@ fn source(key: &Key) -> String {
         t.warps,
         t.features,
     );
+    s.push_str(&sets_source(key.sets));
     s.push_str(BODY);
     s
 }
@@ -272,35 +275,111 @@ fn half_or_single(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// `rows` rows of x (row-major, 16-byte aligned at `x_ptr`) times W.T; W's rows `ldw` words
-/// apart starting at `w_ptr`; scales and biases row-major `(n, k / group)` when quantized.
+/// One product of a launch: W's `n` rows at `w` (scales and biases row-major `(n, k /
+/// group)` when quantized) and the `(rows, n)` output it writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Weights {
+    pub n: usize,
+    pub w: u64,
+    pub scales: u64,
+    pub biases: u64,
+}
+
+/// `rows` rows of x (row-major, 16-byte aligned at `x`) times W.T for each of `sets` (one
+/// launch: a group's products of one x); every W's rows `ldw` words apart.
 struct Product {
     dtype: DType,
     quant: Option<(usize, u32)>,
     rows: usize,
-    n: usize,
     k: usize,
     ldw: usize,
     x: u64,
-    w: u64,
-    scales: u64,
-    biases: u64,
+    sets: Vec<Weights>,
 }
 
-fn run(p: &Product, shape: &[usize]) -> Result<ArrayData> {
-    let out = empty(shape, p.dtype)?;
-    if p.rows == 0 || p.n == 0 {
-        return Ok(out);
+/// Products one launch takes at most (a layer's q, k and v, and one more).
+pub(crate) const MAX_SETS: usize = 4;
+
+/// The kernels' `KSets` argument and the source that reads it: a block takes the product
+/// whose blocks hold it. The choice is unrolled over constant indices (a dynamic index into
+/// a kernel parameter would copy the struct to local memory).
+pub(crate) fn sets_source(sets: usize) -> String {
+    format!(
+        r#"
+#define SETS {sets}
+/* Per product: features, first block (rising; unused entries start past every block),
+   weights, scales, biases, output. */
+struct KSets {{ int64_t n[SETS], first[SETS], w[SETS], scales[SETS], biases[SETS], out[SETS]; }};
+#define K_PICK_SET(sets) \
+    int64_t n = sets.n[0], tile = blockIdx.x, w_ = sets.w[0], s_ = sets.scales[0], \
+            b_ = sets.biases[0], o_ = sets.out[0]; \
+    _Pragma("unroll") for (int i_ = 1; i_ < SETS; ++i_) \
+        if ((int64_t)blockIdx.x >= sets.first[i_]) {{ \
+            n = sets.n[i_]; tile = (int64_t)blockIdx.x - sets.first[i_]; w_ = sets.w[i_]; \
+            s_ = sets.scales[i_]; b_ = sets.biases[i_]; o_ = sets.out[i_]; \
+        }} \
+    const uint32_t *__restrict__ w = (const uint32_t *)w_; \
+    const S *__restrict__ scales = (const S *)s_; \
+    const S *__restrict__ biases = (const S *)b_; \
+    S *__restrict__ out = (S *)o_
+"#
+    )
+}
+
+/// Pushes `sets` (at most `slots`) with their outputs as the kernels' `KSets`, each product
+/// taking `n / per_block` blocks; returns the blocks in all.
+pub(crate) fn push_sets(
+    args: &mut Args,
+    sets: &[Weights],
+    outs: &[&ArrayData],
+    per_block: usize,
+    slots: usize,
+) -> u64 {
+    let mut fields = vec![0i64; 6 * slots];
+    let mut blocks = 0u64;
+    for i in 0..slots {
+        fields[slots + i] = i64::MAX;
+    }
+    for (i, (set, out)) in sets.iter().zip(outs).enumerate() {
+        fields[i] = set.n as i64;
+        fields[slots + i] = blocks as i64;
+        fields[2 * slots + i] = set.w as i64;
+        fields[3 * slots + i] = set.scales as i64;
+        fields[4 * slots + i] = set.biases as i64;
+        fields[5 * slots + i] = out.buffer.as_ptr() as i64;
+        blocks += set.n.div_ceil(per_block) as u64;
+    }
+    args.i64_struct(&fields);
+    blocks
+}
+
+fn run(p: &Product, shapes: &[&[usize]]) -> Result<Vec<ArrayData>> {
+    let outs = shapes.iter().map(|s| empty(s, p.dtype)).collect::<Result<Vec<_>>>()?;
+    let live: Vec<(Weights, &ArrayData)> =
+        p.sets.iter().copied().zip(&outs).filter(|(s, _)| s.n > 0).collect();
+    if p.rows == 0 || live.is_empty() {
+        return Ok(outs);
     }
     let tiling = tiling();
-    let key = Key { dtype: p.dtype, quant: p.quant, rows: p.rows.next_power_of_two(), tiling };
+    let sets = if p.sets.len() == 1 { 1 } else { MAX_SETS };
+    let rows = p.rows.next_power_of_two();
+    let key = Key { dtype: p.dtype, quant: p.quant, rows, tiling, sets };
     let mut args = Args::new();
-    args.i64(p.rows as i64).i64(p.n as i64).i64(p.k as i64).i64(p.ldw as i64);
-    args.ptr(p.x).ptr(p.w).ptr(p.scales).ptr(p.biases).ptr(out.buffer.as_ptr() as u64);
-    let blocks = check_grid(SYMBOL, p.n.div_ceil(tiling.features) as u64)?;
+    args.i64(p.rows as i64).i64(p.k as i64).i64(p.ldw as i64).ptr(p.x);
+    let (weights, outs_live): (Vec<_>, Vec<_>) = live.into_iter().unzip();
+    let blocks = push_sets(&mut args, &weights, &outs_live, tiling.features, sets);
+    let blocks = check_grid(SYMBOL, blocks)?;
     let threads = 32 * tiling.warps as u32;
     launch(SYMBOL, kernel(&key)?, blocks, threads, 0, &mut args)?;
-    Ok(out)
+    Ok(outs)
+}
+
+/// A quantized product's operands as `quantized` and `quantized_together` take them.
+pub(crate) struct Quantized<'a> {
+    pub w: &'a ArrayData,
+    pub scales: &'a ArrayData,
+    pub biases: &'a ArrayData,
+    pub shape: &'a [usize],
 }
 
 /// `x @ dequantize(w).T` for x with at most `MAX_ROWS` rows of k values and a 2-d packed w,
@@ -314,9 +393,22 @@ pub(crate) fn quantized(
     bits: u32,
     shape: &[usize],
 ) -> Result<Option<ArrayData>> {
+    let q = Quantized { w, scales, biases, shape };
+    let out = quantized_together(x, &[q], group_size, bits)?;
+    Ok(out.map(|mut v| v.remove(0)))
+}
+
+/// `x @ dequantize(w).T` for each of `products` (at most `MAX_SETS`, with the same packed
+/// row length) in one launch, or `None` when the layouts do not allow it.
+pub(crate) fn quantized_together(
+    x: &ArrayData,
+    products: &[Quantized],
+    group_size: usize,
+    bits: u32,
+) -> Result<Option<Vec<ArrayData>>> {
     let k = *x.layout.shape.last().unwrap_or(&0);
     let rows = x.layout.size().checked_div(k).unwrap_or(0);
-    let (n, words) = (w.layout.shape[0], w.layout.shape[1]);
+    let words = products[0].w.layout.shape[1];
     let ptr = crate::fast::ptr;
     let word_align: usize = if bits.is_multiple_of(4) {
         16
@@ -325,39 +417,53 @@ pub(crate) fn quantized(
     } else {
         4
     };
+    let operands_fit = |q: &Quantized| {
+        q.scales.dtype == x.dtype
+            && q.biases.dtype == x.dtype
+            && q.w.layout.shape[1] == words
+            && [q.w, q.scales, q.biases].iter().all(|a| a.layout.row_contiguous)
+            && ptr(q.w).is_multiple_of(word_align as u64)
+    };
     let fits = rows <= MAX_ROWS
         && k > 0
+        && products.len() <= MAX_SETS
         && half_or_single(x.dtype)
-        && scales.dtype == x.dtype
-        && biases.dtype == x.dtype
-        && [x, w, scales, biases].iter().all(|a| a.layout.row_contiguous)
+        && x.layout.row_contiguous
         && ptr(x).is_multiple_of(16)
         && (k * x.dtype.size()).is_multiple_of(16)
-        && ptr(w).is_multiple_of(word_align as u64)
-        && (words * 4).is_multiple_of(word_align);
+        && (words * 4).is_multiple_of(word_align)
+        && products.iter().all(operands_fit);
     if !fits {
         return Ok(None);
     }
+    let sets: Vec<Weights> = products
+        .iter()
+        .map(|q| Weights {
+            n: q.w.layout.shape[0],
+            w: ptr(q.w),
+            scales: ptr(q.scales),
+            biases: ptr(q.biases),
+        })
+        .collect();
+    let shapes: Vec<&[usize]> = products.iter().map(|q| q.shape).collect();
     if crate::qmv_mma::applies(x.dtype, group_size, bits) {
-        let sizes = (rows, n, k, words);
-        let ptrs = (ptr(x), ptr(w), ptr(scales), ptr(biases));
-        if let Some(out) = crate::qmv_mma::run(x.dtype, group_size, sizes, ptrs, shape)? {
-            return Ok(Some(out));
+        let sizes = (rows, k, words);
+        let outs = crate::qmv_mma::run(x.dtype, group_size, sizes, ptr(x), &sets, &shapes)?;
+        if outs.is_some() || sets.len() > 1 {
+            // (A group the tensor-core kernel refuses runs member by member, each as alone.)
+            return Ok(outs);
         }
     }
     let p = Product {
         dtype: x.dtype,
         quant: Some((group_size, bits)),
         rows,
-        n,
         k,
         ldw: words,
         x: ptr(x),
-        w: ptr(w),
-        scales: ptr(scales),
-        biases: ptr(biases),
+        sets,
     };
-    run(&p, shape).map(Some)
+    run(&p, &shapes).map(Some)
 }
 
 /// `a @ b` where a has at most `MAX_ROWS` rows in all (row-major) and b is one matrix (its
@@ -368,46 +474,103 @@ pub(crate) fn dense_transposed(
     b: &ArrayData,
     shape: &[usize],
 ) -> Result<Option<ArrayData>> {
-    let nd = b.layout.ndim();
-    if nd < 2 || a.dtype != b.dtype || !half_or_single(a.dtype) || !a.layout.row_contiguous {
+    let out = dense_transposed_together(a, &[(b, shape)])?;
+    Ok(out.map(|mut v| v.remove(0)))
+}
+
+/// `a @ b` for each `(b, shape)` of `products` (at most `MAX_SETS`, with the same row
+/// stride) in one launch, as `dense_transposed` takes them, or `None`.
+pub(crate) fn dense_transposed_together(
+    a: &ArrayData,
+    products: &[(&ArrayData, &[usize])],
+) -> Result<Option<Vec<ArrayData>>> {
+    if !half_or_single(a.dtype) || !a.layout.row_contiguous || products.len() > MAX_SETS {
         return Ok(None);
     }
-    let (k, n) = (b.layout.shape[nd - 2], b.layout.shape[nd - 1]);
-    let (sk, sn) = (b.layout.strides[nd - 2], b.layout.strides[nd - 1]);
-    let rows = a.layout.size().checked_div(k).unwrap_or(0);
     let esize = a.dtype.size();
     let ptr = crate::fast::ptr;
-    let broadcast = b.layout.shape[..nd - 2]
-        .iter()
-        .zip(&b.layout.strides[..nd - 2])
-        .all(|(&d, &s)| d == 1 || s == 0);
-    let fits = rows <= MAX_ROWS
-        && k > 0
-        && n > 0
-        && broadcast
-        && (sk == 1 || k == 1)
-        && sn > 0
-        && (sn as usize) >= k
-        && (sn as usize * esize).is_multiple_of(16)
-        && (k * esize).is_multiple_of(16)
-        && ptr(a).is_multiple_of(16)
-        && ptr(b).is_multiple_of(16);
-    if !fits {
+    let mut sets = Vec::with_capacity(products.len());
+    let mut common = None;
+    for &(b, _) in products {
+        let nd = b.layout.ndim();
+        if nd < 2 || a.dtype != b.dtype {
+            return Ok(None);
+        }
+        let (k, n) = (b.layout.shape[nd - 2], b.layout.shape[nd - 1]);
+        let (sk, sn) = (b.layout.strides[nd - 2], b.layout.strides[nd - 1]);
+        let rows = a.layout.size().checked_div(k).unwrap_or(0);
+        let broadcast = b.layout.shape[..nd - 2]
+            .iter()
+            .zip(&b.layout.strides[..nd - 2])
+            .all(|(&d, &s)| d == 1 || s == 0);
+        let fits = rows <= MAX_ROWS
+            && k > 0
+            && n > 0
+            && broadcast
+            && (sk == 1 || k == 1)
+            && sn > 0
+            && (sn as usize) >= k
+            && (sn as usize * esize).is_multiple_of(16)
+            && (k * esize).is_multiple_of(16)
+            && ptr(a).is_multiple_of(16)
+            && ptr(b).is_multiple_of(16);
+        let shared = (rows, k, sn as usize * esize / 4);
+        if !fits || common.is_some_and(|c| c != shared) {
+            return Ok(None);
+        }
+        common = Some(shared);
+        sets.push(Weights { n, w: ptr(b), scales: 0, biases: 0 });
+    }
+    let Some((rows, k, ldw)) = common else { return Ok(None) };
+    let p = Product { dtype: a.dtype, quant: None, rows, k, ldw, x: ptr(a), sets };
+    let shapes: Vec<&[usize]> = products.iter().map(|&(_, s)| s).collect();
+    run(&p, &shapes).map(Some)
+}
+
+/// Whether calls of `prim` that share their x may run as one launch here (the core's
+/// horizontal fusion, `eval_together`): a decode step's projections of one normalised x.
+/// `KILN_HORIZONTAL=0` (read once) runs each on its own.
+pub(crate) fn runs_together(prim: &Primitive) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    matches!(prim, Primitive::Matmul | Primitive::Fast(FastOp::QuantizedMatmul { .. }))
+        && *ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0"))
+}
+
+/// Calls of `prim` (`runs_together`) whose first inputs are one x, in one launch: `None`
+/// where their layouts do not all fit the few-row kernels (nothing has run then).
+pub(crate) fn eval_together(
+    prim: &Primitive,
+    inputs: &[Vec<ArrayData>],
+    outputs: &[&(Shape, DType)],
+) -> Result<Option<Vec<ArrayData>>> {
+    let x = &inputs[0][0];
+    if inputs.len() > MAX_SETS || outputs.iter().any(|o| o.1 != x.dtype) {
         return Ok(None);
     }
-    let p = Product {
-        dtype: a.dtype,
-        quant: None,
-        rows,
-        n,
-        k,
-        ldw: sn as usize * esize / 4,
-        x: ptr(a),
-        w: ptr(b),
-        scales: 0,
-        biases: 0,
-    };
-    run(&p, shape).map(Some)
+    for data in inputs.iter().flatten() {
+        crate::alloc::check_on_gpu(prim.name(), &data.buffer)?;
+    }
+    match prim {
+        Primitive::Matmul if inputs.iter().all(|c| c.len() == 2) => {
+            let products: Vec<_> =
+                inputs.iter().zip(outputs).map(|(c, o)| (&c[1], o.0.as_slice())).collect();
+            dense_transposed_together(x, &products)
+        }
+        Primitive::Fast(FastOp::QuantizedMatmul { group_size, bits })
+            if inputs.iter().all(|c| c.len() == 4) =>
+        {
+            let products: Vec<_> = inputs
+                .iter()
+                .zip(outputs)
+                .map(|(c, o)| Quantized { w: &c[1], scales: &c[2], biases: &c[3], shape: &o.0 })
+                .collect();
+            if products.iter().any(|q| q.w.layout.ndim() != 2) {
+                return Ok(None);
+            }
+            quantized_together(x, &products, *group_size, *bits)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Every variant's source (the offline NVRTC check).
@@ -421,8 +584,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 quants.extend([32, 64, 128].map(|g| Some((g, bits))));
             }
             for quant in quants {
-                let key = Key { dtype, quant, rows, tiling: tiling() };
-                out.push((format!("gemv_{key:?}"), source(&key)));
+                for sets in [1, MAX_SETS] {
+                    let key = Key { dtype, quant, rows, tiling: tiling(), sets };
+                    out.push((format!("gemv_{key:?}"), source(&key)));
+                }
             }
         }
     }
@@ -434,7 +599,7 @@ mod tests {
     #[test]
     fn sources_define_the_variant() {
         let srcs = super::all_sources();
-        assert_eq!(srcs.len(), 3 * 4 * 22);
+        assert_eq!(srcs.len(), 3 * 4 * 22 * 2);
         let (_, s) = &srcs[0];
         assert!(s.contains("#define QUANT 0\n") && s.contains("#define ROWS 1\n#define U 2\n"));
         assert!(s.contains("#define WARPS 4\n#define FPB 4\n"));

@@ -34,6 +34,7 @@
 //! the groups fill whole chunks and the shared memory fits.
 
 use crate::copy::empty;
+use crate::gemv::{push_sets, Weights, MAX_SETS};
 use crate::launch::{launch, Args};
 use crate::nvrtc::{check_grid, Function, KernelCache};
 use kiln_base::{ArrayData, DType, Result};
@@ -57,6 +58,8 @@ struct Key {
     warps: usize,
     /// Chunks each warp has in flight.
     stages: usize,
+    /// Products the kernel takes: 1, or `gemv::MAX_SETS` for a group run together.
+    sets: usize,
 }
 
 /// `KILN_QMV_TILING=warps,stages` (read once; 0 keeps the default) for tuning on a device.
@@ -145,14 +148,14 @@ K_INLINE float k_exact_group(const S *__restrict__ xg, const uint32_t *__restric
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
-        const int64_t rows, const int64_t n, const int64_t k, const int64_t ldw,
-        const S *__restrict__ x, const uint32_t *__restrict__ w, const S *__restrict__ scales,
-        const S *__restrict__ biases, S *__restrict__ out) {
+        const int64_t rows, const int64_t k, const int64_t ldw, const S *__restrict__ x,
+        const KSets sets) {
+    K_PICK_SET(sets);
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[WARPS][16][8]; /* [warp][feature][row] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
-    const int64_t f0 = (int64_t)blockIdx.x * 16;
+    const int64_t f0 = tile * 16;
     const int groups = (int)(k / GROUP), chunks = groups / U;
     const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
     /* smem: x's rows, then each warp's stages. */
@@ -300,6 +303,7 @@ fn source(key: &Key) -> String {
         key.warps,
         (key.dtype == DType::BF16) as u8
     );
+    s.push_str(&crate::gemv::sets_source(key.sets));
     s.push_str(BODY);
     s
 }
@@ -325,7 +329,7 @@ fn shared_bytes(key: &Key, rows: usize, k: usize) -> usize {
 ///
 /// Deeper stages take shared memory that would hold more blocks; the CUDA-core kernel took
 /// 24.0, 23.6, 9.9 and 5.0.
-fn key(dtype: DType, group: usize, n: usize, chunks: usize) -> Key {
+fn key(dtype: DType, group: usize, n: usize, chunks: usize, sets: usize) -> Key {
     let (forced_warps, forced_stages) = forced();
     let tiles = n.div_ceil(FEATURES).max(1);
     let warps = TARGET_WARPS
@@ -335,7 +339,7 @@ fn key(dtype: DType, group: usize, n: usize, chunks: usize) -> Key {
         .min(chunks.next_power_of_two().max(1));
     let warps = if forced_warps > 0 { forced_warps } else { warps };
     let stages = if forced_stages > 0 { forced_stages } else { 2 };
-    Key { dtype, group, warps, stages }
+    Key { dtype, group, warps, stages, sets }
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -350,24 +354,34 @@ pub(crate) fn applies(dtype: DType, group: usize, bits: u32) -> bool {
         && *ON.get_or_init(|| std::env::var("KILN_QMV_MMA").as_deref() != Ok("0"))
 }
 
-/// The product for `rows` (<= 8) rows of x at `x` times the `n` packed rows of W (`ldw` words
-/// apart) at `w`, every pointer as `gemv::quantized` checked it (16-byte aligned rows), or
-/// `None` where the kernel cannot take it: groups that do not fill whole chunks (or scales
-/// not aligned for the chunk's copies), or x too large for shared memory.
+/// The products of `rows` (<= 8) rows of x at `x` (k values each) times each of `sets`' W
+/// (packed rows `ldw` words apart), one launch, every pointer as `gemv::quantized_together`
+/// checked it (16-byte aligned rows), or `None` where the kernel cannot take them: groups
+/// that do not fill whole chunks (or scales not aligned for the chunk's copies), x too
+/// large for shared memory, or products whose block shapes differ.
 pub(crate) fn run(
     dtype: DType,
     group: usize,
-    (rows, n, k, ldw): (usize, usize, usize, usize),
-    (x, w, scales, biases): (u64, u64, u64, u64),
-    shape: &[usize],
-) -> Result<Option<ArrayData>> {
+    (rows, k, ldw): (usize, usize, usize),
+    x: u64,
+    sets: &[Weights],
+    shapes: &[&[usize]],
+) -> Result<Option<Vec<ArrayData>>> {
     let u = CHUNK_BYTES * 2 / group;
     let groups = k / group;
-    let aligned = [scales, biases].iter().all(|p| p.is_multiple_of(2 * u as u64));
+    let aligned =
+        sets.iter().all(|s| [s.scales, s.biases].iter().all(|p| p.is_multiple_of(2 * u as u64)));
     if !groups.is_multiple_of(u) || !aligned || !(ldw * 4).is_multiple_of(16) {
         return Ok(None);
     }
-    let key = key(dtype, group, n, groups / u);
+    let slots = if sets.len() == 1 { 1 } else { MAX_SETS };
+    // Products run together only with the block shape each would have alone, so that a
+    // group gives the same bits as its members one by one.
+    let alone = |s: &Weights| key(dtype, group, s.n, groups / u, slots);
+    let key = alone(&sets[0]);
+    if sets.iter().any(|s| alone(s) != key) {
+        return Ok(None);
+    }
     let shared = shared_bytes(&key, rows, k);
     // The reduction's static array shares the block's limit (the default 48 KiB too).
     let fixed = key.warps * FEATURES * 8 * 4;
@@ -375,20 +389,23 @@ pub(crate) fn run(
     if shared > room {
         return Ok(None);
     }
-    let out = empty(shape, dtype)?;
-    if rows == 0 || n == 0 {
-        return Ok(Some(out));
+    let outs = shapes.iter().map(|s| empty(s, dtype)).collect::<Result<Vec<_>>>()?;
+    let live: Vec<(Weights, &ArrayData)> =
+        sets.iter().copied().zip(&outs).filter(|(s, _)| s.n > 0).collect();
+    if rows == 0 || live.is_empty() {
+        return Ok(Some(outs));
     }
     let function: Function = KERNELS.get(&key, SYMBOL, || source(&key))?;
     if shared + fixed > 48 << 10 {
         crate::launch::allow_shared(SYMBOL, function, room)?;
     }
     let mut args = Args::new();
-    args.i64(rows as i64).i64(n as i64).i64(k as i64).i64(ldw as i64);
-    args.ptr(x).ptr(w).ptr(scales).ptr(biases).ptr(out.buffer.as_ptr() as u64);
-    let blocks = check_grid(SYMBOL, n.div_ceil(FEATURES) as u64)?;
+    args.i64(rows as i64).i64(k as i64).i64(ldw as i64).ptr(x);
+    let (weights, live_outs): (Vec<_>, Vec<_>) = live.into_iter().unzip();
+    let blocks = push_sets(&mut args, &weights, &live_outs, FEATURES, slots);
+    let blocks = check_grid(SYMBOL, blocks)?;
     launch(SYMBOL, function, blocks, (key.warps * 32) as u32, shared as u32, &mut args)?;
-    Ok(Some(out))
+    Ok(Some(outs))
 }
 
 /// Every variant's source (the offline NVRTC check).
@@ -398,8 +415,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     for dtype in [DType::BF16, DType::F16] {
         for group in [32, 64, 128] {
             for (warps, stages) in [(4, 2), (8, 2), (8, 4)] {
-                let key = Key { dtype, group, warps, stages };
-                out.push((format!("qmv_mma_{key:?}"), source(&key)));
+                for sets in [1, MAX_SETS] {
+                    let key = Key { dtype, group, warps, stages, sets };
+                    out.push((format!("qmv_mma_{key:?}"), source(&key)));
+                }
             }
         }
     }

@@ -61,6 +61,27 @@ pub trait Backend: Send + Sync {
         self.eval(prim, inputs, outputs)
     }
 
+    /// Whether calls of `prim` that share their first input may run together through
+    /// [`Backend::eval_together`] (the core looks for such calls only then).
+    fn runs_together(&self, prim: &Primitive) -> bool {
+        let _ = prim;
+        false
+    }
+
+    /// Runs calls of `prim` (one output each) whose first inputs are the same array, as
+    /// one kernel: `inputs[i]` are call `i`'s inputs, `outputs[i]` its output's shape and
+    /// dtype. `None`, or an error, where it cannot take them; either way nothing has run,
+    /// and the core runs each call on its own.
+    fn eval_together(
+        &self,
+        prim: &Primitive,
+        inputs: &[Vec<ArrayData>],
+        outputs: &[&(Shape, DType)],
+    ) -> Option<Result<Vec<ArrayData>>> {
+        let _ = (prim, inputs, outputs);
+        None
+    }
+
     /// The allocator of this device's memory (counters, cache, limits).
     fn memory(&self) -> &'static dyn DeviceMemory;
 

@@ -1,0 +1,182 @@
+"""Horizontal fusion at evaluation time (kiln-core's horizontal.rs, kiln-cuda's gemv.rs): the
+products of one evaluation that read the same x with the same parameters (a layer's q, k and
+v projections; its gate and up) run as one launch of the few-row product kernels. Checked
+here, against float64 numpy: 4-bit (tensor-core kernel) and 3/8-bit (CUDA-core kernel)
+quantized products and dense `x @ W.T` in bfloat16, float16 and float32, of different widths
+in one group; groups larger than a launch takes; members that cannot join (another k, a
+transposed weight, a weight computed from another member, x on the CPU); NaN and inf in x;
+an empty weight; the profiler seeing one launch where a group ran; and an mlx-lm-style
+decode giving the same bits with `KILN_HORIZONTAL=0` (another process: read once).
+
+Skipped (with the reason) where no GPU is available."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln.core as mx
+import kiln.profiler
+from conftest import GPU_ONLY
+
+pytestmark = GPU_ONLY
+
+TOL = {mx.bfloat16: 3e-2, mx.float16: 4e-3, mx.float32: 1e-4}
+
+
+def f64(a):
+    return np.array(a.astype(mx.float32), np.float64)
+
+
+def close(out, want, tol):
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    fin = np.isfinite(want)
+    scale = np.abs(want[fin]).max(initial=0.0) + 1
+    np.testing.assert_allclose(out[fin], want[fin], atol=tol * scale)
+
+
+def launches(fn, name):
+    """Runs fn (which evaluates) under the profiler: the kernel events named `name`."""
+    with kiln.profiler.profile(device_times=False) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.name == name and e.kind == "kernel")
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize("bits", [4, 3, 8])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_quantized_projections_of_one_x(dtype, bits, rows):
+    rng = np.random.default_rng(bits * 10 + rows)
+    k, group = 512, 64
+    with mx.stream(mx.gpu):
+        ws = [mx.array(rng.normal(size=(n, k)).astype(np.float32)).astype(dtype)
+              for n in (256, 64, 64)]
+        packed = [mx.quantize(w, group, bits) for w in ws]
+        dense = [f64(mx.dequantize(*p, group, bits)) for p in packed]
+        x = mx.array(rng.normal(size=(rows, k)).astype(np.float32)).astype(dtype)
+        mx.eval(x, *[a for p in packed for a in p])
+        outs = [mx.quantized_matmul(x, *p, True, group, bits) for p in packed]
+        assert launches(lambda: mx.eval(*outs), "quantized_matmul") == 1
+        for o, d in zip(outs, dense):
+            assert o.dtype == dtype and o.shape == (rows, d.shape[0])
+            close(f64(o), f64(x) @ d.T, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16, mx.float32])
+def test_dense_projections_of_one_x(dtype):
+    # nn.Linear's `x @ W.T`: the transposes are views still pending when the group runs.
+    rng = np.random.default_rng(1)
+    with mx.stream(mx.gpu):
+        ws = [mx.array(rng.normal(size=(n, 256)).astype(np.float32)).astype(dtype)
+              for n in (128, 32, 32, 96, 8)]
+        x = mx.array(rng.normal(size=(1, 1, 256)).astype(np.float32)).astype(dtype)
+        mx.eval(x, *ws)
+        outs = [x @ w.T for w in ws]
+        # Five products: a group of four and one alone.
+        assert launches(lambda: mx.eval(*outs), "matmul") == 2
+        for o, w in zip(outs, ws):
+            assert o.shape == (1, 1, w.shape[0])
+            close(f64(o), f64(x) @ f64(w).T, TOL[dtype])
+
+
+def test_members_that_cannot_join_run_alone():
+    rng = np.random.default_rng(2)
+    dt = mx.bfloat16
+    with mx.stream(mx.gpu):
+        x = mx.array(rng.normal(size=(1, 256)).astype(np.float32)).astype(dt)
+        w1 = mx.array(rng.normal(size=(64, 256)).astype(np.float32)).astype(dt)
+        w2 = mx.array(rng.normal(size=(256, 64)).astype(np.float32)).astype(dt)  # x @ w2: no .T
+        w3 = mx.array(rng.normal(size=(32, 256)).astype(np.float32)).astype(dt)
+        mx.eval(x, w1, w2, w3)
+        a = x @ w1.T
+        b = x @ w2
+        c = x @ (w3 * mx.sum(a)).T  # depends on a member: cannot run beside it
+        mx.eval(a, b, c)
+        xa = f64(x)
+        close(f64(a), xa @ f64(w1).T, 3e-2)
+        close(f64(b), xa @ f64(w2), 3e-2)
+        close(f64(c), xa @ (f64(w3) * f64(a).sum()).T, 5e-2)
+
+
+def test_nan_inf_and_empty_members():
+    rng = np.random.default_rng(3)
+    dt = mx.bfloat16
+    with mx.stream(mx.gpu):
+        x_np = rng.normal(size=(3, 256)).astype(np.float32)
+        x_np[1, 7], x_np[2, 200] = np.inf, np.nan
+        x = mx.array(x_np).astype(dt)
+        ws = [mx.array(rng.normal(size=(n, 256)).astype(np.float32)).astype(dt) for n in (48, 0, 16)]
+        packed = [mx.quantize(w, 64, 4) for w in ws]
+        mx.eval(x, *ws, *[a for p in packed for a in p])
+        dense = [x @ w.T for w in ws]
+        quant = [mx.quantized_matmul(x, *p, True, 64, 4) for p in packed]
+        mx.eval(*dense, *quant)
+        for o, w in zip(dense, ws):
+            assert o.shape == (3, w.shape[0])
+            close(f64(o), f64(x) @ f64(w).T, 3e-2)
+        for o, p in zip(quant, packed):
+            assert o.shape == (3, p[0].shape[0])
+            close(f64(o), f64(x) @ f64(mx.dequantize(*p, 64, 4)).T, 3e-2)
+
+
+def test_x_on_the_cpu_and_products_on_both_devices():
+    rng = np.random.default_rng(4)
+    x_np = rng.normal(size=(1, 128)).astype(np.float32)
+    ws_np = [rng.normal(size=(n, 128)).astype(np.float32) for n in (32, 16)]
+    x = mx.array(x_np)
+    ws = [mx.array(w) for w in ws_np]
+    outs = [mx.matmul(x, w.T, stream=mx.gpu) for w in ws]
+    outs += [mx.matmul(x, w.T, stream=mx.cpu) for w in ws]
+    mx.eval(*outs)
+    for o, w in zip(outs, ws_np + ws_np):
+        close(f64(o), x_np.astype(np.float64) @ w.T, 1e-4)
+
+
+DECODE = textwrap.dedent(
+    """
+    import hashlib
+    import numpy as np
+    import kiln.core as mx
+    import kiln.nn as nn
+    mx.random.seed(0)
+    with mx.stream(mx.gpu):
+        layers = []
+        for i in range(3):
+            q, k, v, o = (nn.Linear(256, n, bias=False) for n in (256, 64, 64, 256))
+            gate, up, down = nn.Linear(256, 512, bias=False), nn.Linear(256, 512, bias=False), \\
+                nn.Linear(512, 256, bias=False)
+            layer = [q, k, v, o, gate, up, down]
+            if i == 1:
+                layer = [nn.QuantizedLinear.from_linear(m, 64, 4) for m in layer]
+            if i == 2:
+                layer = [nn.QuantizedLinear.from_linear(m, 32, 8) for m in layer]
+            layers.append(layer)
+        mx.eval([m.parameters() for layer in layers for m in layer])
+        h = mx.random.normal((1, 1, 256)).astype(mx.bfloat16)
+        digest = hashlib.sha256()
+        for step in range(6):
+            for q, k, v, o, gate, up, down in layers:
+                x = mx.fast.rms_norm(h, None, 1e-5)
+                a = q(x) * mx.sigmoid(k(x)).mean() + v(x).sum()
+                h = h + o(a)
+                x = mx.fast.rms_norm(h, None, 1e-5)
+                h = h + down(nn.silu(gate(x)) * up(x))
+            mx.async_eval(h)
+            digest.update(np.array(h.astype(mx.float32)).tobytes())
+        print(digest.hexdigest())
+    """
+)
+
+
+def test_decode_gives_the_same_bits_without_horizontal_fusion():
+    def run(setting):
+        env = dict(os.environ, KILN_HORIZONTAL=setting)
+        r = subprocess.run([sys.executable, "-c", DECODE], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout.strip().splitlines()[-1]
+
+    assert run("1") == run("0")
