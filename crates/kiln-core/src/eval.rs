@@ -52,14 +52,15 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     let evaluation = crate::completion::begin();
     let mut groups = crate::horizontal::find(&order);
     // Consume the order front to back so each node is released once its users are done.
-    for array in order {
+    for (array, call) in order {
         let gpu = array.stream().device.kind == DeviceKind::Gpu;
         on_gpu |= gpu;
         issued |= gpu;
         interrupt::check("eval")?;
         let stamp = if gpu { evaluation } else { 0 };
-        if let Some((call, rest)) = groups.take(&array) {
-            if crate::horizontal::run(&array, &call, &rest, stamp)? {
+        let group = call.as_ref().and_then(|c| groups.take(c));
+        if let (Some(rest), Some(call)) = (group, &call) {
+            if crate::horizontal::run(&array, call, &rest, stamp)? {
                 continue;
             }
         }

@@ -13,6 +13,7 @@
 //! and the later members find themselves evaluated when the walk reaches them.
 
 use crate::array::{Array, OpCall};
+use crate::walk::Step;
 use crate::device::backend;
 use kiln_base::{ArrayData, DeviceKind, Result};
 use rustc_hash::FxHashMap;
@@ -27,14 +28,12 @@ const MAX_GROUP: usize = 4;
 pub(crate) struct Groups(FxHashMap<usize, Vec<Arc<OpCall>>>);
 
 impl Groups {
-    /// `array`'s call and the calls that run with it, when it is a group's first member.
-    pub(crate) fn take(&mut self, array: &Array) -> Option<(Arc<OpCall>, Vec<Arc<OpCall>>)> {
+    /// The calls that run with `call`, when it is a group's first member.
+    pub(crate) fn take(&mut self, call: &Arc<OpCall>) -> Option<Vec<Arc<OpCall>>> {
         if self.0.is_empty() {
             return None;
         }
-        let call = array.call()?;
-        let rest = self.0.remove(&(Arc::as_ptr(&call) as usize))?;
-        Some((call, rest))
+        self.0.remove(&(Arc::as_ptr(call) as usize))
     }
 }
 
@@ -42,15 +41,15 @@ impl Groups {
 type Group = (Arc<OpCall>, Vec<Arc<OpCall>>);
 
 /// Finds the groups among `order`'s GPU calls (an evaluation's nodes, inputs first).
-pub(crate) fn find(order: &[Array]) -> Groups {
+pub(crate) fn find(order: &[Step]) -> Groups {
     let Some(gpu) = crate::backends::gpu() else { return Groups::default() };
     // Candidates by their first input's node: (the first call, the calls like it).
     let mut by_input: FxHashMap<usize, Vec<Group>> = FxHashMap::default();
-    for array in order {
+    for (array, call) in order {
+        let Some(call) = call else { continue };
         if array.stream().device.kind != DeviceKind::Gpu || array.is_tracer() {
             continue;
         }
-        let Some(call) = array.call() else { continue };
         let Some(first) = call.inputs.first() else { continue };
         if call.output_meta.len() != 1
             || !gpu.runs_together(&call.prim)
@@ -64,8 +63,8 @@ pub(crate) fn find(order: &[Array]) -> Groups {
                 && c.output_meta[0].1 == call.output_meta[0].1
                 && rest.len() + 1 < MAX_GROUP
         }) {
-            Some((_, rest)) => rest.push(call),
-            None => candidates.push((call, Vec::new())),
+            Some((_, rest)) => rest.push(call.clone()),
+            None => candidates.push((call.clone(), Vec::new())),
         }
     }
     let groups = by_input

@@ -1,20 +1,25 @@
 //! Iterative graph walks (graphs may be a million nodes deep; recursion would overflow).
 
-use crate::array::Array;
+use crate::array::{Array, OpCall};
 use rustc_hash::FxHashSet;
+use std::sync::Arc;
+
+/// An unevaluated node and the call computing it (`None`: a placeholder).
+pub(crate) type Step = (Array, Option<Arc<OpCall>>);
 
 /// The unevaluated nodes `outputs` depend on, inputs before users, each primitive call
-/// once (one representative output per call).
-pub(crate) fn pending_in_order(outputs: &[Array]) -> Vec<Array> {
+/// once (one representative output per call), with their calls.
+pub(crate) fn pending_in_order(outputs: &[Array]) -> Vec<Step> {
     let mut order = Vec::new();
     let mut seen: FxHashSet<usize> = FxHashSet::default();
-    // (array, whether its inputs were already pushed)
-    let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|a| (a.clone(), false)).collect();
+    // (array, its call once its inputs were pushed)
+    let mut stack: Vec<(Array, Option<Arc<OpCall>>)> =
+        outputs.iter().rev().map(|a| (a.clone(), None)).collect();
     while let Some((array, expanded)) = stack.pop() {
-        if expanded {
+        if let Some(call) = expanded {
             // Its inputs are in the order already (an array finished meanwhile by another
             // thread is skipped by eval).
-            order.push(array);
+            order.push((array, Some(call)));
             continue;
         }
         if array.is_evaluated() {
@@ -22,19 +27,20 @@ pub(crate) fn pending_in_order(outputs: &[Array]) -> Vec<Array> {
         }
         let Some(call) = array.call() else {
             // Placeholders are reported by eval.
-            if seen.insert(std::sync::Arc::as_ptr(&array.0) as usize) {
-                order.push(array);
+            if seen.insert(Arc::as_ptr(&array.0) as usize) {
+                order.push((array, None));
             }
             continue;
         };
-        let key = std::sync::Arc::as_ptr(&call) as usize;
+        let key = Arc::as_ptr(&call) as usize;
         if !seen.insert(key) {
             continue;
         }
-        stack.push((array, true));
-        for input in call.inputs.iter().rev() {
+        let inputs = call.clone();
+        stack.push((array, Some(call)));
+        for input in inputs.inputs.iter().rev() {
             if !input.is_evaluated() {
-                stack.push((input.clone(), false));
+                stack.push((input.clone(), None));
             }
         }
     }
