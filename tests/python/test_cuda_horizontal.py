@@ -5,8 +5,10 @@ here, against float64 numpy: 4-bit (tensor-core kernel) and 3/8-bit (CUDA-core k
 quantized products and dense `x @ W.T` in bfloat16, float16 and float32, of different widths
 in one group; groups larger than a launch takes; members that cannot join (another k, a
 transposed weight, a weight computed from another member, x on the CPU); NaN and inf in x;
-an empty weight; the profiler seeing one launch where a group ran; and an mlx-lm-style
-decode giving the same bits with `KILN_HORIZONTAL=0` (another process: read once).
+an empty weight; RoPE of q and of k (views of their projections, heads differing, offsets
+alike or not) as one launch, the same bits as each alone; the profiler seeing one launch
+where a group ran; and an mlx-lm-style decode giving the same bits with `KILN_HORIZONTAL=0`
+(another process: read once).
 
 Skipped (with the reason) where no GPU is available."""
 
@@ -135,6 +137,60 @@ def test_x_on_the_cpu_and_products_on_both_devices():
         close(f64(o), x_np.astype(np.float64) @ w.T, 1e-4)
 
 
+def rope_reference(x, dims, base, offset, traditional):
+    """float64 RoPE of (B, H, T, D) numpy x, as MLX defines it."""
+    half = dims // 2
+    t = np.arange(x.shape[2]) + offset
+    inv = base ** (-np.arange(half) / half)
+    ang = t[:, None] * inv[None, :]
+    c, s = np.cos(ang), np.sin(ang)
+    out = x.copy()
+    if traditional:
+        a, b = x[..., 0:dims:2], x[..., 1:dims:2]
+        out[..., 0:dims:2], out[..., 1:dims:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., :half], x[..., half:dims]
+        out[..., :half], out[..., half:dims] = a * c - b * s, a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float32])
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("offsets", [(9, 9), (9, 30)])
+@pytest.mark.parametrize("dims", [64, 48])
+def test_rope_of_q_and_k_in_one_launch(dtype, traditional, offsets, dims):
+    rng = np.random.default_rng(dims + offsets[1])
+    with mx.stream(mx.gpu):
+        x = mx.array(rng.normal(size=(1, 1, 128)).astype(np.float32)).astype(dtype)
+        wq = mx.array(rng.normal(size=(32 * 64, 128)).astype(np.float32)).astype(dtype)
+        wk = mx.array(rng.normal(size=(8 * 64, 128)).astype(np.float32)).astype(dtype)
+        mx.eval(x, wq, wk)
+
+        def heads(y, n):
+            return y.reshape(1, 1, n, 64).transpose(0, 2, 1, 3)
+
+        def step():
+            q, k = heads(x @ wq.T, 32), heads(x @ wk.T, 8)
+            rq = mx.fast.rope(q, dims, traditional=traditional, base=10000.0, scale=1.0,
+                              offset=offsets[0])
+            rk = mx.fast.rope(k, dims, traditional=traditional, base=10000.0, scale=1.0,
+                              offset=offsets[1])
+            return q, k, rq, rk
+
+        q, k, rq, rk = step()
+        assert launches(lambda: mx.eval(rq, rk), "rope") == 1
+        for r, y, off in [(rq, q, offsets[0]), (rk, k, offsets[1])]:
+            want = rope_reference(f64(y), dims, 10000.0, off, traditional)
+            close(f64(r), want, TOL[dtype] * 4)
+        # Each alone: the same bits.
+        q, k, rq_alone, _ = step()
+        mx.eval(rq_alone)
+        _, _, _, rk_alone = step()
+        mx.eval(rk_alone)
+        assert np.array_equal(np.array(rq_alone.astype(mx.float32)), np.array(rq.astype(mx.float32)))
+        assert np.array_equal(np.array(rk_alone.astype(mx.float32)), np.array(rk.astype(mx.float32)))
+
+
 DECODE = textwrap.dedent(
     """
     import hashlib
@@ -160,7 +216,11 @@ DECODE = textwrap.dedent(
         for step in range(6):
             for q, k, v, o, gate, up, down in layers:
                 x = mx.fast.rms_norm(h, None, 1e-5)
-                a = q(x) * mx.sigmoid(k(x)).mean() + v(x).sum()
+                qr = mx.fast.rope(q(x).reshape(1, 1, 4, 64).transpose(0, 2, 1, 3), 64,
+                                  traditional=False, base=1e4, scale=1.0, offset=step)
+                kr = mx.fast.rope(k(x).reshape(1, 1, 1, 64).transpose(0, 2, 1, 3), 64,
+                                  traditional=False, base=1e4, scale=1.0, offset=step)
+                a = (qr * mx.sigmoid(kr).mean()).reshape(1, 1, 256) + v(x).sum()
                 h = h + o(a)
                 x = mx.fast.rms_norm(h, None, 1e-5)
                 h = h + down(nn.silu(gate(x)) * up(x))

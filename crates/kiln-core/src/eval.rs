@@ -218,7 +218,7 @@ pub(crate) fn set_results(
 /// to the node (no array the user holds, not passed twice, no other pending graph; no weak
 /// handle that could revive it) and the node's the only one to the buffer (no view, no
 /// numpy export). Both counts only grow through the node, which only this call reaches.
-fn sole_owner(input: &Array, data: &ArrayData) -> bool {
+pub(crate) fn sole_owner(input: &Array, data: &ArrayData) -> bool {
     Arc::strong_count(&input.0) == 1
         && Arc::weak_count(&input.0) == 0
         && !input.is_tracer()

@@ -7,15 +7,19 @@
 //! launch on the host and a drain on the GPU), not by their bytes, and mlx-lm builds those
 //! projections as separate products of one input.
 //!
-//! A group runs where its first member stands in the order. Every other input of every
-//! member must be ready by then: evaluated already, or one call away from evaluated arrays
-//! (`W.T`, a view of a weight), which is evaluated first. So no member can depend on another,
-//! and the later members find themselves evaluated when the walk reaches them.
+//! Two kinds of groups, as the backend says (`Backend::runs_together`): products of one
+//! shared x, and independent calls (a layer's RoPE of q and of k; its two KV-cache writes).
+//! A group runs where its first member stands in the order. Every input of every other
+//! member must be ready by then: evaluated already, or a short chain of views over
+//! evaluated arrays (`W.T` of a weight; `k`'s reshape and transpose of its projection, run
+//! earlier in the group of q, k and v), which is evaluated first; a member that is not ready
+//! runs on its own later. So no member can depend on another, and the later members find
+//! themselves evaluated when the walk reaches them.
 
 use crate::array::{Array, OpCall};
-use crate::walk::Step;
 use crate::device::backend;
-use kiln_base::{ArrayData, DeviceKind, Result};
+use crate::walk::Step;
+use kiln_base::{ArrayData, DeviceKind, Result, Together};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -40,24 +44,27 @@ impl Groups {
 /// A group being gathered: its first call and the calls like it.
 type Group = (Arc<OpCall>, Vec<Arc<OpCall>>);
 
-/// Finds the groups among `order`'s GPU calls (an evaluation's nodes, inputs first).
+/// Finds the candidate groups among `order`'s GPU calls (an evaluation's nodes, inputs
+/// first): calls the backend may run together with equal parameters (and, for products, the
+/// same first input). Whether a member's inputs are ready is decided when its group runs.
 pub(crate) fn find(order: &[Step]) -> Groups {
     let Some(gpu) = crate::backends::gpu() else { return Groups::default() };
-    // Candidates by their first input's node: (the first call, the calls like it).
+    // Candidates by their shared input's node (0: none shared).
     let mut by_input: FxHashMap<usize, Vec<Group>> = FxHashMap::default();
     for (array, call) in order {
         let Some(call) = call else { continue };
         if array.stream().device.kind != DeviceKind::Gpu || array.is_tracer() {
             continue;
         }
-        let Some(first) = call.inputs.first() else { continue };
-        if call.output_meta.len() != 1
-            || !gpu.runs_together(&call.prim)
-            || !call.inputs[1..].iter().all(ready_for_group)
-        {
+        if call.output_meta.len() != 1 || call.inputs.is_empty() {
             continue;
         }
-        let candidates = by_input.entry(Arc::as_ptr(&first.0) as usize).or_default();
+        let shared = match gpu.runs_together(&call.prim) {
+            Some(Together::SharedInput) => Arc::as_ptr(&call.inputs[0].0) as usize,
+            Some(Together::Independent) => 0,
+            None => continue,
+        };
+        let candidates = by_input.entry(shared).or_default();
         match candidates.iter_mut().find(|(c, rest)| {
             c.prim == call.prim
                 && c.output_meta[0].1 == call.output_meta[0].1
@@ -82,18 +89,34 @@ fn unevaluated(call: &OpCall) -> bool {
     outputs.iter().filter_map(|w| w.upgrade()).all(|n| n.data.get().is_none())
 }
 
-/// Whether a member's other input is ready when its group runs: evaluated, or computed by
-/// one call over evaluated arrays (evaluated just before the group).
-fn ready_for_group(input: &Array) -> bool {
+/// Views deep at most this many calls are evaluated ahead for a member (`k`'s reshape and
+/// transpose over its evaluated projection).
+const VIEW_DEPTH: usize = 4;
+
+/// Makes `input` ready for a group running now: true when it is evaluated, or is a chain of
+/// views (at most `depth` calls) over an evaluated array, which is then evaluated. A member's
+/// input that depends on a member (or on anything else not yet run) is not ready, so a
+/// group's members never depend on one another.
+fn make_ready(input: &Array, evaluation: u64, depth: usize) -> Result<bool> {
     if input.is_evaluated() {
-        return true;
+        return Ok(true);
     }
-    input.call().is_some_and(|c| c.inputs.iter().all(Array::is_evaluated))
+    let Some(call) = input.call() else { return Ok(false) };
+    let [source] = call.inputs.as_slice() else { return Ok(false) };
+    if depth == 0 || !make_ready(source, evaluation, depth - 1)? {
+        return Ok(false);
+    }
+    let Some(data) = source.0.data.get() else { return Ok(false) };
+    if call.prim.view_layout(&data.layout).is_none() {
+        return Ok(false);
+    }
+    crate::eval::eval_node(input, evaluation)?;
+    Ok(input.is_evaluated())
 }
 
-/// Runs `first` (the call of `array`, whose inputs are evaluated) together with `rest`.
-/// `Ok(false)`: the backend did not take them (nothing was run; the walk evaluates each
-/// on its own).
+/// Runs `first` (the call of `array`, whose inputs are evaluated) together with those of
+/// `rest` whose inputs are ready (`make_ready`). `Ok(false)`: the backend did not take them
+/// (nothing was run; the walk evaluates each on its own).
 pub(crate) fn run(
     array: &Array,
     first: &Arc<OpCall>,
@@ -101,32 +124,43 @@ pub(crate) fn run(
     evaluation: u64,
 ) -> Result<bool> {
     let device = array.stream().device;
-    // Another thread running a member (an eval of the same graph) keeps it out.
     let mut calls = vec![first.clone()];
-    calls.extend(rest.iter().filter(|c| unevaluated(c)).cloned());
+    for call in rest {
+        let mut ready = unevaluated(call);
+        for input in &call.inputs {
+            ready = ready && make_ready(input, evaluation, VIEW_DEPTH)?;
+        }
+        if ready {
+            calls.push(call.clone());
+        }
+    }
+    // Another thread running a member (an eval of the same graph) keeps the group apart.
     let guards: Vec<_> = calls.iter().filter_map(|c| c.running.try_lock().ok()).collect();
     if guards.len() != calls.len() || calls.len() < 2 || !calls.iter().all(|c| unevaluated(c)) {
         return Ok(false);
     }
     let mut inputs: Vec<Vec<ArrayData>> = Vec::with_capacity(calls.len());
+    let mut donated: Vec<Vec<bool>> = Vec::with_capacity(calls.len());
     for call in &calls {
         let mut data = Vec::with_capacity(call.inputs.len());
+        let mut own = Vec::with_capacity(call.inputs.len());
         for input in &call.inputs {
-            if !input.is_evaluated() {
-                // A view of a weight (`W.T`): its inputs are evaluated (`ready_for_group`).
-                crate::eval::eval_node(input, evaluation)?;
-            }
             let Some(d) = input.0.data.get() else { return Ok(false) };
-            if d.buffer.device() != device {
-                return Ok(false);
+            if d.buffer.device() == device {
+                own.push(crate::eval::sole_owner(input, d));
+                data.push(d.clone());
+            } else {
+                // RoPE's offset, a host scalar: moved once (the array keeps the copy).
+                own.push(false);
+                data.push(input.data_on(device)?);
             }
-            data.push(d.clone());
         }
         inputs.push(data);
+        donated.push(own);
     }
     let metas: Vec<_> = calls.iter().map(|c| &c.output_meta[0]).collect();
     let timer = crate::profile::Timer::start(device);
-    let Some(ran) = backend(device)?.eval_together(&first.prim, &inputs, &metas) else {
+    let Some(ran) = backend(device)?.eval_together(&first.prim, &inputs, &donated, &metas) else {
         return Ok(false);
     };
     let Ok(results) = ran else {

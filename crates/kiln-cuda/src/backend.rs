@@ -189,18 +189,20 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// A decode step's projections of one x (q, k, v; gate, up) as one launch.
-    fn runs_together(&self, prim: &Primitive) -> bool {
-        crate::gemv::runs_together(prim)
+    /// A decode step's projections of one x (q, k, v; gate, up) as one launch; its RoPE
+    /// of q and of k as one.
+    fn runs_together(&self, prim: &Primitive) -> Option<kiln_base::Together> {
+        crate::together::runs_together(prim)
     }
 
     fn eval_together(
         &self,
         prim: &Primitive,
         inputs: &[Vec<ArrayData>],
+        donated: &[Vec<bool>],
         outputs: &[&(Shape, DType)],
     ) -> Option<Result<Vec<ArrayData>>> {
-        crate::gemv::eval_together(prim, inputs, outputs).transpose()
+        crate::together::eval_together(prim, inputs, donated, outputs).transpose()
     }
 
     /// A slice update writes into its donated base: a KV cache's new entries cost their own

@@ -16,7 +16,7 @@
 use crate::copy::empty;
 use crate::launch::{launch, Args};
 use crate::nvrtc::{check_grid, Function, KernelCache};
-use kiln_base::{ArrayData, DType, FastOp, Primitive, Result, Shape};
+use kiln_base::{ArrayData, DType, Result};
 use std::fmt::Write;
 
 const SYMBOL: &str = "kiln_gemv";
@@ -525,52 +525,6 @@ pub(crate) fn dense_transposed_together(
     let p = Product { dtype: a.dtype, quant: None, rows, k, ldw, x: ptr(a), sets };
     let shapes: Vec<&[usize]> = products.iter().map(|&(_, s)| s).collect();
     run(&p, &shapes).map(Some)
-}
-
-/// Whether calls of `prim` that share their x may run as one launch here (the core's
-/// horizontal fusion, `eval_together`): a decode step's projections of one normalised x.
-/// `KILN_HORIZONTAL=0` (read once) runs each on its own.
-pub(crate) fn runs_together(prim: &Primitive) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    matches!(prim, Primitive::Matmul | Primitive::Fast(FastOp::QuantizedMatmul { .. }))
-        && *ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0"))
-}
-
-/// Calls of `prim` (`runs_together`) whose first inputs are one x, in one launch: `None`
-/// where their layouts do not all fit the few-row kernels (nothing has run then).
-pub(crate) fn eval_together(
-    prim: &Primitive,
-    inputs: &[Vec<ArrayData>],
-    outputs: &[&(Shape, DType)],
-) -> Result<Option<Vec<ArrayData>>> {
-    let x = &inputs[0][0];
-    if inputs.len() > MAX_SETS || outputs.iter().any(|o| o.1 != x.dtype) {
-        return Ok(None);
-    }
-    for data in inputs.iter().flatten() {
-        crate::alloc::check_on_gpu(prim.name(), &data.buffer)?;
-    }
-    match prim {
-        Primitive::Matmul if inputs.iter().all(|c| c.len() == 2) => {
-            let products: Vec<_> =
-                inputs.iter().zip(outputs).map(|(c, o)| (&c[1], o.0.as_slice())).collect();
-            dense_transposed_together(x, &products)
-        }
-        Primitive::Fast(FastOp::QuantizedMatmul { group_size, bits })
-            if inputs.iter().all(|c| c.len() == 4) =>
-        {
-            let products: Vec<_> = inputs
-                .iter()
-                .zip(outputs)
-                .map(|(c, o)| Quantized { w: &c[1], scales: &c[2], biases: &c[3], shape: &o.0 })
-                .collect();
-            if products.iter().any(|q| q.w.layout.ndim() != 2) {
-                return Ok(None);
-            }
-            quantized_together(x, &products, *group_size, *bits)
-        }
-        _ => Ok(None),
-    }
 }
 
 /// Every variant's source (the offline NVRTC check).

@@ -62,6 +62,7 @@ mod rows;
 pub mod runtime;
 mod scan;
 mod sort;
+mod together;
 pub mod transfer;
 
 pub use backend::{supports, CudaBackend};

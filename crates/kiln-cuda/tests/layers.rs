@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
         "fast",
         "collective",
     ],
-    &["prebuild", "cuda_graph", "ready", "backend"],
+    &["prebuild", "cuda_graph", "ready", "together", "backend"],
 ];
 
 /// The layer of a module (its first path segment under src/); `None` for the crate root.

@@ -14,6 +14,15 @@ pub use prebuild::{BuildKernel, BuildOutcome, BuildReport, KernelNode};
 
 use crate::{Buffer, DType, Device, FastOp, Layout, Primitive, Result, Shape};
 
+/// Which calls of one primitive a backend runs together (`Backend::runs_together`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Together {
+    /// Calls whose first input is the same array (products of one x: q, k, v).
+    SharedInput,
+    /// Any calls with equal parameters whose inputs are ready (RoPE of q and of k).
+    Independent,
+}
+
 /// An evaluated input or output: a buffer, where its elements sit, and their dtype.
 #[derive(Debug, Clone)]
 pub struct ArrayData {
@@ -61,24 +70,26 @@ pub trait Backend: Send + Sync {
         self.eval(prim, inputs, outputs)
     }
 
-    /// Whether calls of `prim` that share their first input may run together through
-    /// [`Backend::eval_together`] (the core looks for such calls only then).
-    fn runs_together(&self, prim: &Primitive) -> bool {
+    /// How calls of `prim` may be grouped for [`Backend::eval_together`] (`None`: they are
+    /// not; the core looks for groups only where this says so).
+    fn runs_together(&self, prim: &Primitive) -> Option<Together> {
         let _ = prim;
-        false
+        None
     }
 
-    /// Runs calls of `prim` (one output each) whose first inputs are the same array, as
-    /// one kernel: `inputs[i]` are call `i`'s inputs, `outputs[i]` its output's shape and
+    /// Runs calls of `prim` (one output each, equal parameters; grouped as `runs_together`
+    /// says) as one kernel: `inputs[i]` are call `i`'s inputs, `donated[i]` which of them
+    /// only that call holds (see `eval_donating`), `outputs[i]` its output's shape and
     /// dtype. `None`, or an error, where it cannot take them; either way nothing has run,
     /// and the core runs each call on its own.
     fn eval_together(
         &self,
         prim: &Primitive,
         inputs: &[Vec<ArrayData>],
+        donated: &[Vec<bool>],
         outputs: &[&(Shape, DType)],
     ) -> Option<Result<Vec<ArrayData>>> {
-        let _ = (prim, inputs, outputs);
+        let _ = (prim, inputs, donated, outputs);
         None
     }
 

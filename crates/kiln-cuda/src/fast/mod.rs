@@ -17,7 +17,7 @@ mod hopper_build_check;
 mod norm;
 mod norm_vjp;
 mod quantized_prefill;
-mod rope;
+pub(crate) mod rope;
 
 use crate::alloc::device_ptr;
 use kiln_base::{bail, ArrayData, DType, FastOp, Result, Shape};

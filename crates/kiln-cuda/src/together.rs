@@ -1,0 +1,79 @@
+//! Calls the core groups for one launch (kiln-core's horizontal.rs): a decode step's
+//! few-row products of one x (q, k, v; gate, up), and its RoPE of q and of k. Each kernel
+//! family takes a group through its own `*_together` entry; a group whose layouts one launch
+//! cannot take is declined before anything runs, and its members run one by one.
+//! `KILN_HORIZONTAL=0` (read once) turns grouping off.
+
+use kiln_base::{ArrayData, DType, FastOp, Primitive, Result, Shape, Together};
+
+/// How calls of `prim` may be grouped here (`Backend::runs_together`).
+pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0")) {
+        return None;
+    }
+    match prim {
+        Primitive::Matmul | Primitive::Fast(FastOp::QuantizedMatmul { .. }) => {
+            Some(Together::SharedInput)
+        }
+        Primitive::Fast(FastOp::Rope { freqs: false, .. }) => Some(Together::Independent),
+        _ => None,
+    }
+}
+
+/// Calls of `prim` grouped as `runs_together` says, in one launch: `None` where their
+/// layouts do not all fit (nothing has run then).
+pub(crate) fn eval_together(
+    prim: &Primitive,
+    inputs: &[Vec<ArrayData>],
+    donated: &[Vec<bool>],
+    outputs: &[&(Shape, DType)],
+) -> Result<Option<Vec<ArrayData>>> {
+    let _ = donated; // (no grouped kernel writes in place yet)
+    let x = &inputs[0][0];
+    if outputs.iter().any(|o| o.1 != x.dtype) {
+        return Ok(None);
+    }
+    for data in inputs.iter().flatten() {
+        crate::alloc::check_on_gpu(prim.name(), &data.buffer)?;
+    }
+    let arity = |n: usize| inputs.iter().all(|c| c.len() == n);
+    match prim {
+        Primitive::Matmul if arity(2) => {
+            let products: Vec<_> =
+                inputs.iter().zip(outputs).map(|(c, o)| (&c[1], o.0.as_slice())).collect();
+            crate::gemv::dense_transposed_together(x, &products)
+        }
+        Primitive::Fast(FastOp::QuantizedMatmul { group_size, bits }) if arity(4) => {
+            let products: Vec<_> = inputs
+                .iter()
+                .zip(outputs)
+                .map(|(c, o)| crate::gemv::Quantized {
+                    w: &c[1],
+                    scales: &c[2],
+                    biases: &c[3],
+                    shape: &o.0,
+                })
+                .collect();
+            if products.iter().any(|q| q.w.layout.ndim() != 2) {
+                return Ok(None);
+            }
+            crate::gemv::quantized_together(x, &products, *group_size, *bits)
+        }
+        Primitive::Fast(FastOp::Rope { dims, traditional, base, scale, freqs: false, inverse })
+            if arity(2) =>
+        {
+            let p = crate::fast::rope::Params {
+                dims: *dims,
+                traditional: *traditional,
+                base: base.as_f64(),
+                scale: scale.as_f64(),
+                inverse: *inverse,
+            };
+            let calls: Vec<_> =
+                inputs.iter().zip(outputs).map(|(c, o)| (&c[0], &c[1], o.0.as_slice())).collect();
+            crate::fast::rope::rope_together(&calls, &p)
+        }
+        _ => Ok(None),
+    }
+}
