@@ -2,7 +2,8 @@
 # On the GPU machine (device tool), one call: the whole GPU suite, then the decode loops'
 # GPU time a step, then the A/B of the switches not yet measured, then host time per
 # primitive. Sections start only while time is left (STOP seconds into the call).
-#   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl)
+#   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl), or .carryx
+#   (the same, the library xz-compressed) beside .mlx/1
 #   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
 # KILN_HORIZONTAL=0 (session 28: a decode step's projections of one x as one launch) is
 # the first A/B. Session 27 left these for it: the GPU suite with early launches, the flat kernel
@@ -12,8 +13,13 @@
 # training step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-cp .carry/_core.abi3.so python/kiln/_core.abi3.so
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/whl/*.whl 2>/dev/null
+# The build from .carry (or .carryx, xz-compressed: leaves room for an MLX part in the call).
+if [ -f .carryx/_core.abi3.so.xz ]; then
+    xz -dc .carryx/_core.abi3.so.xz > python/kiln/_core.abi3.so; WHEELS=.carryx/whl
+else
+    cp .carry/_core.abi3.so python/kiln/_core.abi3.so; WHEELS=.carry/whl
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS/*.whl 2>/dev/null
 export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
 STOP=${STOP:-420}
