@@ -5,7 +5,8 @@ here, against float64 numpy: 4-bit (tensor-core kernel) and 3/8-bit (CUDA-core k
 quantized products and dense `x @ W.T` in bfloat16, float16 and float32, of different widths
 in one group; groups larger than a launch takes; members that cannot join (another k, a
 transposed weight, a weight computed from another member, x on the CPU); NaN and inf in x;
-an empty weight; RoPE of q and of k (views of their projections, heads differing, offsets
+an empty weight; KV-cache writes of k and v into donated caches as one launch (and alone
+where a cache is still held); RoPE of q and of k (views of their projections, heads differing, offsets
 alike or not) as one launch, the same bits as each alone; the profiler seeing one launch
 where a group ran; and an mlx-lm-style decode giving the same bits with `KILN_HORIZONTAL=0`
 (another process: read once).
@@ -189,6 +190,73 @@ def test_rope_of_q_and_k_in_one_launch(dtype, traditional, offsets, dims):
         mx.eval(rk_alone)
         assert np.array_equal(np.array(rq_alone.astype(mx.float32)), np.array(rq.astype(mx.float32)))
         assert np.array_equal(np.array(rk_alone.astype(mx.float32)), np.array(rk.astype(mx.float32)))
+
+
+def test_rope_of_every_layer_groups_per_layer():
+    # Every layer's RoPE has the same parameters; only a layer's own q and k are ready
+    # together, so each layer is one launch.
+    rng = np.random.default_rng(5)
+    with mx.stream(mx.gpu):
+        h = mx.array(rng.normal(size=(1, 1, 128)).astype(np.float32))
+        ws = [(mx.array(rng.normal(size=(4 * 32, 128)).astype(np.float32) / 8),
+               mx.array(rng.normal(size=(2 * 32, 128)).astype(np.float32) / 8)) for _ in range(3)]
+        mx.eval(h, ws)
+        outs, hn = [], f64(h)
+        for wq, wk in ws:
+            q = (h @ wq.T).reshape(1, 1, 4, 32).transpose(0, 2, 1, 3)
+            k = (h @ wk.T).reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
+            rq = mx.fast.rope(q, 32, traditional=False, base=1e4, scale=1.0, offset=3)
+            rk = mx.fast.rope(k, 32, traditional=False, base=1e4, scale=1.0, offset=3)
+            outs += [rq, rk]
+            h = h + rq.reshape(1, 1, 128) * mx.sum(rk)
+        assert launches(lambda: mx.eval(h, *outs), "rope") == 3
+        for wq, wk in ws:
+            q = (hn @ f64(wq).T).reshape(1, 1, 4, 32).transpose(0, 2, 1, 3)
+            k = (hn @ f64(wk).T).reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
+            rq = rope_reference(q, 32, 1e4, 3, False)
+            rk = rope_reference(k, 32, 1e4, 3, False)
+            hn = hn + rq.reshape(1, 1, 128) * rk.sum()
+        close(f64(h), hn, 1e-3)
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float32])
+def test_kv_cache_writes_of_k_and_v_in_one_launch(dtype):
+    # mlx-lm's KVCache.update_and_fetch: each step writes its k and v into the caches in
+    # place (the caches are donated), one launch for the two.
+    rng = np.random.default_rng(6)
+    want_k = np.zeros((1, 2, 16, 32))
+    want_v = np.zeros((1, 2, 16, 32))
+    with mx.stream(mx.gpu):
+        # (Computed on the GPU, so each cache owns a whole buffer there.)
+        kc = mx.zeros((1, 2, 16, 32), dtype=dtype) * 1
+        vc = mx.zeros((1, 2, 16, 32), dtype=dtype) * 1
+        mx.eval(kc, vc)
+        counts = []
+        for step in range(5):
+            k_np = rng.normal(size=(1, 2, 1, 32)).astype(np.float32)
+            v_np = rng.normal(size=(1, 1, 2, 32)).astype(np.float32)
+            k = mx.array(k_np).astype(dtype)
+            v = mx.array(v_np).astype(dtype).transpose(0, 2, 1, 3)  # a strided view
+            mx.eval(k, v)
+            kc[..., step:step + 1, :] = k
+            vc[..., step:step + 1, :] = v
+            counts.append(launches(lambda: mx.eval(kc, vc), "slice_update"))
+            want_k[..., step:step + 1, :] = f64(k)
+            want_v[..., step:step + 1, :] = f64(v)
+        assert counts == [1] * 5
+        np.testing.assert_array_equal(f64(kc), want_k)
+        np.testing.assert_array_equal(f64(vc), want_v)
+        # A cache someone else still holds is not written in place: each runs alone, and
+        # the old array keeps its values.
+        old = kc
+        kc[..., 5:6, :] = mx.ones((1, 2, 1, 32), dtype=dtype)
+        vc[..., 5:6, :] = mx.ones((1, 2, 1, 32), dtype=dtype)
+        mx.eval(kc, vc)
+        np.testing.assert_array_equal(f64(old), want_k)
+        want_k[..., 5:6, :] = 1
+        want_v[..., 5:6, :] = 1
+        np.testing.assert_array_equal(f64(kc), want_k)
+        np.testing.assert_array_equal(f64(vc), want_v)
 
 
 DECODE = textwrap.dedent(

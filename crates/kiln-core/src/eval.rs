@@ -60,7 +60,9 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
         let stamp = if gpu { evaluation } else { 0 };
         let group = call.as_ref().and_then(|c| groups.take(c));
         if let (Some(rest), Some(call)) = (group, &call) {
-            if crate::horizontal::run(&array, call, &rest, stamp)? {
+            let (ran, left) = crate::horizontal::run(&array, call, &rest, stamp)?;
+            groups.requeue(left);
+            if ran {
                 continue;
             }
         }

@@ -25,6 +25,9 @@ use std::sync::Arc;
 
 /// Groups of at most this many calls (a layer's q, k, v).
 const MAX_GROUP: usize = 4;
+/// Candidates a group's run looks at for members (the rest wait for a later group): RoPE
+/// calls of every layer have equal parameters, and only the next layer's are ready.
+const SCAN: usize = 8;
 
 /// The groups found in an evaluation's order: each keyed by its first member's call, with
 /// the calls of the other members.
@@ -38,6 +41,15 @@ impl Groups {
             return None;
         }
         self.0.remove(&(Arc::as_ptr(call) as usize))
+    }
+
+    /// Candidates a group's run left out (not ready yet, or past its size): a group of
+    /// their own, led by the first, which comes later in the order.
+    pub(crate) fn requeue(&mut self, mut left: Vec<Arc<OpCall>>) {
+        if left.len() >= 2 {
+            let lead = left.remove(0);
+            self.0.insert(Arc::as_ptr(&lead) as usize, left);
+        }
     }
 }
 
@@ -65,11 +77,10 @@ pub(crate) fn find(order: &[Step]) -> Groups {
             None => continue,
         };
         let candidates = by_input.entry(shared).or_default();
-        match candidates.iter_mut().find(|(c, rest)| {
-            c.prim == call.prim
-                && c.output_meta[0].1 == call.output_meta[0].1
-                && rest.len() + 1 < MAX_GROUP
-        }) {
+        match candidates
+            .iter_mut()
+            .find(|(c, _)| c.prim == call.prim && c.output_meta[0].1 == call.output_meta[0].1)
+        {
             Some((_, rest)) => rest.push(call.clone()),
             None => candidates.push((call.clone(), Vec::new())),
         }
@@ -115,29 +126,42 @@ fn make_ready(input: &Array, evaluation: u64, depth: usize) -> Result<bool> {
 }
 
 /// Runs `first` (the call of `array`, whose inputs are evaluated) together with those of
-/// `rest` whose inputs are ready (`make_ready`). `Ok(false)`: the backend did not take them
-/// (nothing was run; the walk evaluates each on its own).
+/// `rest` whose inputs are ready (`make_ready`), up to `MAX_GROUP` calls. Returns whether the
+/// backend took them (if not, nothing was run and the walk evaluates `first` on its own),
+/// and the candidates left for a later group.
 pub(crate) fn run(
     array: &Array,
     first: &Arc<OpCall>,
     rest: &[Arc<OpCall>],
     evaluation: u64,
-) -> Result<bool> {
+) -> Result<(bool, Vec<Arc<OpCall>>)> {
     let device = array.stream().device;
     let mut calls = vec![first.clone()];
-    for call in rest {
-        let mut ready = unevaluated(call);
+    let mut left = Vec::new();
+    for (i, call) in rest.iter().enumerate() {
+        if !unevaluated(call) {
+            continue;
+        }
+        let mut ready = calls.len() < MAX_GROUP && i < SCAN;
         for input in &call.inputs {
             ready = ready && make_ready(input, evaluation, VIEW_DEPTH)?;
         }
         if ready {
             calls.push(call.clone());
+        } else {
+            left.push(call.clone());
         }
     }
+    let declined = |calls: Vec<Arc<OpCall>>, mut left: Vec<Arc<OpCall>>| {
+        let mut back: Vec<_> = calls.into_iter().skip(1).collect();
+        back.append(&mut left);
+        Ok((false, back))
+    };
     // Another thread running a member (an eval of the same graph) keeps the group apart.
     let guards: Vec<_> = calls.iter().filter_map(|c| c.running.try_lock().ok()).collect();
     if guards.len() != calls.len() || calls.len() < 2 || !calls.iter().all(|c| unevaluated(c)) {
-        return Ok(false);
+        drop(guards);
+        return declined(calls, left);
     }
     let mut inputs: Vec<Vec<ArrayData>> = Vec::with_capacity(calls.len());
     let mut donated: Vec<Vec<bool>> = Vec::with_capacity(calls.len());
@@ -145,7 +169,10 @@ pub(crate) fn run(
         let mut data = Vec::with_capacity(call.inputs.len());
         let mut own = Vec::with_capacity(call.inputs.len());
         for input in &call.inputs {
-            let Some(d) = input.0.data.get() else { return Ok(false) };
+            let Some(d) = input.0.data.get() else {
+                drop(guards);
+                return declined(calls, left);
+            };
             if d.buffer.device() == device {
                 own.push(crate::eval::sole_owner(input, d));
                 data.push(d.clone());
@@ -160,13 +187,12 @@ pub(crate) fn run(
     }
     let metas: Vec<_> = calls.iter().map(|c| &c.output_meta[0]).collect();
     let timer = crate::profile::Timer::start(device);
-    let Some(ran) = backend(device)?.eval_together(&first.prim, &inputs, &donated, &metas) else {
-        return Ok(false);
-    };
-    let Ok(results) = ran else {
-        // Nothing stands half done (the backend runs nothing before it can run all): each
-        // call runs on its own and reports its own error.
-        return Ok(false);
+    let ran = backend(device)?.eval_together(&first.prim, &inputs, &donated, &metas);
+    // `None` or an error: nothing stands half done (the backend runs nothing before it can
+    // run all); each call runs on its own (and reports its own error).
+    let Some(Ok(results)) = ran else {
+        drop(guards);
+        return declined(calls, left);
     };
     crate::eval::count_calls(calls.len() as u64);
     if let Some(t) = timer {
@@ -176,5 +202,5 @@ pub(crate) fn run(
         crate::eval::set_results(call, vec![result], evaluation, false);
     }
     drop(guards);
-    Ok(true)
+    Ok((true, left))
 }

@@ -3,7 +3,7 @@
 //! Concatenate, SliceUpdate's base copy and update, and the copies behind non-view bitcasts.
 
 use crate::alloc::{device_ptr, DEVICE};
-use crate::collapse::collapse;
+use crate::collapse::collapse_layouts;
 use crate::launch::{blocks_for, launch, Args, BLOCK};
 use crate::nvrtc::KernelCache;
 use kiln_base::{bail, ArrayData, Buffer, DType, Layout, Result};
@@ -22,7 +22,9 @@ pub(crate) fn bits_type(width: usize) -> &'static str {
 }
 
 /// `dst[index] = src[index]` over `ndim` dims; the table holds the dims, then the source's
-/// and the destination's element strides.
+/// and the destination's element strides. Pairs of copies alike in shape and strides (a
+/// layer's two KV-cache writes) run as one launch: element `e` of `pairs * n` is element
+/// `e % n` of copy `e / n`.
 fn source(ndim: usize, width: usize) -> String {
     let t = bits_type(width);
     let mut s = String::from(kiln_codegen::cuda::preamble());
@@ -30,10 +32,16 @@ fn source(ndim: usize, width: usize) -> String {
         s,
         r#"
 struct KTable {{ int64_t v[{three}]; }};
-extern "C" __global__ void {SYMBOL}(const int64_t n, const {t} *__restrict__ src, {t} *__restrict__ dst,
+extern "C" __global__ void {SYMBOL}(const int64_t n, const int64_t pairs,
+                                   const {t} *__restrict__ src0, {t} *__restrict__ dst0,
+                                   const {t} *__restrict__ src1, {t} *__restrict__ dst1,
                                    const KTable t) {{
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {{
+    for (int64_t f = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; f < pairs * n;
+         f += (int64_t)gridDim.x * blockDim.x) {{
+        const bool second = f >= n;
+        const int64_t e = second ? f - n : f;
+        const {t} *__restrict__ src = second ? src1 : src0;
+        {t} *__restrict__ dst = second ? dst1 : dst0;
         int64_t r = e, from = 0, to = 0;
         #pragma unroll
         for (int d = {last}; d >= 0; --d) {{
@@ -55,29 +63,63 @@ extern "C" __global__ void {SYMBOL}(const int64_t n, const {t} *__restrict__ src
 
 static KERNELS: KernelCache<(usize, usize)> = KernelCache::new();
 
+/// Every variant's source for 1 to 4 collapsed dims (the offline NVRTC check).
+#[cfg(test)]
+pub(crate) fn all_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for ndim in 1..=4 {
+        for width in [1, 2, 4, 8] {
+            out.push((format!("copy_{ndim}_{width}"), source(ndim, width)));
+        }
+    }
+    out
+}
+
 /// Copies the elements of `src` into `dst`'s buffer at `dst_layout` (same shape).
 pub(crate) fn copy_into(src: &ArrayData, dst: &Buffer, dst_layout: &Layout) -> Result<()> {
     let shape = &src.layout.shape;
     if shape.as_slice() != dst_layout.shape.as_slice() {
         bail!(Runtime, "copy", "Copy from {shape:?} into {:?}.", dst_layout.shape);
     }
+    let target = ArrayData { buffer: dst.clone(), layout: dst_layout.clone(), dtype: src.dtype };
+    copy_pairs(&[(src, &target)])
+}
+
+/// Two copies alike (shape, dtype, and strides once collapsed: a layer's KV-cache writes of
+/// k and v) in one launch, or `false` where they differ (nothing ran).
+pub(crate) fn copy_two_into(pairs: [(&ArrayData, &ArrayData); 2]) -> Result<bool> {
+    let [(s0, d0), (s1, d1)] = pairs;
+    let shape = &s0.layout.shape;
+    let alike = [s1, d0, d1].iter().all(|a| &a.layout.shape == shape && a.dtype == s0.dtype);
+    let collapsed = |s: &ArrayData, d: &ArrayData| collapse_layouts(shape, &[&s.layout, &d.layout]);
+    if !alike || collapsed(s0, d0) != collapsed(s1, d1) {
+        return Ok(false);
+    }
+    copy_pairs(&pairs)?;
+    Ok(true)
+}
+
+/// One launch copying each `(src, dst)` of `pairs` (one or two, alike).
+fn copy_pairs(pairs: &[(&ArrayData, &ArrayData)]) -> Result<()> {
+    let (src, dst) = pairs[0];
+    let shape = &src.layout.shape;
     let n: usize = shape.iter().product();
     if n == 0 {
         return Ok(());
     }
     let width = src.dtype.size();
-    let target = ArrayData { buffer: dst.clone(), layout: dst_layout.clone(), dtype: src.dtype };
-    let (dims, strides) = collapse(shape, &[src.clone(), target]);
+    let (dims, strides) = collapse_layouts(shape, &[&src.layout, &dst.layout]);
     let mut table = dims.clone();
     table.extend_from_slice(&strides[0]);
     table.extend_from_slice(&strides[1]);
     let f = KERNELS.get(&(dims.len(), width), SYMBOL, || source(dims.len(), width))?;
+    let at = |a: &ArrayData| device_ptr(&a.buffer, a.layout.offset as isize, width);
+    let (src1, dst1) = pairs.get(1).copied().unwrap_or((src, dst));
     let mut args = Args::new();
-    args.i64(n as i64)
-        .ptr(device_ptr(&src.buffer, src.layout.offset as isize, width))
-        .ptr(device_ptr(dst, dst_layout.offset as isize, width))
-        .i64_struct(&table);
-    launch("copy", f, blocks_for(n as u64, BLOCK as u64), BLOCK, 0, &mut args)
+    args.i64(n as i64).i64(pairs.len() as i64);
+    args.ptr(at(src)).ptr(at(dst)).ptr(at(src1)).ptr(at(dst1)).i64_struct(&table);
+    let total = (n * pairs.len()) as u64;
+    launch("copy", f, blocks_for(total, BLOCK as u64), BLOCK, 0, &mut args)
 }
 
 /// A fresh row-major buffer of `shape` elements of `dtype`.

@@ -1,10 +1,11 @@
 //! Calls the core groups for one launch (kiln-core's horizontal.rs): a decode step's
-//! few-row products of one x (q, k, v; gate, up), and its RoPE of q and of k. Each kernel
+//! few-row products of one x (q, k, v; gate, up), its RoPE of q and of k, and its two
+//! KV-cache writes. Each kernel
 //! family takes a group through its own `*_together` entry; a group whose layouts one launch
 //! cannot take is declined before anything runs, and its members run one by one.
 //! `KILN_HORIZONTAL=0` (read once) turns grouping off.
 
-use kiln_base::{ArrayData, DType, FastOp, Primitive, Result, Shape, Together};
+use kiln_base::{ArrayData, DType, FastOp, Layout, Primitive, Result, Shape, Together};
 
 /// How calls of `prim` may be grouped here (`Backend::runs_together`).
 pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
@@ -16,7 +17,9 @@ pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
         Primitive::Matmul | Primitive::Fast(FastOp::QuantizedMatmul { .. }) => {
             Some(Together::SharedInput)
         }
-        Primitive::Fast(FastOp::Rope { freqs: false, .. }) => Some(Together::Independent),
+        Primitive::Fast(FastOp::Rope { freqs: false, .. }) | Primitive::SliceUpdate { .. } => {
+            Some(Together::Independent)
+        }
         _ => None,
     }
 }
@@ -29,7 +32,6 @@ pub(crate) fn eval_together(
     donated: &[Vec<bool>],
     outputs: &[&(Shape, DType)],
 ) -> Result<Option<Vec<ArrayData>>> {
-    let _ = donated; // (no grouped kernel writes in place yet)
     let x = &inputs[0][0];
     if outputs.iter().any(|o| o.1 != x.dtype) {
         return Ok(None);
@@ -73,6 +75,27 @@ pub(crate) fn eval_together(
             let calls: Vec<_> =
                 inputs.iter().zip(outputs).map(|(c, o)| (&c[0], &c[1], o.0.as_slice())).collect();
             crate::fast::rope::rope_together(&calls, &p)
+        }
+        Primitive::SliceUpdate { start, step, len } if arity(2) && inputs.len() == 2 => {
+            // Two KV-cache writes, each into its donated cache (a copy of the whole cache
+            // otherwise: those run on their own).
+            let mut pairs = Vec::with_capacity(2);
+            for ((call, own), out) in inputs.iter().zip(donated).zip(outputs) {
+                let (base, update) = (&call[0], &call[1]);
+                let whole = Layout::contiguous(&out.0);
+                if !own[0] || base.layout != whole || update.dtype != base.dtype {
+                    return Ok(None);
+                }
+                let target = ArrayData {
+                    buffer: base.buffer.clone(),
+                    layout: whole.slice(start, step, len),
+                    dtype: base.dtype,
+                };
+                pairs.push((update, target));
+            }
+            let ran =
+                crate::copy::copy_two_into([(pairs[0].0, &pairs[0].1), (pairs[1].0, &pairs[1].1)])?;
+            Ok(ran.then(|| inputs.iter().map(|c| c[0].clone()).collect()))
         }
         _ => Ok(None),
     }

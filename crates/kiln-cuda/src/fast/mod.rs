@@ -224,6 +224,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     out.extend(quantized_prefill::all_sources());
     out.extend(crate::gemv::all_sources());
     out.extend(crate::qmv_mma::all_sources());
+    out.extend(crate::copy::all_sources());
     out
 }
 
