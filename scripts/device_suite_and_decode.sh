@@ -24,6 +24,12 @@ export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
 STOP=${STOP:-420}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+echo "== first the tests of what is new ($SECONDS s)"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
+    tests/python/test_cuda_horizontal.py tests/python/test_cuda_early_launch.py \
+    tests/python/test_cuda_eager_graphs.py tests/python/test_cuda_gemv.py \
+    tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py 2>&1 \
+    | grep -E "passed|failed|^FAILED|^ERROR|Error" | cut -c1-300 | head -30
 echo "== suite ($SECONDS s)"
 timeout "${SUITE_S:-300}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf tests/python 2>&1 \
     | tee "$OUT/suite.log" | grep -E "passed|failed|^FAILED|^ERROR" | cut -c1-250 | head -40
