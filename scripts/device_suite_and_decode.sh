@@ -26,7 +26,7 @@ STOP=${STOP:-420}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 echo "== first the tests of what is new ($SECONDS s)"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
-    tests/python/test_cuda_horizontal.py tests/python/test_cuda_early_launch.py \
+    tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
     tests/python/test_cuda_eager_graphs.py tests/python/test_cuda_gemv.py \
     tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py 2>&1 \
     | grep -E "passed|failed|^FAILED|^ERROR|Error" | cut -c1-300 | head -30

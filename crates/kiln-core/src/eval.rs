@@ -51,6 +51,7 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
     let mut issued = false;
     let evaluation = crate::completion::begin();
     let mut groups = crate::horizontal::find(&order);
+    let mut chains = crate::vertical::find(&order);
     // Consume the order front to back so each node is released once its users are done.
     for (array, call) in order {
         let gpu = array.stream().device.kind == DeviceKind::Gpu;
@@ -58,6 +59,12 @@ pub fn eval_async(outputs: &[Array]) -> Result<bool> {
         issued |= gpu;
         interrupt::check("eval")?;
         let stamp = if gpu { evaluation } else { 0 };
+        let chain = call.as_ref().and_then(|c| Some((chains.take(c)?, c)));
+        if let Some((consumer, producer)) = chain {
+            if crate::vertical::run(array.stream().device, producer, &consumer, stamp)? {
+                continue;
+            }
+        }
         let group = call.as_ref().and_then(|c| groups.take(c));
         if let (Some(rest), Some(call)) = (group, &call) {
             let (ran, left) = crate::horizontal::run(&array, call, &rest, stamp)?;

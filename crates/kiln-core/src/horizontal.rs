@@ -95,20 +95,20 @@ pub(crate) fn find(order: &[Step]) -> Groups {
 }
 
 /// Whether none of `call`'s outputs has data yet (no other evaluation ran it meanwhile).
-fn unevaluated(call: &OpCall) -> bool {
+pub(crate) fn unevaluated(call: &OpCall) -> bool {
     let outputs = call.outputs.get().expect("set at construction");
     outputs.iter().filter_map(|w| w.upgrade()).all(|n| n.data.get().is_none())
 }
 
 /// Views deep at most this many calls are evaluated ahead for a member (`k`'s reshape and
 /// transpose over its evaluated projection).
-const VIEW_DEPTH: usize = 4;
+pub(crate) const VIEW_DEPTH: usize = 4;
 
 /// Makes `input` ready for a group running now: true when it is evaluated, or is a chain of
 /// views (at most `depth` calls) over an evaluated array, which is then evaluated. A member's
 /// input that depends on a member (or on anything else not yet run) is not ready, so a
 /// group's members never depend on one another.
-fn make_ready(input: &Array, evaluation: u64, depth: usize) -> Result<bool> {
+pub(crate) fn make_ready(input: &Array, evaluation: u64, depth: usize) -> Result<bool> {
     if input.is_evaluated() {
         return Ok(true);
     }

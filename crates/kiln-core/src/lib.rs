@@ -23,6 +23,7 @@ mod horizontal;
 pub mod ops;
 pub mod profile;
 pub mod transforms;
+mod vertical;
 mod walk;
 
 #[cfg(test)]

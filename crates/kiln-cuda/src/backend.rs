@@ -205,6 +205,28 @@ impl Backend for CudaBackend {
         crate::together::eval_together(prim, inputs, donated, outputs).transpose()
     }
 
+    /// A residual add and the norm of its sum as one launch.
+    fn chains_into(&self, consumer: &Primitive) -> bool {
+        crate::together::chains_into(consumer)
+    }
+
+    fn runs_chained(&self, producer: &Primitive, consumer: &Primitive) -> bool {
+        crate::together::runs_chained(producer, consumer)
+    }
+
+    fn eval_chained(
+        &self,
+        producer: &Primitive,
+        p_inputs: &[ArrayData],
+        p_out: &(Shape, DType),
+        consumer: &Primitive,
+        c_rest: &[ArrayData],
+        c_out: &(Shape, DType),
+    ) -> Option<Result<(ArrayData, ArrayData)>> {
+        crate::together::eval_chained(producer, p_inputs, p_out, consumer, c_rest, c_out)
+            .transpose()
+    }
+
     /// A slice update writes into its donated base: a KV cache's new entries cost their own
     /// bytes, not a copy of the cache.
     fn eval_donating(

@@ -5,12 +5,16 @@
 //! cannot take is declined before anything runs, and its members run one by one.
 //! `KILN_HORIZONTAL=0` (read once) turns grouping off.
 
-use kiln_base::{ArrayData, DType, FastOp, Layout, Primitive, Result, Shape, Together};
+use kiln_base::{ArrayData, BinaryOp, DType, FastOp, Layout, Primitive, Result, Shape, Together};
+
+fn on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0"))
+}
 
 /// How calls of `prim` may be grouped here (`Backend::runs_together`).
 pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0")) {
+    if !on() {
         return None;
     }
     match prim {
@@ -99,4 +103,57 @@ pub(crate) fn eval_together(
         }
         _ => Ok(None),
     }
+}
+
+/// Whether `consumer` takes its producer into its kernel here (`Backend::chains_into`).
+pub(crate) fn chains_into(consumer: &Primitive) -> bool {
+    on() && matches!(consumer, Primitive::Fast(FastOp::RmsNorm { .. } | FastOp::LayerNorm { .. }))
+}
+
+/// `Backend::runs_chained`: an add into a norm.
+pub(crate) fn runs_chained(producer: &Primitive, consumer: &Primitive) -> bool {
+    chains_into(consumer) && matches!(producer, Primitive::Binary(BinaryOp::Add))
+}
+
+/// An add (inputs of its output's shape and dtype, no broadcast) and the norm of its sum,
+/// one launch: `(sum, norm)`, or `None` where they do not fit.
+pub(crate) fn eval_chained(
+    producer: &Primitive,
+    p_inputs: &[ArrayData],
+    p_out: &(Shape, DType),
+    consumer: &Primitive,
+    c_rest: &[ArrayData],
+    c_out: &(Shape, DType),
+) -> Result<Option<(ArrayData, ArrayData)>> {
+    let (Primitive::Binary(BinaryOp::Add), [a, b]) = (producer, p_inputs) else {
+        return Ok(None);
+    };
+    let dtype = p_out.1;
+    let fits = matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+        && c_out == p_out
+        && [a, b].iter().all(|x| x.dtype == dtype && x.layout.shape == p_out.0)
+        && c_rest.iter().all(|x| x.dtype == dtype);
+    if !fits {
+        return Ok(None);
+    }
+    for data in p_inputs.iter().chain(c_rest) {
+        crate::alloc::check_on_gpu(consumer.name(), &data.buffer)?;
+    }
+    use crate::fast::norm::{norm_of_sum, Kind};
+    let shape = &p_out.0;
+    let made = match consumer {
+        Primitive::Fast(FastOp::RmsNorm { eps, weight }) if c_rest.len() == *weight as usize => {
+            let w = weight.then(|| &c_rest[0]);
+            norm_of_sum(Kind::Rms, (a, b), w, None, eps.as_f64(), shape)?
+        }
+        Primitive::Fast(FastOp::LayerNorm { eps, weight, bias })
+            if c_rest.len() == *weight as usize + *bias as usize =>
+        {
+            let w = weight.then(|| &c_rest[0]);
+            let bias = bias.then(|| &c_rest[*weight as usize]);
+            norm_of_sum(Kind::Layer, (a, b), w, bias, eps.as_f64(), shape)?
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(made))
 }

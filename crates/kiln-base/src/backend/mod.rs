@@ -93,6 +93,36 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Whether `consumer` may take the call computing its first input into its kernel
+    /// (`Backend::runs_chained` then says which producers); the core looks only then.
+    fn chains_into(&self, consumer: &Primitive) -> bool {
+        let _ = consumer;
+        false
+    }
+
+    /// Whether `producer`'s one output, read by `consumer` as its first input, may be
+    /// computed in `consumer`'s kernel ([`Backend::eval_chained`]).
+    fn runs_chained(&self, producer: &Primitive, consumer: &Primitive) -> bool {
+        let _ = (producer, consumer);
+        false
+    }
+
+    /// `producer` over `p_inputs` (output `p_out`) and `consumer` over that output and
+    /// `c_rest` (output `c_out`) as one kernel: both outputs. `None`, or an error, where it
+    /// cannot; either way nothing has run, and the core runs each on its own.
+    fn eval_chained(
+        &self,
+        producer: &Primitive,
+        p_inputs: &[ArrayData],
+        p_out: &(Shape, DType),
+        consumer: &Primitive,
+        c_rest: &[ArrayData],
+        c_out: &(Shape, DType),
+    ) -> Option<Result<(ArrayData, ArrayData)>> {
+        let _ = (producer, p_inputs, p_out, consumer, c_rest, c_out);
+        None
+    }
+
     /// The allocator of this device's memory (counters, cache, limits).
     fn memory(&self) -> &'static dyn DeviceMemory;
 

@@ -14,7 +14,7 @@ pub mod cuda_kernel;
 mod gathered;
 #[cfg(test)]
 mod hopper_build_check;
-mod norm;
+pub(crate) mod norm;
 mod norm_vjp;
 mod quantized_prefill;
 pub(crate) mod rope;
@@ -162,8 +162,20 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                     (vec, 4, false, 128),
                     (vec, 4, false, 256),
                 ] {
-                    let key = norm::Key { dtype, kind, weight, bias, vec, items, warp, threads };
-                    out.push((format!("norm_{key:?}"), norm::source(&key)));
+                    for residual in [false, true] {
+                        let key = norm::Key {
+                            dtype,
+                            kind,
+                            weight,
+                            bias,
+                            vec,
+                            items,
+                            warp,
+                            threads,
+                            residual,
+                        };
+                        out.push((format!("norm_{key:?}"), norm::source(&key)));
+                    }
                 }
             }
         }

@@ -42,6 +42,8 @@ pub(crate) struct Key {
     pub warp: bool,
     /// The block size (also the kernel's `__launch_bounds__`).
     pub threads: u32,
+    /// The row is `x + res`, also written out (`h`): a residual add and the norm reading it.
+    pub residual: bool,
 }
 
 /// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32 (only rows
@@ -132,9 +134,21 @@ K_INLINE void k_read(const S *p, float *v, int64_t j) {
     for (int e = 0; e < VEC; ++e) v[e] = k_load(u.v[e]);
 }
 
+/* RESIDUAL: the row is x + r, rounded to S as the add kernel rounds it (a float sum, then
+   one rounding: the correctly rounded sum), and written to h as it is read. */
+K_INLINE V k_sum_into(const S *p, const S *rp, S *hp, int64_t j) {
+    const V a = *(const V *)(p + j), c = *(const V *)(rp + j);
+    V o;
+    #pragma unroll
+    for (int e = 0; e < VEC; ++e) o.v[e] = k_store(k_load(a.v[e]) + k_load(c.v[e]));
+    *(V *)(hp + j) = o;
+    return o;
+}
+
 extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(const int64_t rows, const int64_t d, const S *__restrict__ x,
                                      const S *__restrict__ w, const S *__restrict__ b,
-                                     S *__restrict__ y, const double eps_d) {
+                                     S *__restrict__ y, const double eps_d,
+                                     const S *__restrict__ res, S *__restrict__ h) {
     __shared__ float scratch[64]; /* two slots of 32 floats, alternated */
     unsigned round = 0;
     const float eps = (float)eps_d, n = (float)d;
@@ -151,6 +165,10 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
     for (int64_t row = first; row < rows; row += stride) {
         const S *p = x + row * d;
         S *q = y + row * d;
+#if RESIDUAL
+        const S *rp = res + row * d;
+        S *hp = h + row * d;
+#endif
 #if ITEMS > 0
         /* The row's share as loaded (half floats stay packed: half the registers, so twice
            the values per thread at the same occupancy), converted in each pass. */
@@ -160,7 +178,12 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
         for (int it = 0; it < ITEMS; ++it) {
             const int64_t j = ((int64_t)it * threads + t) * VEC;
             if (j < d) {
+#if RESIDUAL
+                const V o = k_sum_into(p, rp, hp, j);
+                u[it] = *(const U *)&o;
+#else
                 u[it] = *(const U *)(p + j);
+#endif
             } else {
                 #pragma unroll
                 for (int k = 0; k < (int)(sizeof(U) / sizeof(u[it].v[0])); ++k)
@@ -207,11 +230,20 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
 #else
         float v[VEC], sum = 0.0f;
         for (int64_t j = (int64_t)t * VEC; j < d; j += (int64_t)threads * VEC) {
+#if RESIDUAL
+            const V o = k_sum_into(p, rp, hp, j);
+            #pragma unroll
+            for (int e = 0; e < VEC; ++e) v[e] = k_load(o.v[e]);
+#else
             k_read(p, v, j);
+#endif
             #pragma unroll
             for (int e = 0; e < VEC; ++e) sum += RMS ? v[e] * v[e] : v[e];
         }
         sum = k_row_sum(sum, scratch + 32 * (round++ & 1));
+#if RESIDUAL
+        p = hp; /* the later passes read the sum back (each thread its own elements) */
+#endif
         float mean = 0.0f, r;
         if (RMS) {
             r = 1.0f / sqrtf(sum / n + eps);
@@ -240,7 +272,7 @@ pub(crate) fn source(key: &Key) -> String {
         s,
         "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
          #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n\
-         #define PACKED {}\n",
+         #define PACKED {}\n#define RESIDUAL {}\n",
         key.vec,
         key.items,
         (key.kind == Kind::Rms) as u8,
@@ -249,7 +281,8 @@ pub(crate) fn source(key: &Key) -> String {
         key.warp as u8,
         key.threads,
         min_blocks(key),
-        (key.dtype.size() == 2 && key.vec >= 2 && key.items > 0) as u8
+        (key.dtype.size() == 2 && key.vec >= 2 && key.items > 0) as u8,
+        key.residual as u8,
     );
     s.push_str(BODY);
     s
@@ -318,17 +351,46 @@ pub(crate) fn norm(
     eps: f64,
     shape: &[usize],
 ) -> Result<ArrayData> {
+    Ok(run(kind, x, None, w, b, eps, shape)?.0)
+}
+
+/// `h = x + res` and the norm of h's rows, one kernel (a residual add and the norm after it;
+/// x and res of the same shape and dtype): `(h, norm)`, h rounded as the add kernel rounds.
+pub(crate) fn norm_of_sum(
+    kind: Kind,
+    (x, res): (&ArrayData, &ArrayData),
+    w: Option<&ArrayData>,
+    b: Option<&ArrayData>,
+    eps: f64,
+    shape: &[usize],
+) -> Result<(ArrayData, ArrayData)> {
+    let (out, h) = run(kind, x, Some(res), w, b, eps, shape)?;
+    Ok((h.expect("made for a residual"), out))
+}
+
+/// The norm (and, with `res`, the sum it normalises).
+fn run(
+    kind: Kind,
+    x: &ArrayData,
+    res: Option<&ArrayData>,
+    w: Option<&ArrayData>,
+    b: Option<&ArrayData>,
+    eps: f64,
+    shape: &[usize],
+) -> Result<(ArrayData, Option<ArrayData>)> {
     let out = empty(shape, x.dtype)?;
+    let h = res.map(|_| empty(shape, x.dtype)).transpose()?;
     let d = shape.last().copied().unwrap_or(1);
     let rows = x.layout.size().checked_div(d).unwrap_or(0);
     if rows == 0 || d == 0 {
-        return Ok(out);
+        return Ok((out, h));
     }
     let x = dense(x)?;
+    let res = res.map(dense).transpose()?;
     let w = w.map(dense).transpose()?;
     let b = b.map(dense).transpose()?;
     let width = 16 / x.dtype.size();
-    let ptrs = [Some(&x), w.as_ref(), b.as_ref()];
+    let ptrs = [Some(&x), res.as_ref(), w.as_ref(), b.as_ref()];
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
     let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2);
@@ -341,17 +403,19 @@ pub(crate) fn norm(
         items,
         warp,
         threads,
+        residual: res.is_some(),
     };
     let mut args = Args::new();
     args.i64(rows as i64).i64(d as i64).ptr(ptr(&x));
-    // An absent weight or bias is never read: any pointer will do.
+    // An absent weight, bias or residual is never read (nor h written): any pointer will do.
     args.ptr(w.as_ref().map_or(0, ptr)).ptr(b.as_ref().map_or(0, ptr));
     args.ptr(out.buffer.as_ptr() as u64).i64(eps.to_bits() as i64);
+    args.ptr(res.as_ref().map_or(0, ptr)).ptr(h.as_ref().map_or(0, |h| h.buffer.as_ptr() as u64));
     // A block per row (or per `threads / 32` rows): capped grids ran 5% slower (rows end
     // unevenly across multiprocessors), see `blocks_covering`.
     let per_block = if warp { (threads / 32) as u64 } else { 1 };
     launch(SYMBOL, kernel(&key)?, blocks_covering(rows as u64, per_block), threads, 0, &mut args)?;
-    Ok(out)
+    Ok((out, h))
 }
 
 #[cfg(test)]
@@ -409,6 +473,7 @@ mod tests {
             items: 4,
             warp: false,
             threads: 256,
+            residual: false,
         };
         let s = source(&key);
         assert!(s.contains("#define VEC 8\n#define ITEMS 4\n#define RMS 1\n#define HAS_W 1"));

@@ -1,7 +1,10 @@
-"""Horizontal fusion at evaluation time (kiln-core's horizontal.rs, kiln-cuda's gemv.rs): the
-products of one evaluation that read the same x with the same parameters (a layer's q, k and
-v projections; its gate and up) run as one launch of the few-row product kernels. Checked
-here, against float64 numpy: 4-bit (tensor-core kernel) and 3/8-bit (CUDA-core kernel)
+"""Fusion at evaluation time. Horizontal (kiln-core's horizontal.rs, kiln-cuda's together.rs):
+the products of one evaluation that read the same x with the same parameters (a layer's q,
+k and v projections; its gate and up) run as one launch of the few-row product kernels.
+Vertical (vertical.rs): a residual add and the rms_norm / layer_norm of its sum run as one
+norm kernel that also writes the sum, the same bits as the two kernels (checked against
+`KILN_HORIZONTAL=0` in another process, and against float64 numpy). Checked here, against
+float64 numpy: 4-bit (tensor-core kernel) and 3/8-bit (CUDA-core kernel)
 quantized products and dense `x @ W.T` in bfloat16, float16 and float32, of different widths
 in one group; groups larger than a launch takes; members that cannot join (another k, a
 transposed weight, a weight computed from another member, x on the CPU); NaN and inf in x;
@@ -257,6 +260,65 @@ def test_kv_cache_writes_of_k_and_v_in_one_launch(dtype):
         want_v[..., 5:6, :] = 1
         np.testing.assert_array_equal(f64(kc), want_k)
         np.testing.assert_array_equal(f64(vc), want_v)
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16, mx.float32])
+@pytest.mark.parametrize("d", [256, 2048, 4100, 40000])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_residual_add_and_norm_in_one_launch(dtype, d, norm):
+    rng = np.random.default_rng(d)
+    with mx.stream(mx.gpu):
+        x = mx.array(rng.normal(size=(3, d)).astype(np.float32)).astype(dtype)
+        r = mx.array(rng.normal(size=(3, d)).astype(np.float32)).astype(dtype)
+        w = mx.array(rng.normal(size=(d,)).astype(np.float32)).astype(dtype)
+        b = mx.array(rng.normal(size=(d,)).astype(np.float32)).astype(dtype)
+        mx.eval(x, r, w, b)
+
+        def block():
+            h = x + r
+            y = (mx.fast.rms_norm(h, w, 1e-5) if norm == "rms"
+                 else mx.fast.layer_norm(h, w, b, 1e-5))
+            return h, y
+
+        h, y = block()
+        name = "rms_norm" if norm == "rms" else "layer_norm"
+        with kiln.profiler.profile(device_times=False) as prof:
+            mx.eval(h, y)
+        kinds = [e.name for e in prof.events() if e.kind == "kernel"]
+        assert name in kinds and "add" not in kinds, kinds
+        # The same bits as the two kernels (the sum evaluated first, then its norm).
+        h2, y2 = block()
+        mx.eval(h2)
+        mx.eval(y2)
+        assert np.array_equal(np.array(h.astype(mx.float32)), np.array(h2.astype(mx.float32)))
+        assert np.array_equal(np.array(y.astype(mx.float32)), np.array(y2.astype(mx.float32)))
+        hn = f64(h)
+        if dtype == mx.float32:
+            np.testing.assert_array_equal(np.array(h), np.array(x) + np.array(r))
+        if norm == "rms":
+            want = hn / np.sqrt((hn * hn).mean(-1, keepdims=True) + 1e-5) * f64(w)
+        else:
+            c = hn - hn.mean(-1, keepdims=True)
+            want = c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * f64(w) + f64(b)
+        close(f64(y), want, TOL[dtype] * 4)
+
+
+def test_chains_that_cannot_fuse_run_alone():
+    rng = np.random.default_rng(8)
+    with mx.stream(mx.gpu):
+        x = mx.array(rng.normal(size=(2, 64)).astype(np.float32))
+        r = mx.array(rng.normal(size=(64,)).astype(np.float32))  # broadcast: not fused
+        w = mx.array(rng.normal(size=(64,)).astype(np.float32))
+        mx.eval(x, r, w)
+        h = x + r
+        y = mx.fast.rms_norm(h, w * mx.sum(h), 1e-5)  # a weight that depends on the sum
+        z = mx.fast.rms_norm(x + x, None, 1e-5)
+        mx.eval(y, z)
+        hn = f64(x) + f64(r)
+        wn = f64(w) * hn.sum()
+        close(f64(y), hn / np.sqrt((hn * hn).mean(-1, keepdims=True) + 1e-5) * wn, 1e-4)
+        xx = 2 * f64(x)
+        close(f64(z), xx / np.sqrt((xx * xx).mean(-1, keepdims=True) + 1e-5), 1e-4)
 
 
 DECODE = textwrap.dedent(
