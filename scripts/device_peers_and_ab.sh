@@ -7,13 +7,7 @@
 #   carry: .mlx/2 .carry    STOP=480 bash scripts/device_peers_and_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# The build from .carry (or .carryx, xz-compressed: leaves room for an MLX part in the call).
-if [ -f .carryx/_core.abi3.so.xz ]; then
-    xz -dc .carryx/_core.abi3.so.xz > python/kiln/_core.abi3.so; WHEELS=.carryx/whl
-else
-    cp .carry/_core.abi3.so python/kiln/_core.abi3.so; WHEELS=.carry/whl
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS/*.whl 2>/dev/null
+. scripts/device_install.sh
 bash scripts/mlx_cuda_unpack.sh 2>&1 | tail -2
 [ -f /root/mlx_site/env.sh ] && . /root/mlx_site/env.sh
 export PYTHONPATH="$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -5,21 +5,12 @@
 #   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl), or .carryx
 #   (the same, the library xz-compressed) beside .mlx/1
 #   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
-# KILN_HORIZONTAL=0 (session 28: a decode step's projections of one x as one launch) is
-# the first A/B. Session 27 left these for it: the GPU suite with early launches, the flat kernel
-# arguments and the capture flag (built after its last call); KILN_EAGER_GRAPHS=1 (now with
-# programmatic edges) and KILN_EARLY_TRIGGER=1 against the defaults on decode, and
-# KILN_EARLY_LAUNCH_IN_GRAPHS=1 (compile's captured graphs with programmatic edges) on the
-# training step.
+# Left for the next call (session 28): the fixed test_cuda_eval_fusion.py, and dense groups
+# (KILN_GROUP_DENSE=1, not yet run on a GPU) against the default on the bf16 rows, then the
+# training step with KILN_EARLY_LAUNCH_IN_GRAPHS=0/1 (never reached yet).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# The build from .carry (or .carryx, xz-compressed: leaves room for an MLX part in the call).
-if [ -f .carryx/_core.abi3.so.xz ]; then
-    xz -dc .carryx/_core.abi3.so.xz > python/kiln/_core.abi3.so; WHEELS=.carryx/whl
-else
-    cp .carry/_core.abi3.so python/kiln/_core.abi3.so; WHEELS=.carry/whl
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS/*.whl 2>/dev/null
+. scripts/device_install.sh
 export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
 STOP=${STOP:-420}
@@ -46,12 +37,11 @@ for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
     loop "$model" "$quant" --gpu-time 15
 done
 echo "== A/B ($SECONDS s)"
-for setting in KILN_HORIZONTAL=0 KILN_EAGER_GRAPHS=1 KILN_EARLY_TRIGGER=1; do
-    for spec in llama-1b:q4 llama-1b:bf16; do
-        IFS=: read -r model quant <<<"$spec"
-        [ "$SECONDS" -gt "$STOP" ] && break
-        env "$setting" bash -c "$(declare -f loop); loop $model $quant --gpu-time 15" | sed "s/^/[$setting] /"
-    done
+for case in KILN_GROUP_DENSE=1:llama-1b:bf16 KILN_GROUP_DENSE=1:llama-8b:bf16 \
+            KILN_EAGER_GRAPHS=1:llama-1b:q4; do
+    IFS=: read -r setting model quant <<<"$case"
+    [ "$SECONDS" -gt "$STOP" ] && break
+    env "$setting" bash -c "$(declare -f loop); loop $model $quant --gpu-time 15" | sed "s/^/[$setting] /"
 done
 if [ "$SECONDS" -lt "$STOP" ]; then
     timeout 40 python3 bench/decode_loop.py --model llama-1b --quant bf16 --seconds 1 --host-ops 3 \

@@ -72,7 +72,7 @@ pub(crate) fn find(order: &[Step]) -> Groups {
             continue;
         }
         let shared = match gpu.runs_together(&call.prim) {
-            Some(Together::SharedInput) => Arc::as_ptr(&call.inputs[0].0) as usize,
+            Some(Together::SharedInput) => root(&call.inputs[0]),
             Some(Together::Independent) => 0,
             None => continue,
         };
@@ -92,6 +92,28 @@ pub(crate) fn find(order: &[Step]) -> Groups {
         .map(|(first, rest)| (Arc::as_ptr(&first) as usize, rest))
         .collect();
     Groups(groups)
+}
+
+/// The node a shared input comes from: itself, or the source of the chain of one-input
+/// calls it is pending behind (at most `VIEW_DEPTH`): `matmul` reshapes a `(1, 1, k)` x to
+/// `(1, k)` anew for each product, so q, k and v read different views of one x. Members
+/// whose first input turns out to hold other data run apart (`run` compares them).
+fn root(input: &Array) -> usize {
+    let mut node = input.clone();
+    for _ in 0..VIEW_DEPTH {
+        if node.is_evaluated() {
+            break;
+        }
+        let Some(call) = node.call() else { break };
+        let [source] = call.inputs.as_slice() else { break };
+        node = source.clone();
+    }
+    Arc::as_ptr(&node.0) as usize
+}
+
+/// Whether two evaluated inputs are the same elements (one buffer, one layout).
+fn same_data(a: &ArrayData, b: &ArrayData) -> bool {
+    a.buffer.as_ptr() == b.buffer.as_ptr() && a.layout == b.layout && a.dtype == b.dtype
 }
 
 /// Whether none of `call`'s outputs has data yet (no other evaluation ran it meanwhile).
@@ -136,6 +158,8 @@ pub(crate) fn run(
     evaluation: u64,
 ) -> Result<(bool, Vec<Arc<OpCall>>)> {
     let device = array.stream().device;
+    let shared = backend(device)?.runs_together(&first.prim) == Some(Together::SharedInput);
+    let lead_input = first.inputs[0].0.data.get().cloned();
     let mut calls = vec![first.clone()];
     let mut left = Vec::new();
     for (i, call) in rest.iter().enumerate() {
@@ -145,6 +169,10 @@ pub(crate) fn run(
         let mut ready = calls.len() < MAX_GROUP && i < SCAN;
         for input in &call.inputs {
             ready = ready && make_ready(input, evaluation, VIEW_DEPTH)?;
+        }
+        if ready && shared {
+            let mine = call.inputs[0].0.data.get();
+            ready = matches!((mine, &lead_input), (Some(a), Some(b)) if same_data(a, b));
         }
         if ready {
             calls.push(call.clone());

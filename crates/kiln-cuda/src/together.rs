@@ -12,15 +12,22 @@ fn on() -> bool {
     *ON.get_or_init(|| std::env::var("KILN_HORIZONTAL").as_deref() != Ok("0"))
 }
 
+/// Dense products (`x @ W.T` of a bf16 model) join groups only with `KILN_GROUP_DENSE=1`
+/// (read once): their grouping (through the views `matmul` makes of x) was written after
+/// the session's last GPU run; the quantized ones ran there.
+fn dense_groups() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_GROUP_DENSE").as_deref() == Ok("1"))
+}
+
 /// How calls of `prim` may be grouped here (`Backend::runs_together`).
 pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
     if !on() {
         return None;
     }
     match prim {
-        Primitive::Matmul | Primitive::Fast(FastOp::QuantizedMatmul { .. }) => {
-            Some(Together::SharedInput)
-        }
+        Primitive::Matmul if dense_groups() => Some(Together::SharedInput),
+        Primitive::Fast(FastOp::QuantizedMatmul { .. }) => Some(Together::SharedInput),
         Primitive::Fast(FastOp::Rope { freqs: false, .. }) | Primitive::SliceUpdate { .. } => {
             Some(Together::Independent)
         }
