@@ -79,14 +79,17 @@ pub(crate) fn run(
     if !crate::horizontal::unevaluated(producer) || !crate::horizontal::unevaluated(consumer) {
         return Ok(false);
     }
-    let on_device = |arrays: &[crate::Array]| -> Option<Vec<ArrayData>> {
-        arrays
-            .iter()
-            .map(|a| a.0.data.get().filter(|d| d.buffer.device() == device).cloned())
-            .collect()
+    // Inputs elsewhere move to the device once, as the walk would move them.
+    let on_device = |arrays: &[crate::Array]| -> Result<Option<Vec<ArrayData>>> {
+        let mut out = Vec::with_capacity(arrays.len());
+        for a in arrays {
+            let Some(d) = a.0.data.get() else { return Ok(None) };
+            out.push(if d.buffer.device() == device { d.clone() } else { a.data_on(device)? });
+        }
+        Ok(Some(out))
     };
     let (Some(p_inputs), Some(c_rest)) =
-        (on_device(&producer.inputs), on_device(&consumer.inputs[1..]))
+        (on_device(&producer.inputs)?, on_device(&consumer.inputs[1..])?)
     else {
         return Ok(false);
     };
