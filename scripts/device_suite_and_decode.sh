@@ -37,7 +37,9 @@ for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
     loop "$model" "$quant" --gpu-time 15
 done
 echo "== A/B ($SECONDS s)"
+# (The bf16 rows are GPU-bound in the dense few-row product: two other block shapes too.)
 for case in KILN_GROUP_DENSE=1:llama-1b:bf16 KILN_GROUP_DENSE=1:llama-8b:bf16 \
+            KILN_GEMV_TILING=4,4,4:llama-8b:bf16 KILN_GEMV_TILING=4,8,2:llama-8b:bf16 \
             KILN_EAGER_GRAPHS=1:llama-1b:q4; do
     IFS=: read -r setting model quant <<<"$case"
     [ "$SECONDS" -gt "$STOP" ] && break
