@@ -22,7 +22,7 @@ pub mod primitive;
 pub mod random;
 pub mod shape;
 
-pub use backend::{ArrayData, Backend, DeviceMemory, Together};
+pub use backend::{ArrayData, Backend, Chained, DeviceMemory, Together};
 pub use buffer::{Buffer, HOST};
 pub use conv::ConvParams;
 pub use device::{Device, DeviceKind, Stream};

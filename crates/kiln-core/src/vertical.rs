@@ -13,7 +13,7 @@ use crate::array::OpCall;
 use crate::device::backend;
 use crate::horizontal::make_ready;
 use crate::walk::Step;
-use kiln_base::{ArrayData, DeviceKind, Result};
+use kiln_base::{ArrayData, Chained, DeviceKind, Result};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -94,14 +94,14 @@ pub(crate) fn run(
         return Ok(false);
     };
     let timer = crate::profile::Timer::start(device);
-    let ran = backend(device)?.eval_chained(
-        &producer.prim,
-        &p_inputs,
-        &producer.output_meta[0],
-        &consumer.prim,
-        &c_rest,
-        &consumer.output_meta[0],
-    );
+    let ran = backend(device)?.eval_chained(&Chained {
+        producer: &producer.prim,
+        p_inputs: &p_inputs,
+        p_out: &producer.output_meta[0],
+        consumer: &consumer.prim,
+        c_rest: &c_rest,
+        c_out: &consumer.output_meta[0],
+    });
     let Some(Ok((made, out))) = ran else { return Ok(false) };
     crate::eval::count_calls(2);
     if let Some(t) = timer {

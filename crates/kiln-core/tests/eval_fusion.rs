@@ -7,7 +7,8 @@
 
 use kiln_base::backend::DeviceMemory;
 use kiln_base::buffer::Allocator;
-use kiln_base::{bail, ArrayData, Backend, BinaryOp, Buffer, DType, Device, DeviceKind, Layout};
+use kiln_base::Layout;
+use kiln_base::{bail, ArrayData, Backend, BinaryOp, Buffer, Chained, DType, Device, DeviceKind};
 use kiln_base::{Primitive, Result, Shape, Together, UnaryOp, HOST};
 use kiln_core::{backends, device, ops, Array};
 use std::ptr::NonNull;
@@ -156,21 +157,15 @@ impl Backend for FakeGpu {
         self.chains_into(consumer) && matches!(producer, Primitive::Binary(BinaryOp::Add))
     }
 
-    fn eval_chained(
-        &self,
-        producer: &Primitive,
-        p_inputs: &[ArrayData],
-        p_out: &(Shape, DType),
-        consumer: &Primitive,
-        c_rest: &[ArrayData],
-        c_out: &(Shape, DType),
-    ) -> Option<Result<(ArrayData, ArrayData)>> {
-        if self.decline.load(Ordering::Relaxed) || !c_rest.is_empty() {
+    fn eval_chained(&self, chain: &Chained) -> Option<Result<(ArrayData, ArrayData)>> {
+        if self.decline.load(Ordering::Relaxed) || !chain.c_rest.is_empty() {
             return None;
         }
         self.record.lock().unwrap().chains += 1;
-        let made = output(compute(producer, p_inputs, &p_out.0)?, &p_out.0);
-        let out = output(compute(consumer, std::slice::from_ref(&made), &c_out.0)?, &c_out.0);
+        let p_shape = &chain.p_out.0;
+        let made = output(compute(chain.producer, chain.p_inputs, p_shape)?, p_shape);
+        let c_shape = &chain.c_out.0;
+        let out = output(compute(chain.consumer, std::slice::from_ref(&made), c_shape)?, c_shape);
         Some(Ok((made, out)))
     }
 }

@@ -214,17 +214,8 @@ impl Backend for CudaBackend {
         crate::together::runs_chained(producer, consumer)
     }
 
-    fn eval_chained(
-        &self,
-        producer: &Primitive,
-        p_inputs: &[ArrayData],
-        p_out: &(Shape, DType),
-        consumer: &Primitive,
-        c_rest: &[ArrayData],
-        c_out: &(Shape, DType),
-    ) -> Option<Result<(ArrayData, ArrayData)>> {
-        crate::together::eval_chained(producer, p_inputs, p_out, consumer, c_rest, c_out)
-            .transpose()
+    fn eval_chained(&self, chain: &kiln_base::Chained) -> Option<Result<(ArrayData, ArrayData)>> {
+        crate::together::eval_chained(chain).transpose()
     }
 
     /// A slice update writes into its donated base: a KV cache's new entries cost their own

@@ -5,7 +5,9 @@
 //! cannot take is declined before anything runs, and its members run one by one.
 //! `KILN_HORIZONTAL=0` (read once) turns grouping off.
 
-use kiln_base::{ArrayData, BinaryOp, DType, FastOp, Layout, Primitive, Result, Shape, Together};
+use kiln_base::{
+    ArrayData, BinaryOp, Chained, DType, FastOp, Layout, Primitive, Result, Shape, Together,
+};
 
 fn on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -124,14 +126,8 @@ pub(crate) fn runs_chained(producer: &Primitive, consumer: &Primitive) -> bool {
 
 /// An add (inputs of its output's shape and dtype, no broadcast) and the norm of its sum,
 /// one launch: `(sum, norm)`, or `None` where they do not fit.
-pub(crate) fn eval_chained(
-    producer: &Primitive,
-    p_inputs: &[ArrayData],
-    p_out: &(Shape, DType),
-    consumer: &Primitive,
-    c_rest: &[ArrayData],
-    c_out: &(Shape, DType),
-) -> Result<Option<(ArrayData, ArrayData)>> {
+pub(crate) fn eval_chained(chain: &Chained) -> Result<Option<(ArrayData, ArrayData)>> {
+    let Chained { producer, p_inputs, p_out, consumer, c_rest, c_out } = *chain;
     let (Primitive::Binary(BinaryOp::Add), [a, b]) = (producer, p_inputs) else {
         return Ok(None);
     };

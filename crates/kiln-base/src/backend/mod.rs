@@ -23,6 +23,19 @@ pub enum Together {
     Independent,
 }
 
+/// A producer and the consumer of its one output, as [`Backend::eval_chained`] takes them.
+pub struct Chained<'a> {
+    pub producer: &'a Primitive,
+    /// The producer's inputs, evaluated on the device.
+    pub p_inputs: &'a [ArrayData],
+    /// The producer's output shape and dtype.
+    pub p_out: &'a (Shape, DType),
+    pub consumer: &'a Primitive,
+    /// The consumer's inputs after the first (the producer's output).
+    pub c_rest: &'a [ArrayData],
+    pub c_out: &'a (Shape, DType),
+}
+
 /// An evaluated input or output: a buffer, where its elements sit, and their dtype.
 #[derive(Debug, Clone)]
 pub struct ArrayData {
@@ -107,19 +120,10 @@ pub trait Backend: Send + Sync {
         false
     }
 
-    /// `producer` over `p_inputs` (output `p_out`) and `consumer` over that output and
-    /// `c_rest` (output `c_out`) as one kernel: both outputs. `None`, or an error, where it
-    /// cannot; either way nothing has run, and the core runs each on its own.
-    fn eval_chained(
-        &self,
-        producer: &Primitive,
-        p_inputs: &[ArrayData],
-        p_out: &(Shape, DType),
-        consumer: &Primitive,
-        c_rest: &[ArrayData],
-        c_out: &(Shape, DType),
-    ) -> Option<Result<(ArrayData, ArrayData)>> {
-        let _ = (producer, p_inputs, p_out, consumer, c_rest, c_out);
+    /// `chain.producer` and `chain.consumer` as one kernel: both outputs. `None`, or an
+    /// error, where it cannot; either way nothing has run, and the core runs each on its own.
+    fn eval_chained(&self, chain: &Chained) -> Option<Result<(ArrayData, ArrayData)>> {
+        let _ = chain;
         None
     }
 
