@@ -34,6 +34,9 @@ def main():
     p.add_argument("--gpu-time", type=int, default=0, metavar="N",
                    help="after the loop, N steps each issued behind a kernel that holds the GPU: "
                         "the GPU's own time a step, with no wait for the host")
+    p.add_argument("--ncu", type=int, default=0, metavar="N",
+                   help="after the loop, N synchronous steps inside cuProfilerStart/Stop, for "
+                        "`ncu --profile-from-start off` (bench/ncu_table.py sums its CSV a step)")
     p.add_argument("--host-ops", type=int, default=0, metavar="N",
                    help="after the loop, N steps under kiln.profiler without device events: the "
                         "host time an evaluation spends on each primitive")
@@ -97,6 +100,30 @@ def main():
         kernel_table(mx, step, y, args.kernels)
     if args.host_ops and not args.mlx:
         host_table(mx, step, y, args.host_ops)
+    if args.ncu:
+        profiled_steps(mx, step, y, args.ncu)
+
+
+def profiled_steps(mx, step, y, steps):
+    """`steps` synchronous steps between cuProfilerStart and cuProfilerStop (the driver API
+    through ctypes, with the primary context current on this thread: kiln and MLX both run
+    on it), so that `ncu --profile-from-start off` times exactly these kernels, each alone."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for call, args in [("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
+                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), dev)),
+                       ("cuCtxSetCurrent", (ctx,))]:
+        status = getattr(cuda, call)(*args)
+        assert status == 0, f"{call} returned {status}"
+    mx.eval(y)
+    assert cuda.cuProfilerStart() == 0
+    for _ in range(steps):
+        y, lp = step(y)
+        mx.eval(y, lp)
+    assert cuda.cuProfilerStop() == 0
+    print(f"  profiled {steps} steps (cuProfilerStart/Stop)", flush=True)
 
 
 def host_table(mx, step, y, steps):

@@ -4,7 +4,8 @@
 # primitive. Sections start only while time is left (STOP seconds into the call).
 #   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl), or .carryx
 #   (the same, the library xz-compressed) beside .mlx/1
-#   STOP=420 SUITE_S=300 bash scripts/device_suite_and_decode.sh
+#   STOP=420 [SUITE_S=300] [NCU="model:quant ..."] [AB="SETTING:model:quant ..."] \
+#       bash scripts/device_suite_and_decode.sh
 # Left for the next call (session 28): the fixed test_cuda_eval_fusion.py, and dense groups
 # (KILN_GROUP_DENSE=1, not yet run on a GPU) against the default on the bf16 rows, then the
 # training step with KILN_EARLY_LAUNCH_IN_GRAPHS=0/1 (never reached yet).
@@ -21,11 +22,13 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
     tests/python/test_cuda_eager_graphs.py tests/python/test_cuda_gemv.py \
     tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py 2>&1 \
     | grep -E "passed|failed|^FAILED|^ERROR|Error" | cut -c1-300 | head -30
-echo "== suite ($SECONDS s)"
-timeout "${SUITE_S:-300}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf tests/python 2>&1 \
-    | tee "$OUT/suite.log" | grep -E "passed|failed|^FAILED|^ERROR" | cut -c1-250 | head -40
-echo "suite progress: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tail -1 | grep -oE '\[ *[0-9]+%\]')," \
-     "F/E marks: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tr -cd 'FE' | wc -c)"
+if [ "${SUITE_S:-0}" -gt 0 ]; then
+    echo "== suite ($SECONDS s)"
+    timeout "$SUITE_S" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf tests/python 2>&1 \
+        | tee "$OUT/suite.log" | grep -E "passed|failed|^FAILED|^ERROR" | cut -c1-250 | head -40
+    echo "suite progress: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tail -1 | grep -oE '\[ *[0-9]+%\]')," \
+         "F/E marks: $(grep -E '^[.sFExX]+ +\[' "$OUT/suite.log" | tr -cd 'FE' | wc -c)"
+fi
 loop() {
     timeout 45 python3 bench/decode_loop.py --model "$1" --quant "$2" --seconds 3 "${@:3}" 2>&1 \
         | grep -E "kiln:|issuing|GPU time"
@@ -36,11 +39,23 @@ for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
     [ "$SECONDS" -gt "$STOP" ] && break
     loop "$model" "$quant" --gpu-time 15
 done
+echo "== kernel times a step, each alone (ncu) ($SECONDS s)"
+# ncu runs the kernels one at a time (no gaps, no overlap): beside "GPU time a step" above,
+# the difference is what the pipelined step loses between kernels.
+for spec in ${NCU-llama-1b:bf16 llama-8b:bf16}; do
+    IFS=: read -r model quant <<<"$spec"
+    [ "$SECONDS" -gt "$STOP" ] && break
+    command -v ncu >/dev/null || { echo "no ncu"; break; }
+    timeout 120 ncu --clock-control none --profile-from-start off --csv \
+        --metrics gpu__time_duration.sum python3 bench/decode_loop.py --model "$model" \
+        --quant "$quant" --seconds 0.5 --ncu 2 > "$OUT/ncu_${model}_$quant.csv" 2>&1
+    echo "[$model $quant] $(python3 bench/ncu_table.py "$OUT/ncu_${model}_$quant.csv" --steps 2 --rows 24)"
+done
 echo "== A/B ($SECONDS s)"
-# (The bf16 rows are GPU-bound in the dense few-row product: two other block shapes too.)
-for case in KILN_GROUP_DENSE=1:llama-1b:bf16 KILN_GROUP_DENSE=1:llama-8b:bf16 \
-            KILN_GEMV_TILING=4,4,4:llama-8b:bf16 KILN_GEMV_TILING=4,8,2:llama-8b:bf16 \
-            KILN_EAGER_GRAPHS=1:llama-1b:q4; do
+# (The bf16 rows are GPU-bound in the dense few-row product: another block shape too.)
+for case in ${AB-KILN_L2_PREFETCH=0:llama-1b:q4 KILN_EARLY_TRIGGER=1:llama-1b:q4 \
+            KILN_GROUP_DENSE=1:llama-1b:bf16 KILN_L2_PREFETCH=0:llama-8b:bf16 \
+            KILN_EARLY_TRIGGER=1:llama-8b:bf16 KILN_GROUP_DENSE=1:llama-8b:bf16}; do
     IFS=: read -r setting model quant <<<"$case"
     [ "$SECONDS" -gt "$STOP" ] && break
     env "$setting" bash -c "$(declare -f loop); loop $model $quant --gpu-time 15" | sed "s/^/[$setting] /"
