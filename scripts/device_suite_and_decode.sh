@@ -4,7 +4,8 @@
 # primitive. Sections start only while time is left (STOP seconds into the call).
 #   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl), or .carryx
 #   (the same, the library xz-compressed) beside .mlx/1
-#   STOP=420 [SUITE_S=300] [NCU="model:quant ..."] [AB="SETTING:model:quant ..."] \
+#   STOP=420 [SUITE_S=300] [TESTS="files"] [LOOPS="model:quant ..."] [NCU="model:quant ..."]
+#       [AB="SETTING:model:quant ..."] \
 #       bash scripts/device_suite_and_decode.sh
 # Left for the next call (session 28): the fixed test_cuda_eval_fusion.py, and dense groups
 # (KILN_GROUP_DENSE=1, not yet run on a GPU) against the default on the bf16 rows, then the
@@ -17,10 +18,10 @@ OUT=${OUT:-/tmp}
 STOP=${STOP:-420}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 echo "== first the tests of what is new ($SECONDS s)"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
-    tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
+timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
+    ${TESTS-tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
     tests/python/test_cuda_eager_graphs.py tests/python/test_cuda_gemv.py \
-    tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py 2>&1 \
+    tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py} 2>&1 \
     | grep -E "passed|failed|^FAILED|^ERROR|Error" | cut -c1-300 | head -30
 if [ "${SUITE_S:-0}" -gt 0 ]; then
     echo "== suite ($SECONDS s)"
@@ -34,7 +35,7 @@ loop() {
         | grep -E "kiln:|issuing|GPU time"
 }
 echo "== decode ($SECONDS s)"
-for spec in llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16; do
+for spec in ${LOOPS-llama-1b:q4 llama-1b:bf16 llama-8b:q4 llama-8b:bf16}; do
     IFS=: read -r model quant <<<"$spec"
     [ "$SECONDS" -gt "$STOP" ] && break
     loop "$model" "$quant" --gpu-time 15
