@@ -7,9 +7,6 @@
 #   STOP=420 [SUITE_S=300] [TESTS="files"] [LOOPS="model:quant ..."] [NCU="model:quant ..."]
 #       [AB="SETTING:model:quant ..."] \
 #       bash scripts/device_suite_and_decode.sh
-# Left for the next call (session 28): the fixed test_cuda_eval_fusion.py, and dense groups
-# (KILN_GROUP_DENSE=1, not yet run on a GPU) against the default on the bf16 rows, then the
-# training step with KILN_EARLY_LAUNCH_IN_GRAPHS=0/1 (never reached yet).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh

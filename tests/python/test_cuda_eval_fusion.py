@@ -105,7 +105,7 @@ DENSE = textwrap.dedent(
 def test_dense_projections_of_one_x(setting):
     # nn.Linear's `x @ W.T`: matmul reshapes x for each product and the transposes are views
     # still pending when the group runs. Five products: a group of four and one alone
-    # (with KILN_GROUP_DENSE=1, read once: another process).
+    # (KILN_GROUP_DENSE=0 turns dense groups off; read once: another process).
     env = dict(os.environ, KILN_GROUP_DENSE=setting)
     r = subprocess.run([sys.executable, "-c", DENSE], env=env, capture_output=True, text=True,
                        timeout=300)

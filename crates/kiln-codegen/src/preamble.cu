@@ -18,26 +18,6 @@ typedef unsigned long long uint64_t;
 #define INFINITY __int_as_float(0x7f800000)
 #define K_INLINE static __device__ __forceinline__
 
-/* Where a kernel waits for the kernels before it on its stream. On sm_90 kiln-cuda's nvrtc.rs
- * defines K_GRID_WAIT() and puts it first in every kernel, except one whose body starts with
- * K_OWN_GRID_WAIT: that one calls K_GRID_WAIT() itself, after work that reads nothing a
- * predecessor writes. Elsewhere both are empty. */
-#define K_OWN_GRID_WAIT
-#ifndef K_GRID_WAIT
-#define K_GRID_WAIT()
-#endif
-/* Asks L2 to fetch the 16-byte-aligned interior of [p, p + bytes) from memory (sm_90 with
- * K_L2_PREFETCH; a hint that holds no registers). Safe before K_GRID_WAIT(): the loads after
- * the wait read L2, where every kernel's stores land, so a line fetched early is never stale. */
-K_INLINE void k_prefetch_l2(const void *p, uint64_t bytes) {
-#if defined(K_L2_PREFETCH) && K_L2_PREFETCH && __CUDA_ARCH__ >= 900
-    const uint64_t a = ((uint64_t)p + 15) & ~15ull, e = ((uint64_t)p + bytes) & ~15ull;
-    if (e > a)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
-                     "r"((uint32_t)(e - a < 0x7ffffff0ull ? e - a : 0x7ffffff0ull)) : "memory");
-#endif
-}
-
 /* A run of N elements moved as one 16-byte (or smaller) access. */
 template <typename T, int N> struct __align__(sizeof(T) * N) KVec { T v[N]; };
 

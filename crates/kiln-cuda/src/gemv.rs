@@ -138,26 +138,10 @@ K_INLINE void k_words(const uint32_t *__restrict__ p, uint32_t *wv) {
 extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
         const int64_t rows, const int64_t k, const int64_t ldw, const S *__restrict__ x,
         const KSets sets) {
-    K_OWN_GRID_WAIT
     K_PICK_SET(sets);
     __shared__ float red[WARPS][FPB][ROWS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t f0 = tile * FPB;
-    const int64_t units = k / VPU;
-#if QUANT
-    const int64_t groups = k / GROUP;
-#endif
-    /* The block's weight rows (and their scales and biases) into L2 while the kernel before
-       still runs; x, which that kernel may write, is read only past the wait. */
-    if (threadIdx.x < FPB) {
-        const int64_t f = f0 + threadIdx.x < n ? f0 + threadIdx.x : n - 1;
-        k_prefetch_l2(w + f * ldw, (uint64_t)units * WORDS * 4);
-#if QUANT
-        k_prefetch_l2(scales + f * groups, (uint64_t)groups * sizeof(S));
-        k_prefetch_l2(biases + f * groups, (uint64_t)groups * sizeof(S));
-#endif
-    }
-    K_GRID_WAIT();
     int64_t fr[FPB];
     #pragma unroll
     for (int j = 0; j < FPB; ++j) fr[j] = f0 + j < n ? f0 + j : n - 1;
@@ -166,6 +150,10 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_gemv(
     for (int j = 0; j < FPB; ++j)
         #pragma unroll
         for (int r = 0; r < ROWS; ++r) acc[j][r] = 0.0f;
+    const int64_t units = k / VPU;
+#if QUANT
+    const int64_t groups = k / GROUP;
+#endif
     for (int64_t base = warp * 32 + lane; base < units; base += (int64_t)U * WARPS * 32) {
         uint32_t wq[U][FPB][WORDS];
 #if QUANT

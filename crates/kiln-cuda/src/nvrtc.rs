@@ -153,7 +153,7 @@ pub(crate) fn obtain(source: &str, symbol: &str, target: &Target) -> Result<Load
         source.as_bytes(),
         target.arch.as_bytes(),
         target.nvrtc.as_bytes(),
-        grid_wait_defines().as_bytes(),
+        prologue().as_bytes(),
         GRID_WAIT_PLACEMENT.as_bytes(),
     ]);
     let paths = cache_dir()
@@ -290,7 +290,7 @@ const TRIGGER: &str = " asm volatile(\"griddepcontrol.launch_dependents;\" ::: \
 /// How [`with_grid_wait`] places the prologue: with the prologue's text, part of the disk
 /// cache key (CUBINs built without the wait must not be loaded: a kernel launched early
 /// would race). Change it when the placement changes.
-const GRID_WAIT_PLACEMENT: &str = "grid-wait-placement-2";
+const GRID_WAIT_PLACEMENT: &str = "grid-wait-placement-1";
 
 /// The statements [`with_grid_wait`] puts first in every kernel.
 fn prologue() -> &'static str {
@@ -298,28 +298,6 @@ fn prologue() -> &'static str {
     PROLOGUE.get_or_init(|| {
         let trigger = std::env::var("KILN_EARLY_TRIGGER").is_ok_and(|v| v.trim() == "1");
         format!("{GRID_WAIT}{}", if trigger { TRIGGER } else { "" })
-    })
-}
-
-/// A kernel whose body starts with this token places [`prologue`] itself, as `K_GRID_WAIT()`
-/// (defined by [`grid_wait_defines`]), after work that reads nothing its predecessors write:
-/// the decode products ask L2 for their weights first, so the fetch overlaps the kernel
-/// before (the preamble's `k_prefetch_l2`).
-pub(crate) const OWN_WAIT_MARK: &str = "K_OWN_GRID_WAIT";
-
-/// The lines put before every source built for sm_90 and later: `K_GRID_WAIT()` as
-/// [`prologue`], and whether `k_prefetch_l2` asks L2 for anything (`KILN_L2_PREFETCH=0`,
-/// read once, turns the prefetches off, for A/B runs). Ends with `#line 1`, so compiler
-/// messages keep the source's line numbers.
-fn grid_wait_defines() -> &'static str {
-    static DEFINES: OnceLock<String> = OnceLock::new();
-    DEFINES.get_or_init(|| {
-        let prefetch = std::env::var("KILN_L2_PREFETCH").map_or(true, |v| v.trim() != "0");
-        format!(
-            "#define K_GRID_WAIT() {{{}}}\n#define K_L2_PREFETCH {}\n#line 1\n",
-            prologue(),
-            prefetch as u8
-        )
     })
 }
 
@@ -331,9 +309,8 @@ pub(crate) fn has_grid_dependencies(arch: &str) -> bool {
 }
 
 /// `source` with [`prologue`] as the first statements of each `extern "C" __global__`
-/// function defined in it (kiln's kernels and the wrappers of user kernels all are), except
-/// one whose body starts with [`OWN_WAIT_MARK`]. Only an entry that starts its line counts:
-/// not one in a comment or a macro.
+/// function defined in it (kiln's kernels and the wrappers of user kernels all are). Only
+/// an entry that starts its line counts: not one in a comment or a macro.
 pub(crate) fn with_grid_wait(source: &str) -> String {
     const ENTRY: &str = "extern \"C\" __global__";
     let mut out = String::with_capacity(source.len() + 128);
@@ -350,8 +327,7 @@ pub(crate) fn with_grid_wait(source: &str) -> String {
         // a `;` first is a declaration.
         let Some(end) = rest[after..].find(['{', ';']).map(|i| after + i) else { break };
         out.push_str(&rest[..=end]);
-        if rest.as_bytes()[end] == b'{' && !rest[end + 1..].trim_start().starts_with(OWN_WAIT_MARK)
-        {
+        if rest.as_bytes()[end] == b'{' {
             out.push_str(prologue());
         }
         rest = &rest[end + 1..];
@@ -363,7 +339,7 @@ pub(crate) fn with_grid_wait(source: &str) -> String {
 fn build(source: &str, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
     let waiting;
     let source = if has_grid_dependencies(arch) {
-        waiting = format!("{}{}", grid_wait_defines(), with_grid_wait(source));
+        waiting = with_grid_wait(source);
         waiting.as_str()
     } else {
         source
@@ -500,10 +476,6 @@ mod tests {
         assert!(out.contains(&format!("int n) {{{first}\n  s.v[0] = n;")), "{out}");
         assert!(out.contains(&format!("kiln_b() {{{first} }}")), "{out}");
         assert!(out.contains("kiln_a(int n);\n__device__ int f(int x) { return x; }"), "{out}");
-        // A kernel that places its wait itself is left as it is.
-        let own =
-            "extern \"C\" __global__ void kiln_c() {\n  K_OWN_GRID_WAIT\n  K_GRID_WAIT();\n}\n";
-        assert_eq!(with_grid_wait(own), own);
         // Not in a comment or a macro.
         let quoted = "// extern \"C\" __global__ void k() { }\n\
                       #define K extern \"C\" __global__ void k() { }\n";

@@ -150,7 +150,6 @@ K_INLINE float k_exact_group(const S *__restrict__ xg, const uint32_t *__restric
 extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         const int64_t rows, const int64_t k, const int64_t ldw, const S *__restrict__ x,
         const KSets sets) {
-    K_OWN_GRID_WAIT
     K_PICK_SET(sets);
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[WARPS][16][8]; /* [warp][feature][row] */
@@ -158,15 +157,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     const int g = lane >> 2, c = lane & 3;
     const int64_t f0 = tile * 16;
     const int groups = (int)(k / GROUP), chunks = groups / U;
-    /* The tile's words, scales and biases into L2 while the kernel before still runs (a
-       thread a row of each); x, which that kernel may write, is read only past the wait. */
-    if (threadIdx.x < 48) {
-        const int part = threadIdx.x >> 4, row = threadIdx.x & 15;
-        const int64_t f = f0 + row < n ? f0 + row : n - 1;
-        if (part == 0) k_prefetch_l2(w + f * ldw, (uint64_t)k / 2);
-        else k_prefetch_l2((part == 1 ? scales : biases) + f * groups, (uint64_t)groups * sizeof(S));
-    }
-    K_GRID_WAIT();
     const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
     /* smem: x's rows, then each warp's stages. */
     unsigned char *xs = smem;

@@ -171,7 +171,6 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
         const Str3 qs, const Str3 ks, const Str3 vs, const M *__restrict__ mask,
         const KStrides ms, const int64_t total_rows, S *__restrict__ out, float *__restrict__ part_o,
         float *__restrict__ part_ml, const double scale) {
-    K_OWN_GRID_WAIT
     __shared__ __align__(16) S sk[2][T * LDK];
     __shared__ __align__(16) S sv[2][T * LDV];
     __shared__ __align__(16) float sq[ROWS * DK];
@@ -187,14 +186,6 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
     const S *vp = v + b * vs.v[0] + kvh * vs.v[1];
     const float sl = (float)scale * LOG2E;
     const int64_t shift = lk - lq;
-    /* The span's keys and values into L2 while the kernel before still runs (a thread each;
-       rows ascending in memory). Its new cache entries land in L2 too, so none is stale. */
-    if ((threadIdx.x & 31) == 0 && warp < 2 && j_end > j_begin) {
-        const S *p = warp == 0 ? kp : vp;
-        const int64_t st = warp == 0 ? ks.v[2] : vs.v[2], width = warp == 0 ? DK : DV;
-        if (st >= width) k_prefetch_l2(p + j_begin * st, (uint64_t)((j_end - j_begin - 1) * st + width) * sizeof(S));
-    }
-    K_GRID_WAIT();
 
     const int tiles = (int)((j_end - j_begin + T - 1) / T);
     if (tiles > 0) {
