@@ -144,6 +144,11 @@ pub enum Primitive {
     /// primitive; other axes are transposes around it). `precise` asks half floats to
     /// accumulate in float32 (the CPU kernel always does).
     Softmax { precise: bool },
+    /// `log(sum(exp(x)))` over the last axis of a real float input, which stays as size 1
+    /// (MLX's `LogSumExp`; other axes are transposes around it): `m + log(sum(exp(x - m)))`
+    /// with `m` the row max, or `m` itself where it is infinite; NaN anywhere gives NaN.
+    /// Computed in float32 for half floats (float64 for float64), rounded once.
+    LogSumExp,
     /// New shape of the same size (a view when strides allow, else a copy). `rule` (empty:
     /// none) says how shapeless compile recomputes `shape` from a new input shape
     /// ([`Primitive::reinfer`]); without one the shape is baked in.
@@ -254,6 +259,7 @@ impl Primitive {
                 ArgReduceOp::ArgMin => "argmin",
             },
             Primitive::Softmax { .. } => "softmax",
+            Primitive::LogSumExp => "logsumexp",
             Primitive::NumberOfElements { .. } => "number_of_elements",
             Primitive::Reshape { .. } => "reshape",
             Primitive::Transpose { .. } => "transpose",
@@ -382,6 +388,14 @@ impl Primitive {
                 let (s, d) = inputs[0];
                 ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
                 same(s, d)
+            }
+            Primitive::LogSumExp => {
+                let (s, d) = inputs[0];
+                ensure!(d.is_float(), Type, op, "Expected a float input, got {d}.");
+                ensure!(!s.is_empty(), Value, op, "Expected an input with at least one axis.");
+                let mut out = Shape::from(s);
+                out[s.len() - 1] = 1;
+                same(&out, d)
             }
             Primitive::Scan { op: sop, axis, .. } => {
                 let (s, d) = inputs[0];

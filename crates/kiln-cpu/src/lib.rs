@@ -22,10 +22,12 @@ mod gather;
 mod halfmap;
 mod linalg;
 mod lines;
+mod logsumexp;
 mod math;
 mod matmul;
 mod random;
 mod reduce;
+mod rowwalk;
 mod scalar;
 mod scan;
 mod scatter;
@@ -128,6 +130,7 @@ impl CpuBackend {
             Primitive::Reduce { op, axes } => reduce::reduce(*op, axes, &inputs[0], shape),
             Primitive::ArgReduce { op, axis } => reduce::arg_reduce(*op, *axis, &inputs[0], shape),
             Primitive::Softmax { .. } => softmax::softmax(&inputs[0], shape),
+            Primitive::LogSumExp => logsumexp::logsumexp(&inputs[0], shape),
             Primitive::Reshape { .. }
             | Primitive::Transpose { .. }
             | Primitive::BroadcastTo { .. }

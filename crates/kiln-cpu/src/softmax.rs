@@ -6,76 +6,21 @@
 //! infinite gives NaN as the composition `exp(x - max(x)) / sum(...)` does.
 
 use crate::halfmap::Half;
-use crate::lines::Lines;
+use crate::rowwalk::{max_f32, max_f64, rows, LANES};
 use crate::simd;
-use crate::strided::output_full;
 use crate::vecmath;
-use crate::walk::PARALLEL_ELEMENTS;
 use half::{bf16, f16};
 use kiln_base::{bail, ArrayData, DType, Result};
-use rayon::prelude::*;
 
-/// Lanes of the partial maxima and sums: two AVX-512 vectors, so the loop-carried additions
-/// do not wait on each other.
-const LANES: usize = 32;
+const OP: &str = "softmax";
 
 pub(crate) fn softmax(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     match x.dtype {
-        DType::F32 => rows::<f32>(x, shape, |src, dst, _| row_f32(src, dst)),
-        DType::F16 => rows::<f16>(x, shape, row_half::<f16>),
-        DType::BF16 => rows::<bf16>(x, shape, row_half::<bf16>),
-        DType::F64 => rows::<f64>(x, shape, |src, dst, _| row_f64(src, dst)),
-        d => bail!(Type, "softmax", "Expected a floating-point input, got {d}."),
-    }
-}
-
-/// Runs `row(src, dst, scratch)` on every row of the last axis (gathering strided rows).
-fn rows<T: crate::element::Element>(
-    x: &ArrayData,
-    shape: &[usize],
-    row: impl Fn(&[T], &mut [T], &mut Vec<f32>) + Sync,
-) -> Result<ArrayData> {
-    let n = shape.last().copied().unwrap_or(1);
-    let src = x.buffer.host_slice::<T>();
-    let axis = shape.len().saturating_sub(1);
-    output_full::<T>("softmax", shape, |out| {
-        if out.is_empty() {
-            return Ok(());
-        }
-        if shape.is_empty() {
-            // A 0-d input is one row of one element.
-            let one = [src[x.layout.offset]];
-            row(&one, out, &mut Vec::new());
-            return Ok(());
-        }
-        let lines = Lines::new(&x.layout, axis);
-        let starts: Vec<usize> = lines.starts().collect();
-        let per_task = (PARALLEL_ELEMENTS / n.max(1)).max(1);
-        out.par_chunks_mut(n * per_task).zip(starts.par_chunks(per_task)).for_each(|(o, s)| {
-            let (mut gathered, mut scratch) = (Vec::new(), Vec::new());
-            for (dst, &start) in o.chunks_mut(n).zip(s) {
-                let contiguous = n <= 1 || lines.at(start, 1) == start + 1;
-                let row_src: &[T] = if contiguous {
-                    &src[start..start + n]
-                } else {
-                    gathered.clear();
-                    gathered.extend((0..n).map(|j| src[lines.at(start, j)]));
-                    &gathered
-                };
-                row(row_src, dst, &mut scratch);
-            }
-        });
-        Ok(())
-    })
-}
-
-/// NaN-propagating maximum (a NaN on either side wins), as a select that vectorises.
-#[inline(always)]
-fn max_nan(acc: f32, v: f32) -> f32 {
-    if v > acc || v.is_nan() {
-        v
-    } else {
-        acc
+        DType::F32 => rows::<f32>(OP, x, shape, |src, dst, _| row_f32(src, dst)),
+        DType::F16 => rows::<f16>(OP, x, shape, row_half::<f16>),
+        DType::BF16 => rows::<bf16>(OP, x, shape, row_half::<bf16>),
+        DType::F64 => rows::<f64>(OP, x, shape, |src, dst, _| row_f64(src, dst)),
+        d => bail!(Type, OP, "Expected a floating-point input, got {d}."),
     }
 }
 
@@ -83,15 +28,7 @@ fn row_f32(src: &[f32], dst: &mut [f32]) {
     simd::run(
         #[inline(always)]
         || {
-            let mut lanes = [f32::NEG_INFINITY; LANES];
-            let mut chunks = src.chunks_exact(LANES);
-            for c in chunks.by_ref() {
-                for (m, &v) in lanes.iter_mut().zip(c) {
-                    *m = max_nan(*m, v);
-                }
-            }
-            let m = lanes.into_iter().fold(f32::NEG_INFINITY, max_nan);
-            let m = chunks.remainder().iter().fold(m, |a, &v| max_nan(a, v));
+            let m = max_f32(src);
             let mut sums = [0f32; LANES];
             for (c, d) in src.chunks_exact(LANES).zip(dst.chunks_exact_mut(LANES)) {
                 for ((s, &v), o) in sums.iter_mut().zip(c).zip(d.iter_mut()) {
@@ -123,7 +60,7 @@ fn row_half<H: Half>(src: &[H], dst: &mut [H], scratch: &mut Vec<f32>) {
 }
 
 fn row_f64(src: &[f64], dst: &mut [f64]) {
-    let m = src.iter().fold(f64::NEG_INFINITY, |a, &v| if v > a || v.is_nan() { v } else { a });
+    let m = max_f64(src);
     let mut sum = 0.0;
     for (o, &v) in dst.iter_mut().zip(src) {
         *o = (v - m).exp();

@@ -46,6 +46,7 @@ pub fn supports(prim: &Primitive, mut dtypes: impl Iterator<Item = DType>) -> bo
             | Primitive::Reduce { .. }
             | Primitive::ArgReduce { .. }
             | Primitive::Softmax { .. }
+            | Primitive::LogSumExp
             | Primitive::Arange { .. }
             | Primitive::RandomBits { .. }
             | Primitive::Concatenate { .. }
@@ -271,6 +272,7 @@ impl Backend for CudaBackend {
                 Ok(vec![rows::arg_reduce(*op, *axis, &inputs[0], &outputs[0].0)?])
             }
             Primitive::Softmax { .. } => Ok(vec![rows::softmax(&inputs[0], &outputs[0].0)?]),
+            Primitive::LogSumExp => Ok(vec![rows::logsumexp(&inputs[0], &outputs[0].0)?]),
             Primitive::Fast(op) => crate::fast::eval(op, inputs, outputs),
             Primitive::Collective(c) => {
                 let (shape, dtype) = &outputs[0];

@@ -1,5 +1,6 @@
-//! Row kernels: arg reductions and softmax. The input is viewed with the reduced axis last
-//! (copied row-major when that view is not contiguous); one block works on one row at a time.
+//! Row kernels: arg reductions, softmax and logsumexp. The input is viewed with the reduced
+//! axis last (copied row-major when that view is not contiguous); a block, or a warp for short
+//! rows, works on one row at a time, and a few long rows are split across blocks.
 
 use crate::alloc::{device_ptr, DEVICE};
 use crate::elementwise::{run_program, single_op_program};
@@ -189,10 +190,9 @@ extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t len, cons
 }
 "#;
 
-/// Softmax over rows, computed in float: max, sum of exp(x - max), then the scaled write; a
-/// block per row, or a warp per row for rows of at most `WARP_ROW` (`warp`: values per lane,
-/// and whether the row length is exactly 32 times that).
-fn softmax_source(dtype: DType, warp: Option<(usize, bool)>) -> String {
+/// The preamble of the float row kernels (softmax, logsumexp): the storage type `S`, and
+/// `k_load` / `k_store` between it and float.
+fn float_rows_prelude(dtype: DType) -> String {
     let storage = kiln_codegen::c_type(dtype);
     let store = match dtype {
         DType::F16 => "k_f32_to_f16(v)",
@@ -209,31 +209,45 @@ K_INLINE {storage} k_store(float v) {{ return {store}; }}
 "#,
         load = load(dtype),
     );
+    s
+}
+
+/// Block-wide combines (max propagating NaN, or sum) of one float per thread.
+const BLOCK_COMBINE: &str = r#"
+/* Block-wide combine of one float per thread; every thread gets the result. */
+template <bool MAX> K_INLINE float k_block(float a, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
+    }
+    if (lane == 0) scratch[warp] = a;
+    __syncthreads();
+    a = lane < warps ? scratch[lane] : (MAX ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
+    }
+    __syncthreads();
+    return a;
+}
+"#;
+
+/// Softmax over rows, computed in float: max, sum of exp(x - max), then the scaled write; a
+/// block per row, or a warp per row for rows of at most `WARP_ROW` (`warp`: values per lane,
+/// and whether the row length is exactly 32 times that).
+fn softmax_source(dtype: DType, warp: Option<(usize, bool)>) -> String {
+    let storage = kiln_codegen::c_type(dtype);
+    let mut s = float_rows_prelude(dtype);
     if let Some((per, exact)) = warp {
         let _ = write!(s, "#define PER {per}\n#define EXACT {}\n", exact as i32);
         s.push_str(WARP_SOFTMAX);
         return s;
     }
+    s.push_str(BLOCK_COMBINE);
     let _ = write!(
         s,
         r#"
-/* Block-wide combine of one float per thread; every thread gets the result. */
-template <bool MAX> K_INLINE float k_block(float a, float *scratch) {{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) {{
-        const float b = __shfl_xor_sync(0xffffffffu, a, o);
-        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
-    }}
-    if (lane == 0) scratch[warp] = a;
-    __syncthreads();
-    a = lane < warps ? scratch[lane] : (MAX ? -INFINITY : 0.0f);
-    for (int o = 16; o > 0; o >>= 1) {{
-        const float b = __shfl_xor_sync(0xffffffffu, a, o);
-        a = MAX ? ((a != a || a > b) ? a : b) : a + b;
-    }}
-    __syncthreads();
-    return a;
-}}
 extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const {storage} *__restrict__ in,
                                    {storage} *__restrict__ out) {{
     __shared__ float scratch[32];
@@ -261,12 +275,154 @@ extern "C" __global__ void {SYMBOL}(const int64_t rows, const int64_t len, const
     s
 }
 
+/// Which kernel of a logsumexp over rows: a warp per row of at most `WARP_ROW` (values per
+/// lane, and whether the length is exactly 32 times that), a block per row, or a few long
+/// rows split across blocks (`Partial`: each block reduces a chunk to its (max, sum of
+/// exp(x - max)) pair; `Final`: a block per row combines those pairs).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum LsePass {
+    Warp(usize, bool),
+    Block,
+    Partial,
+    Final,
+}
+
+/// The value of a row from its max `m` and its sum of exp(x - m): `m` itself where it is
+/// infinite or NaN, as the composition `where(|m| == inf, m, m + log(sum))`.
+const LSE_FINISH: &str = r#"
+K_INLINE bool k_finite(float m) { return fabsf(m) < INFINITY; }
+K_INLINE float k_lse(float m, float sum) { return k_finite(m) ? m + logf(sum) : m; }
+"#;
+
+const WARP_LSE: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t len, const S *__restrict__ in,
+                                   S *__restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; row < rows; row += warps) {
+        const S *p = in + row * len;
+        float v[PER];
+        float m = -INFINITY;
+        #pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int64_t j = lane + 32 * i;
+            v[i] = (EXACT || j < len) ? k_load(p[j]) : -INFINITY;
+            m = (m != m || m > v[i]) ? m : v[i];
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float b = __shfl_xor_sync(0xffffffffu, m, o);
+            m = (m != m || m > b) ? m : b;
+        }
+        float sum = 0.0f;
+        #pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            if (EXACT || lane + 32 * i < len) sum += expf(v[i] - m);
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) out[row] = k_store(k_lse(m, sum));
+    }
+}
+"#;
+
+const BLOCK_LSE: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t len, const S *__restrict__ in,
+                                   S *__restrict__ out) {
+    __shared__ float scratch[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const S *p = in + row * len;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+            const float v = k_load(p[j]);
+            m = (m != m || m > v) ? m : v;
+        }
+        m = k_block<true>(m, scratch);
+        float sum = 0.0f;
+        if (k_finite(m)) {
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x) sum += expf(k_load(p[j]) - m);
+        }
+        sum = k_block<false>(sum, scratch);
+        if (threadIdx.x == 0) out[row] = k_store(k_lse(m, sum));
+    }
+}
+"#;
+
+/* Block b reduces chunk b % chunks of row b / chunks to (max, sum of exp(x - max)) at
+part[2b], part[2b + 1]; the sum is 0 where the max is not finite. */
+const PARTIAL_LSE: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t len, const int64_t chunks, const int64_t chunk,
+                                   const S *__restrict__ in, float *__restrict__ part) {
+    __shared__ float scratch[32];
+    const int64_t row = blockIdx.x / chunks, c = blockIdx.x % chunks;
+    const S *p = in + row * len;
+    const int64_t hi = min(len, (c + 1) * chunk);
+    float m = -INFINITY;
+    for (int64_t j = c * chunk + threadIdx.x; j < hi; j += blockDim.x) {
+        const float v = k_load(p[j]);
+        m = (m != m || m > v) ? m : v;
+    }
+    m = k_block<true>(m, scratch);
+    float sum = 0.0f;
+    if (k_finite(m)) {
+        for (int64_t j = c * chunk + threadIdx.x; j < hi; j += blockDim.x) sum += expf(k_load(p[j]) - m);
+    }
+    sum = k_block<false>(sum, scratch);
+    if (threadIdx.x == 0) { part[2 * blockIdx.x] = m; part[2 * blockIdx.x + 1] = sum; }
+}
+"#;
+
+/* A block per row over its chunks' pairs: the row's max, then the chunks' sums rescaled to
+it (a chunk of -inf only adds 0). */
+const FINAL_LSE: &str = r#"
+extern "C" __global__ void kiln_rows(const int64_t rows, const int64_t chunks,
+                                   const float *__restrict__ part, S *__restrict__ out) {
+    __shared__ float scratch[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *q = part + 2 * row * chunks;
+        float m = -INFINITY;
+        for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const float v = q[2 * c];
+            m = (m != m || m > v) ? m : v;
+        }
+        m = k_block<true>(m, scratch);
+        float sum = 0.0f;
+        if (k_finite(m)) {
+            for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+                const float mc = q[2 * c];
+                if (mc > -INFINITY) sum += q[2 * c + 1] * expf(mc - m);
+            }
+        }
+        sum = k_block<false>(sum, scratch);
+        if (threadIdx.x == 0) out[row] = k_store(k_lse(m, sum));
+    }
+}
+"#;
+
+/// logsumexp over rows, computed in float (NaN-propagating max, then the sum of
+/// exp(x - max), one value per row); see `LsePass` for the variants.
+fn logsumexp_source(dtype: DType, pass: LsePass) -> String {
+    let mut s = float_rows_prelude(dtype);
+    s.push_str(LSE_FINISH);
+    if let LsePass::Warp(per, exact) = pass {
+        let _ = write!(s, "#define PER {per}\n#define EXACT {}\n", exact as i32);
+        s.push_str(WARP_LSE);
+        return s;
+    }
+    s.push_str(BLOCK_COMBINE);
+    s.push_str(match pass {
+        LsePass::Partial => PARTIAL_LSE,
+        LsePass::Final => FINAL_LSE,
+        _ => BLOCK_LSE,
+    });
+    s
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
     Arg(ArgReduceOp, DType, ArgPass),
     /// The dtype, and for a warp per row its values per lane and exactness (see
     /// `softmax_source`).
     Softmax(DType, Option<(usize, bool)>),
+    LogSumExp(DType, LsePass),
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -275,6 +431,7 @@ fn kernel(key: Key) -> Result<Function> {
     KERNELS.get(&key, SYMBOL, || match &key {
         Key::Arg(op, d, pass) => arg_source(*op, *d, *pass),
         Key::Softmax(d, warp) => softmax_source(*d, *warp),
+        Key::LogSumExp(d, pass) => logsumexp_source(*d, *pass),
     })
 }
 
@@ -297,7 +454,8 @@ fn run_rows(key: Key, rows: usize, len: usize, x: &ArrayData, out: u64) -> Resul
     let mut args = Args::new();
     args.i64(rows as i64).i64(len as i64);
     args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())).ptr(out);
-    let per_block = if matches!(key, Key::Softmax(_, Some(_))) { BLOCK as u64 / 32 } else { 1 };
+    let warp = matches!(key, Key::Softmax(_, Some(_)) | Key::LogSumExp(_, LsePass::Warp(..)));
+    let per_block = if warp { BLOCK as u64 / 32 } else { 1 };
     launch("rows", kernel(key)?, blocks_for(rows as u64, per_block), BLOCK, 0, &mut args)
 }
 
@@ -381,21 +539,129 @@ pub fn softmax(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     Ok(out)
 }
 
+/// logsumexp over the last axis, which stays as size 1 (`shape`): a warp per short row, a
+/// block per row, or a few long rows (a decode step's vocabulary row) split across blocks
+/// and combined by a second kernel.
+pub fn logsumexp(x: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
+    if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        bail!(Type, "logsumexp", "The GPU logsumexp supports float16, bfloat16 and float32.");
+    }
+    if x.layout.ndim() == 0 {
+        bail!(Value, "logsumexp", "Expected an input with at least one axis.");
+    }
+    let (input, rows, len) = rows_of(x, x.layout.ndim() - 1)?;
+    let out_size: usize = shape.iter().product();
+    let out = ArrayData {
+        buffer: DEVICE.alloc(out_size * x.dtype.size())?,
+        layout: Layout::contiguous(shape),
+        dtype: x.dtype,
+    };
+    let out_ptr = out.buffer.as_ptr() as u64;
+    if out_size == 0 {
+        return Ok(out);
+    }
+    if len >= SPLIT_LEN && rows <= SPLIT_ROWS {
+        return split_logsumexp(x.dtype, rows, len, &input, out_ptr).map(|()| out);
+    }
+    let pass = if len > 0 && len <= WARP_ROW {
+        LsePass::Warp(len.div_ceil(32), len % 32 == 0)
+    } else {
+        LsePass::Block
+    };
+    run_rows(Key::LogSumExp(x.dtype, pass), out_size, len, &input, out_ptr)?;
+    Ok(out)
+}
+
+/// logsumexp of a few long rows: chunks reduced to (max, sum) pairs by a block each, then a
+/// block per row over its chunks' pairs.
+fn split_logsumexp(dtype: DType, rows: usize, len: usize, x: &ArrayData, out: u64) -> Result<()> {
+    let chunks = len.div_ceil(CHUNK);
+    let pairs = rows * chunks;
+    let part = DEVICE.alloc(pairs * 2 * 4)?;
+    let pp = part.as_ptr() as u64;
+    let mut args = Args::new();
+    args.i64(len as i64).i64(chunks as i64).i64(CHUNK as i64);
+    args.ptr(device_ptr(&x.buffer, x.layout.offset as isize, x.dtype.size())).ptr(pp);
+    let partial = kernel(Key::LogSumExp(dtype, LsePass::Partial))?;
+    let grid = crate::nvrtc::check_grid("logsumexp", pairs as u64)?;
+    launch("logsumexp", partial, grid, BLOCK, 0, &mut args)?;
+    let mut args = Args::new();
+    args.i64(rows as i64).i64(chunks as i64).ptr(pp).ptr(out);
+    let last = kernel(Key::LogSumExp(dtype, LsePass::Final))?;
+    // The pair buffer returns to the cache now: stream order runs later users after this.
+    launch("logsumexp", last, rows as u32, BLOCK, 0, &mut args)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Softmax variants for an offline NVRTC check (`nvrtc::dump_sources`).
+    /// Softmax and logsumexp variants for an offline NVRTC check.
+    fn float_row_sources() -> Vec<(String, String)> {
+        let mut all = Vec::new();
+        for (name, warp) in
+            [("exact", Some((8, true))), ("ragged", Some((3, false))), ("block", None)]
+        {
+            all.push((format!("softmax_{name}.cu"), softmax_source(DType::BF16, warp)));
+        }
+        let passes = [
+            LsePass::Warp(8, true),
+            LsePass::Warp(3, false),
+            LsePass::Warp(32, true),
+            LsePass::Block,
+            LsePass::Partial,
+            LsePass::Final,
+        ];
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for pass in passes {
+                all.push((
+                    format!("logsumexp_{dtype}_{pass:?}.cu").replace(['(', ')', ',', ' '], "_"),
+                    logsumexp_source(dtype, pass),
+                ));
+            }
+        }
+        all
+    }
+
+    /// The variants' sources for an offline NVRTC check (`nvrtc::dump_sources`).
     #[test]
     fn dump() {
-        let sources: Vec<(String, String)> =
-            [("exact", Some((8, true))), ("ragged", Some((3, false)))]
-                .iter()
-                .map(|&(name, warp)| {
-                    (format!("softmax_{name}.cu"), softmax_source(DType::BF16, warp))
-                })
-                .collect();
-        crate::nvrtc::dump_sources(&sources);
+        crate::nvrtc::dump_sources(&float_row_sources());
+    }
+
+    /// Every softmax and logsumexp variant builds offline for sm_90a and sm_80 (no GPU
+    /// needed; skipped without libnvrtc on the library path).
+    #[test]
+    fn float_row_kernels_build_offline() {
+        if !crate::nvrtc::loadable() {
+            eprintln!("skipped: no libnvrtc on the library path (pip nvidia-cuda-nvrtc-cu12)");
+            return;
+        }
+        let failures = crate::nvrtc::problems_in_parallel(&float_row_sources(), |name, src| {
+            let built = ["sm_90a", "sm_80"].map(|arch| (arch, crate::nvrtc::compile(src, arch)));
+            built
+                .into_iter()
+                .filter_map(|(arch, r)| r.err().map(|e| format!("{name} ({arch}): {e}")))
+                .collect()
+        });
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    }
+
+    #[test]
+    fn logsumexp_sources() {
+        let w = logsumexp_source(DType::BF16, LsePass::Warp(8, true));
+        assert!(w.contains("#define PER 8\n#define EXACT 1"));
+        assert!(w.contains("if (lane == 0) out[row] = k_store(k_lse(m, sum));"));
+        assert!(!w.contains("k_block"));
+        let b = logsumexp_source(DType::F32, LsePass::Block);
+        assert!(b.contains("m = k_block<true>(m, scratch);"));
+        assert!(b.contains("K_INLINE float k_load(float x) { return x; }"));
+        let p = logsumexp_source(DType::F16, LsePass::Partial);
+        assert!(p.contains("part[2 * blockIdx.x] = m; part[2 * blockIdx.x + 1] = sum;"));
+        assert!(p.contains("k_f16_to_f32(x)"));
+        let f = logsumexp_source(DType::BF16, LsePass::Final);
+        assert!(f.contains("if (mc > -INFINITY) sum += q[2 * c + 1] * expf(mc - m);"));
+        assert!(f.contains("k_f32_to_bf16(v)"));
     }
 
     #[test]

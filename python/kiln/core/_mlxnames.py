@@ -30,6 +30,7 @@ _CLASS = {
     "where": "Select", "astype": "AsType", "copy": "Copy", "identity": "Identity",
     "sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "all": "And", "any": "Or",
     "argmax": "ArgReduce", "argmin": "ArgReduce", "softmax": "Softmax",
+    "logsumexp": "LogSumExp",
     "number_of_elements": "NumberOfElements", "reshape": "Reshape",
     "transpose": "Transpose", "broadcast_to": "Broadcast", "slice": "Slice",
     "concatenate": "Concatenate", "cumsum": "CumSum", "cumprod": "CumProd",

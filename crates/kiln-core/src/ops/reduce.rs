@@ -1,5 +1,6 @@
 //! Reductions. The primitive keeps reduced axes as size 1; the op squeezes them unless
-//! `keepdims`. var, std, logsumexp, softmax, median and count_nonzero are compositions.
+//! `keepdims`. var, std, median and count_nonzero are compositions; logsumexp and softmax
+//! record their fused primitives over one axis (or all, flattened) and compose otherwise.
 
 use super::{
     abs, add, astype, divide, equal, exp, log, maximum, multiply, not_equal, partition, record,
@@ -156,9 +157,11 @@ fn no_axes_of_scalar(op: &'static str, x: &Array, axes: Option<&[i64]>) -> Resul
 }
 
 /// `log(sum(exp(x)))` over `axes`, computed as `m + log(sum(exp(x - m)))` with `m` the max
-/// (no overflow); where the max is infinite the result is the max. Integers and bools give
-/// float32 and are converted first (MLX subtracts the max in the integer type, so unsigned
-/// and bool inputs wrap to inf or wrong values there).
+/// (no overflow); where the max is infinite the result is the max, and NaN anywhere gives NaN.
+/// One axis (or `None`) of a real float is the fused `LogSumExp` primitive (half floats
+/// accumulate in float32 and round once); several axes and complex64 are the composition.
+/// Integers and bools give float32 and are converted first (MLX subtracts the max in the
+/// integer type, so unsigned and bool inputs wrap to inf or wrong values there).
 pub fn logsumexp(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Array> {
     let op = "logsumexp";
     ensure!(x.size() > 0, Value, op, "Received empty array.");
@@ -166,6 +169,32 @@ pub fn logsumexp(x: &Array, axes: Option<&[i64]>, keepdims: bool) -> Result<Arra
     let axes_n = reduce_axes(op, x, axes)?;
     let dtype = x.dtype().to_float();
     let x = astype(x, dtype)?;
+    // One axis (or all, flattened to one row) of a real float runs MLX's fused primitive over
+    // the last axis: one pass over each row, half floats in float32.
+    let single = match axes {
+        None => Some(None),
+        Some([a]) => Some(Some(normalize_axis(op, *a, x.ndim())?)),
+        _ => None,
+    };
+    if let (Some(axis), true) = (single, dtype.is_float()) {
+        let prim = Primitive::LogSumExp;
+        return match axis {
+            None => {
+                let row = record(prim, vec![reshape(&x, &[-1])?])?;
+                let kept = if keepdims { vec![1; x.ndim()] } else { Vec::new() };
+                reshape(&row, &kept)
+            }
+            Some(a) => {
+                let last = x.ndim() as i64 - 1;
+                let out = record(prim, vec![super::moveaxis(&x, a as i64, last)?])?;
+                if keepdims {
+                    super::moveaxis(&out, last, a as i64)
+                } else {
+                    squeeze(&out, Some(&[last]))
+                }
+            }
+        };
+    }
     // The result does not depend on the shift: without stop_gradient its gradient would
     // flow through max (an equality mask over x and a count, two more passes over x) only
     // to cancel.

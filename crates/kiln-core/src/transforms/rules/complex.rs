@@ -26,6 +26,7 @@ pub(super) fn conjugated_vjp(prim: &Primitive, primals: &[Array]) -> bool {
                 | Primitive::Scan { .. }
                 | Primitive::Matmul
                 | Primitive::Softmax { .. }
+                | Primitive::LogSumExp
         )
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod fast;
 mod fast_train;
 mod indexing;
 mod linalg;
+mod logsumexp;
 mod movement;
 mod reduce;
 mod scan;
@@ -119,6 +120,7 @@ impl Rules for Primitive {
                 indexing::jvp(self, primals, tangents, argnums, &outputs[0])?
             }
             Primitive::Softmax { .. } => vec![softmax::apply(&tangents[0], &outputs[0])?],
+            Primitive::LogSumExp => vec![logsumexp::jvp(&primals[0], &tangents[0], &outputs[0])?],
             Primitive::Scan { .. }
             | Primitive::Sort { arg: false, .. }
             | Primitive::Partition { arg: false, .. }
@@ -222,6 +224,10 @@ fn real_vjp(
         }
         Primitive::Softmax { .. } => {
             let g = softmax::apply(&cotangents[0], &outputs[0])?;
+            argnums.iter().map(|_| g.clone()).collect()
+        }
+        Primitive::LogSumExp => {
+            let g = logsumexp::vjp(&primals[0], &cotangents[0], &outputs[0])?;
             argnums.iter().map(|_| g.clone()).collect()
         }
         Primitive::Scan { .. } => {

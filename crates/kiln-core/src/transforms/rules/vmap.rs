@@ -68,7 +68,8 @@ pub(super) fn vmap(
         | Primitive::Matmul
         | Primitive::RandomBits { .. }
         // Over the last axis, which stays last with the batch axis in front.
-        | Primitive::Softmax { .. } => record(prim.clone(), all_batched(inputs, axes)?)?,
+        | Primitive::Softmax { .. }
+        | Primitive::LogSumExp => record(prim.clone(), all_batched(inputs, axes)?)?,
         Primitive::Reduce { op, axes: red } => {
             let x = all_batched(inputs, axes)?.remove(0);
             record(Primitive::Reduce { op: *op, axes: shift(red) }, vec![x])?
