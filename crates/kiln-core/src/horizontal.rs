@@ -122,6 +122,15 @@ pub(crate) fn unevaluated(call: &OpCall) -> bool {
     outputs.iter().filter_map(|w| w.upgrade()).all(|n| n.data.get().is_none())
 }
 
+/// `KILN_LOG=groups` (read once): each group's members and what kept the others out, on
+/// stderr.
+fn log(line: impl FnOnce() -> String) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("KILN_LOG").is_ok_and(|v| v.contains("groups"))) {
+        eprintln!("[kiln groups] {}", line());
+    }
+}
+
 /// Views deep at most this many calls are evaluated ahead for a member (`k`'s reshape and
 /// transpose over its evaluated projection).
 pub(crate) const VIEW_DEPTH: usize = 4;
@@ -159,37 +168,52 @@ pub(crate) fn run(
 ) -> Result<(bool, Vec<Arc<OpCall>>)> {
     let device = array.stream().device;
     let shared = backend(device)?.runs_together(&first.prim) == Some(Together::SharedInput);
-    let lead_input = first.inputs[0].0.data.get().cloned();
+    // (A reference, not a clone: a clone holds the buffer, and a member whose first input is
+    // that buffer (a KV cache) would no longer be its sole owner, so it could not be donated.)
+    let lead_input = first.inputs[0].0.data.get();
     let mut calls = vec![first.clone()];
     let mut left = Vec::new();
+    let mut why = Vec::new();
     for (i, call) in rest.iter().enumerate() {
         if !unevaluated(call) {
             continue;
         }
         let mut ready = calls.len() < MAX_GROUP && i < SCAN;
+        let room = ready;
         for input in &call.inputs {
             ready = ready && make_ready(input, evaluation, VIEW_DEPTH)?;
         }
+        let inputs_ready = ready;
         if ready && shared {
             let mine = call.inputs[0].0.data.get();
-            ready = matches!((mine, &lead_input), (Some(a), Some(b)) if same_data(a, b));
+            ready = matches!((mine, lead_input), (Some(a), Some(b)) if same_data(a, b));
         }
         if ready {
             calls.push(call.clone());
         } else {
+            why.push(if !room {
+                "no room"
+            } else if !inputs_ready {
+                "not ready"
+            } else {
+                "other x"
+            });
             left.push(call.clone());
         }
     }
-    let declined = |calls: Vec<Arc<OpCall>>, mut left: Vec<Arc<OpCall>>| {
+    let name = first.prim.name();
+    let declined = |calls: Vec<Arc<OpCall>>, mut left: Vec<Arc<OpCall>>, reason: &str| {
+        log(|| format!("{name}: {} calls not run together ({reason})", calls.len()));
         let mut back: Vec<_> = calls.into_iter().skip(1).collect();
         back.append(&mut left);
         Ok((false, back))
     };
+    log(|| format!("{name}: {} of {} candidates join; left: {why:?}", calls.len(), rest.len() + 1));
     // Another thread running a member (an eval of the same graph) keeps the group apart.
     let guards: Vec<_> = calls.iter().filter_map(|c| c.running.try_lock().ok()).collect();
     if guards.len() != calls.len() || calls.len() < 2 || !calls.iter().all(|c| unevaluated(c)) {
         drop(guards);
-        return declined(calls, left);
+        return declined(calls, left, "alone, or run elsewhere");
     }
     let mut inputs: Vec<Vec<ArrayData>> = Vec::with_capacity(calls.len());
     let mut donated: Vec<Vec<bool>> = Vec::with_capacity(calls.len());
@@ -199,7 +223,7 @@ pub(crate) fn run(
         for input in &call.inputs {
             let Some(d) = input.0.data.get() else {
                 drop(guards);
-                return declined(calls, left);
+                return declined(calls, left, "an input without data");
             };
             if d.buffer.device() == device {
                 own.push(crate::eval::sole_owner(input, d));
@@ -218,9 +242,16 @@ pub(crate) fn run(
     let ran = backend(device)?.eval_together(&first.prim, &inputs, &donated, &metas);
     // `None` or an error: nothing stands half done (the backend runs nothing before it can
     // run all); each call runs on its own (and reports its own error).
-    let Some(Ok(results)) = ran else {
-        drop(guards);
-        return declined(calls, left);
+    let results = match ran {
+        Some(Ok(results)) => results,
+        Some(Err(e)) => {
+            drop(guards);
+            return declined(calls, left, &format!("the backend failed: {e}"));
+        }
+        None => {
+            drop(guards);
+            return declined(calls, left, "the backend declined");
+        }
     };
     crate::eval::count_calls(calls.len() as u64);
     if let Some(t) = timer {

@@ -56,11 +56,13 @@ fn output(values: Vec<f32>, shape: &Shape) -> ArrayData {
     ArrayData { buffer: fake_buffer(&values), layout: Layout::contiguous(shape), dtype: DType::F32 }
 }
 
-/// What the fake was handed together: each group's size, and chains run.
+/// What the fake was handed together: each group's size, and chains run; the donation flags
+/// of each group's first inputs.
 #[derive(Default)]
 struct Record {
     groups: Vec<usize>,
     chains: usize,
+    donated: Vec<Vec<bool>>,
 }
 
 struct FakeGpu {
@@ -69,7 +71,7 @@ struct FakeGpu {
 }
 
 static GPU: FakeGpu = FakeGpu {
-    record: Mutex::new(Record { groups: Vec::new(), chains: 0 }),
+    record: Mutex::new(Record { groups: Vec::new(), chains: 0, donated: Vec::new() }),
     decline: AtomicBool::new(false),
 };
 
@@ -85,6 +87,7 @@ fn compute(prim: &Primitive, inputs: &[ArrayData], shape: &Shape) -> Option<Vec<
                 match op {
                     BinaryOp::Add => a + b,
                     BinaryOp::Multiply => a * b,
+                    BinaryOp::Subtract => a - b,
                     _ => f32::NAN,
                 }
             })
@@ -127,7 +130,9 @@ impl Backend for FakeGpu {
     fn runs_together(&self, prim: &Primitive) -> Option<Together> {
         match prim {
             Primitive::Binary(BinaryOp::Multiply) => Some(Together::SharedInput),
-            Primitive::Unary(UnaryOp::Exp) => Some(Together::Independent),
+            Primitive::Unary(UnaryOp::Exp) | Primitive::Binary(BinaryOp::Subtract) => {
+                Some(Together::Independent)
+            }
             _ => None,
         }
     }
@@ -136,13 +141,16 @@ impl Backend for FakeGpu {
         &self,
         prim: &Primitive,
         inputs: &[Vec<ArrayData>],
-        _donated: &[Vec<bool>],
+        donated: &[Vec<bool>],
         outputs: &[&(Shape, DType)],
     ) -> Option<Result<Vec<ArrayData>>> {
         if self.decline.load(Ordering::Relaxed) {
             return None;
         }
-        self.record.lock().unwrap().groups.push(inputs.len());
+        let mut record = self.record.lock().unwrap();
+        record.groups.push(inputs.len());
+        record.donated.push(donated.iter().map(|d| d[0]).collect());
+        drop(record);
         let results = inputs.iter().zip(outputs).map(|(call, (shape, _))| {
             Ok(output(compute(prim, call, shape).expect("grouped prims compute"), shape))
         });
@@ -303,4 +311,42 @@ fn an_add_and_its_consumer_run_as_one_keeping_both() {
     assert_eq!(read(&h), vec![4.0, 7.0]);
     assert_eq!(read(&y), vec![-4.0, -7.0]);
     assert_eq!(read(&z), vec![0.0, 0.0]);
+}
+
+#[test]
+fn independent_calls_of_views_with_a_host_scalar_group_per_layer() {
+    // RoPE's pattern in mlx-lm's decode: each layer's q and k are views (reshape) of
+    // products of one h, and each RoPE also reads a host scalar (the cache offset).
+    let _serial = setup();
+    let offset = Array::from_slice(&[0.5f32], &[1]).unwrap();
+    let mut h = Array::from_slice(&[0.1f32, 0.2], &[1, 2]).unwrap();
+    let (wq, wk) = (arr(&[0.5, 1.0]), arr(&[-1.0, 0.25]));
+    let mut outs = Vec::new();
+    for _ in 0..3 {
+        let flat = ops::reshape(&h, &[2]).unwrap();
+        let q = ops::reshape(&mul(&flat, &wq), &[1, 2]).unwrap();
+        let k = ops::reshape(&mul(&flat, &wk), &[1, 2]).unwrap();
+        let sub = |a: &Array| ops::binary(BinaryOp::Subtract, a, &offset).unwrap();
+        let (rq, rk) = (sub(&q), sub(&k));
+        h = add(&h, &mul(&rq, &rk));
+        outs.extend([rq, rk]);
+    }
+    outs.insert(0, h.clone());
+    kiln_core::eval::eval(&outs).unwrap();
+    assert_eq!(record().0, vec![2, 2, 2, 2, 2, 2]);
+}
+
+#[test]
+fn independent_members_own_their_first_inputs() {
+    // mlx-lm's KV-cache writes: each write's cache is referenced by that write alone, so the
+    // backend may write into it (donation), the group's first member as well as the others.
+    let _serial = setup();
+    let (a, b) = (add(&arr(&[1.0, 2.0]), &arr(&[1.0, 1.0])), add(&arr(&[3.0]), &arr(&[1.0])));
+    kiln_core::eval::eval(&[a.clone(), b.clone()]).unwrap();
+    let (ea, eb) = (exp(&a), exp(&b));
+    drop((a, b));
+    kiln_core::eval::eval(&[ea.clone(), eb.clone()]).unwrap();
+    let donated = GPU.record.lock().unwrap().donated.clone();
+    assert_eq!(donated.last(), Some(&vec![true, true]), "{donated:?}");
+    assert!((read(&eb)[0] - 4f32.exp()).abs() < 1e-3);
 }

@@ -30,7 +30,7 @@ pub(crate) fn runs_together(prim: &Primitive) -> Option<Together> {
     match prim {
         Primitive::Matmul if dense_groups() => Some(Together::SharedInput),
         Primitive::Fast(FastOp::QuantizedMatmul { .. }) => Some(Together::SharedInput),
-        Primitive::Fast(FastOp::Rope { freqs: false, .. }) | Primitive::SliceUpdate { .. } => {
+        Primitive::Fast(FastOp::Rope { .. }) | Primitive::SliceUpdate { .. } => {
             Some(Together::Independent)
         }
         _ => None,
@@ -75,9 +75,23 @@ pub(crate) fn eval_together(
             }
             crate::gemv::quantized_together(x, &products, *group_size, *bits)
         }
-        Primitive::Fast(FastOp::Rope { dims, traditional, base, scale, freqs: false, inverse })
-            if arity(2) =>
+        Primitive::Fast(FastOp::Rope { dims, traditional, base, scale, freqs, inverse })
+            if arity(2 + *freqs as usize) =>
         {
+            // With frequencies (llama 3's scaled RoPE), one array for every call: the
+            // launch takes one pointer.
+            let freqs = freqs.then(|| &inputs[0][2]);
+            let same = |c: &Vec<ArrayData>| {
+                freqs.is_none_or(|f| {
+                    let g = &c[2];
+                    g.buffer.as_ptr() == f.buffer.as_ptr()
+                        && g.layout == f.layout
+                        && g.dtype == f.dtype
+                })
+            };
+            if !inputs.iter().all(same) {
+                return Ok(None);
+            }
             let p = crate::fast::rope::Params {
                 dims: *dims,
                 traditional: *traditional,
@@ -87,7 +101,7 @@ pub(crate) fn eval_together(
             };
             let calls: Vec<_> =
                 inputs.iter().zip(outputs).map(|(c, o)| (&c[0], &c[1], o.0.as_slice())).collect();
-            crate::fast::rope::rope_together(&calls, &p)
+            crate::fast::rope::rope_together(&calls, freqs, &p)
         }
         Primitive::SliceUpdate { start, step, len } if arity(2) && inputs.len() == 2 => {
             // Two KV-cache writes, each into its donated cache (a copy of the whole cache

@@ -153,10 +153,11 @@ pub(crate) fn rope(
 const MAX_SETS: usize = 4;
 
 /// RoPE of each `(x, offset, shape)` of `calls` (up to `MAX_SETS`, with the same batch,
-/// positions and features; heads may differ: q and k) in one launch, without `freqs`, or
-/// `None` where they differ otherwise.
+/// positions and features; heads may differ: q and k) in one launch, all with the same
+/// `freqs` or none, or `None` where they differ otherwise.
 pub(crate) fn rope_together(
     calls: &[(&ArrayData, &ArrayData, &[usize])],
+    freqs: Option<&ArrayData>,
     p: &Params,
 ) -> Result<Option<Vec<ArrayData>>> {
     let (x0, off0, shape0) = calls[0];
@@ -172,9 +173,9 @@ pub(crate) fn rope_together(
         return Ok(None);
     }
     for &(_, off, _) in calls {
-        check_operands(off, None)?;
+        check_operands(off, freqs)?;
     }
-    run(calls, None, p).map(Some)
+    run(calls, freqs, p).map(Some)
 }
 
 fn check_operands(offset: &ArrayData, freqs: Option<&ArrayData>) -> Result<()> {
