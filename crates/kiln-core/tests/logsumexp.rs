@@ -144,20 +144,7 @@ fn gradients_match_finite_differences_and_the_composition() {
             let gc = grad(fc, std::slice::from_ref(&x), &[0]).unwrap().remove(0);
             close(&g, &gc, 1e-12);
             let g = g.to_vec::<f64>().unwrap();
-            let eps = 1e-6;
-            for i in 0..v.len() {
-                let at = |d: f64| {
-                    let mut vv = v.clone();
-                    vv[i] += d;
-                    f(&[Array::from_slice(&vv, &[3, 4]).unwrap()]).unwrap().item::<f64>().unwrap()
-                };
-                let fd = (at(eps) - at(-eps)) / (2.0 * eps);
-                assert!(
-                    (g[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
-                    "{axes:?} [{i}]: {} vs {fd}",
-                    g[i]
-                );
-            }
+            common::assert_central_differences(f, &v, &[3, 4], &g, &format!("{axes:?}"));
         }
         // <vjp(c), t> == <c, jvp(t)> for the logsumexp itself.
         let t = Array::from_slice(&values(4, 12), &[3, 4]).unwrap();

@@ -89,20 +89,7 @@ fn gradients_match_finite_differences_and_jvp() {
             ops::sum(&ops::multiply(&s, &w)?, None, false)
         };
         let g = grad(f, std::slice::from_ref(&x), &[0]).unwrap().remove(0).to_vec::<f64>().unwrap();
-        let eps = 1e-6;
-        for i in 0..v.len() {
-            let at = |d: f64| {
-                let mut vv = v.clone();
-                vv[i] += d;
-                f(&[Array::from_slice(&vv, &[3, 4]).unwrap()]).unwrap().item::<f64>().unwrap()
-            };
-            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
-            assert!(
-                (g[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
-                "axis {axis} [{i}]: {} vs {fd}",
-                g[i]
-            );
-        }
+        common::assert_central_differences(f, &v, &[3, 4], &g, &format!("axis {axis}"));
         // <vjp(w), t> == <w, jvp(t)> for the softmax itself.
         let t = Array::from_slice(&values(4, 12), &[3, 4]).unwrap();
         let sm = |a: &[Array]| Ok(vec![ops::softmax(&a[0], Some(&[axis]), false)?]);
