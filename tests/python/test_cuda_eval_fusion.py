@@ -231,36 +231,36 @@ def test_rope_of_every_layer_groups_per_layer(freqs):
     rng = np.random.default_rng(5)
     periods = np.exp(rng.uniform(0.0, 9.0, size=16)).astype(np.float32)
     with mx.stream(mx.gpu):
-        h = mx.array(rng.normal(size=(1, 1, 256)).astype(np.float32)).astype(mx.bfloat16)
-        ws = [(mx.array(rng.normal(size=(8 * 32, 256)).astype(np.float32) / 16).astype(mx.bfloat16),
-               mx.array(rng.normal(size=(2 * 32, 256)).astype(np.float32) / 16).astype(mx.bfloat16))
+        h = mx.array(rng.normal(size=(1, 1, 1024)).astype(np.float32)).astype(mx.bfloat16)
+        ws = [(mx.array(rng.normal(size=(32 * 32, 1024)).astype(np.float32) / 32).astype(mx.bfloat16),
+               mx.array(rng.normal(size=(2 * 32, 1024)).astype(np.float32) / 32).astype(mx.bfloat16))
               for _ in range(3)]
         f = mx.array(periods)
         mx.eval(h, ws, f)
         rope_args = dict(base=None, freqs=f) if freqs else dict(base=1e4)
         outs, deq, hn = [], [], f64(h)
         for wq, wk in ws:
-            # (Products of one x as 4-bit ones of k = 256, which the tensor-core kernel takes
-            # as one group: so k is ready beside q's RoPE.)
+            # (Products of one x as 4-bit ones of k = 1024, which the tensor-core kernel takes
+            # as one group with its usual 4 warps a block: so k is ready beside q's RoPE.)
             pq, pk = mx.quantize(wq, 32, 4), mx.quantize(wk, 32, 4)
             wq = mx.dequantize(*pq, 32, 4)
             wk = mx.dequantize(*pk, 32, 4)
             mx.eval(wq, wk, pq, pk)
-            q = mx.quantized_matmul(h, *pq, True, 32, 4).reshape(1, 1, 8, 32).transpose(0, 2, 1, 3)
+            q = mx.quantized_matmul(h, *pq, True, 32, 4).reshape(1, 1, 32, 32).transpose(0, 2, 1, 3)
             k = mx.quantized_matmul(h, *pk, True, 32, 4).reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
             rq = mx.fast.rope(q, 32, traditional=False, scale=1.0, offset=3, **rope_args)
             rk = mx.fast.rope(k, 32, traditional=False, scale=1.0, offset=3, **rope_args)
             outs += [rq, rk]
             deq.append((wq, wk))
-            h = h + rq.reshape(1, 1, 256) * mx.mean(rk)
+            h = h + rq.reshape(1, 1, 1024) * mx.mean(rk)
         assert launches(lambda: mx.eval(h, *outs), "rope") == 3
         per = periods if freqs else None
         for wq, wk in deq:
-            q = (hn @ f64(wq).T).reshape(1, 1, 8, 32).transpose(0, 2, 1, 3)
+            q = (hn @ f64(wq).T).reshape(1, 1, 32, 32).transpose(0, 2, 1, 3)
             k = (hn @ f64(wk).T).reshape(1, 1, 2, 32).transpose(0, 2, 1, 3)
             rq = rope_reference(q, 32, 1e4, 3, False, per)
             rk = rope_reference(k, 32, 1e4, 3, False, per)
-            hn = hn + rq.reshape(1, 1, 256) * rk.mean()
+            hn = hn + rq.reshape(1, 1, 1024) * rk.mean()
         close(f64(h), hn, 5e-2)
 
 
