@@ -401,3 +401,25 @@ def test_decode_without_keys_and_inside_compile(device):
     g, g2 = f64(f(q, k, v)), f64(f(q, k, v))
     np.testing.assert_array_equal(g, g2)
     close(g, 2 * grouped_sdpa(f64(q), f64(k), f64(v), 0.1), 8e-2)
+
+
+def test_decode_spans_merged_by_the_last_block_across_launches(device):
+    # Split-key launches of different span and unit counts back to back, unevaluated in
+    # between (one stream of kernels): each launch's last block per unit merges its spans and
+    # must leave its counter at zero for the next, so repeats give the same bits.
+    dtype = mx.bfloat16
+    cases = [(1, 32, 8, 4096), (2, 8, 2, 1000), (1, 32, 8, 600), (4, 16, 4, 3000)]
+    made = []
+    for b, hq, hk, lk in cases:
+        q = uniform((b, hq, 1, 128), dtype)
+        k, v = uniform((b, hk, lk, 128), dtype), uniform((b, hk, lk, 128), dtype)
+        made.append((q, k, v))
+    ys = [mx.fast.scaled_dot_product_attention(q, k, v, scale=0.09) for _ in range(3)
+          for q, k, v in made]
+    mx.eval(ys)
+    for i, (q, k, v) in enumerate(made):
+        want = grouped_sdpa(f64(q), f64(k), f64(v), 0.09)
+        first = f64(ys[i])
+        close(first, want, ATOL[dtype])
+        for rep in (1, 2):
+            np.testing.assert_array_equal(f64(ys[rep * len(made) + i]), first)

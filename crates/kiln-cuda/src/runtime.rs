@@ -23,7 +23,15 @@ pub struct Gpu {
     pub total_memory: usize,
     /// Shared memory one block may ask for (beyond the default 48 KiB by opting in).
     pub shared_per_block: usize,
+    /// `COUNTERS` zeroed 32-bit words of device memory for kernels whose last block to finish
+    /// a unit of work merges it (decode attention's spans): such a kernel leaves each word it
+    /// used at zero again. Made here, before any graph capture could forbid the allocation;
+    /// the one stream keeps two such kernels from running at once.
+    pub counters: u64,
 }
+
+/// Words in [`Gpu::counters`].
+pub const COUNTERS: usize = 1 << 16;
 
 // SAFETY: the context and stream handles are process-wide driver objects; the driver API
 // is thread-safe, and each thread binds the context before use (`bind`).
@@ -84,6 +92,13 @@ fn open() -> std::result::Result<Gpu, String> {
     let shared = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
     // SAFETY: `dev` came from device::get.
     let total_memory = unsafe { result::device::total_mem(dev) }.unwrap_or(0);
+    // SAFETY: the context is current; a plain device allocation, held for the process, then
+    // zeroed in full before any kernel can read it.
+    let counters = unsafe {
+        let p = result::malloc_sync(COUNTERS * 4).map_err(|e| e.to_string())?;
+        result::memset_d8_sync(p, 0, COUNTERS * 4).map_err(|e| e.to_string())?;
+        p
+    };
     Ok(Gpu {
         ctx,
         stream,
@@ -93,6 +108,7 @@ fn open() -> std::result::Result<Gpu, String> {
         multiprocessors: sms.max(1) as u32,
         total_memory,
         shared_per_block: shared.max(48 << 10) as usize,
+        counters,
     })
 }
 

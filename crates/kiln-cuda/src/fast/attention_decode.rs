@@ -10,9 +10,11 @@
 //!   softmax (base 2) and `P V` run in float32 on the CUDA cores, since a few rows leave
 //!   nothing for the tensor cores to do. K and V are read in place through their strides, so
 //!   the slice of a preallocated cache (mlx-lm's `KVCache`) is never copied.
-//! - `kiln_attn_combine`: a block per query row merges the spans' unnormalised outputs and
-//!   (max, sum) pairs, reading the spans in parallel. With one span the decode kernel writes
-//!   the output itself.
+//! - With more than one span, each block leaves its span's unnormalised output and (max, sum)
+//!   per row in float32 buffers, and the unit's last block to finish (a counter per unit in
+//!   `Gpu::counters`, reset by that block) merges the spans into the output: one kernel a
+//!   step where a separate merge kernel cost a launch and its gap. With one span the block
+//!   writes the output itself.
 //!
 //! Semantics are `attention`'s (kiln-cpu's): hidden scores are the lowest finite float (a
 //! fully hidden row averages every value), causal is lower-right aligned, no keys give zeros,
@@ -23,12 +25,11 @@ use super::{dense, ptr};
 use crate::copy::empty;
 use crate::launch::{launch, Args};
 use crate::nvrtc::{check_grid, Function, KernelCache};
-use crate::runtime::gpu;
+use crate::runtime::{gpu, COUNTERS};
 use kiln_base::{ArrayData, AttentionMask, DType, Result};
 use std::fmt::Write;
 
 const DECODE: &str = "kiln_attn_decode";
-const COMBINE: &str = "kiln_attn_combine";
 const THREADS: u32 = 128;
 /// Query rows (heads of a group times queries) one block holds at most.
 const MAX_ROWS: usize = 8;
@@ -39,9 +40,9 @@ const MAX_ROW_TILES: usize = 2;
 const SHARED_LIMIT: usize = 48 * 1024;
 /// Largest head dim: the `P V` step gives each thread `dv / 128` output columns per row.
 const MAX_DIM: usize = 256;
-/// Fewest key tiles a span takes: fewer make the combine's traffic matter.
+/// Fewest key tiles a span takes: fewer make the merge's traffic matter.
 const MIN_SPAN_TILES: usize = 2;
-/// Most key spans (the combine keeps a weight per span in shared memory).
+/// Most key spans (each one's partial results are merged by one block).
 const MAX_SPANS: usize = 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -170,12 +171,13 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
         const S *__restrict__ q, const S *__restrict__ k, const S *__restrict__ v,
         const Str3 qs, const Str3 ks, const Str3 vs, const M *__restrict__ mask,
         const KStrides ms, const int64_t total_rows, S *__restrict__ out, float *__restrict__ part_o,
-        float *__restrict__ part_ml, const double scale) {
+        float *__restrict__ part_ml, const double scale, unsigned int *__restrict__ counters) {
     __shared__ __align__(16) S sk[2][T * LDK];
     __shared__ __align__(16) S sv[2][T * LDV];
     __shared__ __align__(16) float sq[ROWS * DK];
     __shared__ float sp[ROWS * T];
     __shared__ float s_m[ROWS], s_l[ROWS], s_c[ROWS];
+    __shared__ bool s_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t span = blockIdx.x % spans, t = blockIdx.x / spans;
     const int64_t rt = t % row_tiles, bkv = t / row_tiles, kvh = bkv % hk, b = bkv / hk;
@@ -326,72 +328,52 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
             }
         }
     }
-}
-"#;
+    if (spans == 1) return;
 
-const COMBINE_BODY: &str = r#"
-#define NT 128
-#define DPT ((DV + NT - 1) / NT)
-
-/* Across the block: the max (NaN kept) or the sum of each thread's `x`. */
-template <bool MAX>
-K_INLINE float k_block_reduce(float x, float *scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = MAX ? k_max_nan(x, y) : x + y;
-    }
-    __syncthreads(); /* scratch's last use is done */
-    if (lane == 0) scratch[warp] = x;
+    /* The unit's last block to arrive merges every span's partials: each block's writes are
+       fenced before its arrival is counted, and the merging block reads them from L2. All
+       blocks of the unit have arrived then, so it can reset the counter for the next launch. */
+    __threadfence();
     __syncthreads();
-    x = scratch[0];
-    #pragma unroll
-    for (int w = 1; w < NT / 32; ++w) x = MAX ? k_max_nan(x, scratch[w]) : x + scratch[w];
-    return x;
-}
-
-/* A block per output row: the spans' outputs weighted by exp2(m_s - max) over the weighted
-   sums. Every thread reads its own spans' (max, sum) and then, per output column, the spans'
-   partial outputs with many loads in flight (they are independent), so the time is a few
-   memory round trips whatever the span count. A row whose scores are all -inf gets
-   0 / 0 (NaN), as one span would. */
-extern "C" __global__ void __launch_bounds__(NT) kiln_attn_combine(const int64_t total_rows,
-        const int64_t spans, const float *__restrict__ part_o, const float *__restrict__ part_ml,
-        S *__restrict__ out) {
-    __shared__ float sw[MAX_SPANS];
-    __shared__ float scratch[NT / 32];
-    const int64_t row = blockIdx.x;
-    const int ns = (int)spans;
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < ns; s += NT) mx = k_max_nan(mx, part_ml[2 * (s * total_rows + row)]);
-    mx = k_block_reduce<true>(mx, scratch);
-    const float base = mx == -INFINITY ? 0.0f : mx;
-    float den = 0.0f;
-    for (int s = threadIdx.x; s < ns; s += NT) {
-        const int64_t slot = s * total_rows + row;
-        const float w = exp2f(part_ml[2 * slot] - base);
-        sw[s] = w;
-        den += w * part_ml[2 * slot + 1];
+    if (threadIdx.x == 0) {
+        const unsigned int before = atomicAdd(counters + t, 1u);
+        s_last = before == (unsigned int)spans - 1;
+        if (s_last) counters[t] = 0u;
     }
-    den = k_block_reduce<false>(den, scratch); /* its barriers also publish sw */
-    const float inv = 1.0f / den;
-    #pragma unroll
-    for (int c = 0; c < DPT; ++c) {
-        const int d = threadIdx.x + c * NT;
-        if (d >= DV) break;
-        const float *po = part_o + row * DV + d;
-        const int64_t step = total_rows * DV;
-        float num = 0.0f;
-        #pragma unroll 8
-        for (int s = 0; s < ns; ++s) num = fmaf(sw[s], po[s * step], num);
-        out[row * DV + d] = k_store(num * inv);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    /* Per row: the spans' outputs weighted by exp2(m_s - max) over the weighted sums, summed
+       in span order by every thread (the same order, so the same bits, whoever merges). A
+       row whose scores are all -inf gets 0 / 0 (NaN), as one span would. */
+    const int ns = (int)spans;
+    for (int r = 0; r < nr; ++r) {
+        const int64_t row = row_base + r;
+        const float *ml = part_ml + 2 * row;
+        float mx = -INFINITY;
+        for (int s = 0; s < ns; ++s) mx = k_max_nan(mx, __ldcg(ml + 2 * s * total_rows));
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        #pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = threadIdx.x + c * NT;
+            if (d >= DV) break;
+            const float *po = part_o + row * DV + d;
+            const int64_t step = total_rows * DV;
+            float den = 0.0f, num = 0.0f;
+            #pragma unroll 4
+            for (int s = 0; s < ns; ++s) {
+                const float w = exp2f(__ldcg(ml + 2 * s * total_rows) - base);
+                den = fmaf(w, __ldcg(ml + 2 * s * total_rows + 1), den);
+                num = fmaf(w, __ldcg(po + s * step), num);
+            }
+            out[row * DV + d] = k_store(num * (1.0f / den));
+        }
     }
 }
 "#;
 
-/// The source of `symbol` (one kernel per source: kiln-cuda's module cache is keyed by it).
-fn source(key: &Key, symbol: &str) -> String {
+/// The kernel's source.
+fn source(key: &Key) -> String {
     let mut s = common(&super::attention::Key {
         dtype: key.dtype,
         mask: key.mask,
@@ -402,7 +384,7 @@ fn source(key: &Key, symbol: &str) -> String {
     let _ = write!(
         s,
         "#define DK {}\n#define DV {}\n#define ROWS {}\n#define T {}\n#define VEC {}\n\
-         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n#define MAX_SPANS {MAX_SPANS}\n",
+         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n",
         key.dk,
         key.dv,
         key.rows,
@@ -412,14 +394,14 @@ fn source(key: &Key, symbol: &str) -> String {
         padded(key.dv, esize, key.vec),
         (key.dtype == DType::F32) as u8,
     );
-    s.push_str(if symbol == COMBINE { COMBINE_BODY } else { BODY });
+    s.push_str(BODY);
     s
 }
 
-static KERNELS: KernelCache<(Key, &'static str)> = KernelCache::new();
+static KERNELS: KernelCache<Key> = KernelCache::new();
 
-fn kernel(key: &Key, symbol: &'static str) -> Result<Function> {
-    KERNELS.get(&(*key, symbol), symbol, || source(key, symbol))
+fn kernel(key: &Key) -> Result<Function> {
+    KERNELS.get(key, DECODE, || source(key))
 }
 
 /// Strides (elements) of axes 0, 1 and 2 of a 4-d input whose last axis has unit stride (a
@@ -487,8 +469,10 @@ pub(crate) fn attention(
     let key = Key { dtype, mask, dk, dv, rows, tile, vec };
     let row_tiles = (group * lq).div_ceil(rows);
     let units = b_n * hk * row_tiles;
-    let sms = gpu()?.multiprocessors as usize;
-    let (spans, span_keys) = spans_for(units, lk, tile, sms);
+    let gpu = gpu()?;
+    let (spans, span_keys) = spans_for(units, lk, tile, gpu.multiprocessors as usize);
+    // A counter per unit merges its spans; more units than counters fill the GPU unsplit.
+    let (spans, span_keys) = if units > COUNTERS { (1, lk.max(1)) } else { (spans, span_keys) };
     let total_rows = b_n * hq * lq;
     let (mptr, mstrides) = match mask {
         AttentionMask::Additive | AttentionMask::Boolean => {
@@ -513,16 +497,9 @@ pub(crate) fn attention(
     args.i64_struct(&qs).i64_struct(&ks).i64_struct(&vs);
     args.ptr(mptr).i64_struct(&mstrides).i64(total_rows as i64);
     args.ptr(out.buffer.as_ptr() as u64).ptr(po).ptr(pml);
-    args.i64(scale.to_bits() as i64);
+    args.i64(scale.to_bits() as i64).ptr(gpu.counters);
     let blocks = check_grid(op, (units * spans) as u64)?;
-    launch(DECODE, kernel(&key, DECODE)?, blocks, THREADS, 0, &mut args)?;
-    if spans > 1 {
-        let mut args = Args::new();
-        args.i64(total_rows as i64).i64(spans as i64).ptr(po).ptr(pml);
-        args.ptr(out.buffer.as_ptr() as u64);
-        let blocks = check_grid(op, total_rows as u64)?;
-        launch(COMBINE, kernel(&key, COMBINE)?, blocks, THREADS, 0, &mut args)?;
-    }
+    launch(DECODE, kernel(&key)?, blocks, THREADS, 0, &mut args)?;
     Ok(out)
 }
 
@@ -542,8 +519,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
             {
                 let Some(tile) = tile_for(dtype.size(), dk, dv, rows, vec) else { continue };
                 let key = Key { dtype, mask, dk, dv, rows, tile, vec };
-                out.push((format!("attn_decode_{key:?}"), source(&key, DECODE)));
-                out.push((format!("attn_combine_{key:?}"), source(&key, COMBINE)));
+                out.push((format!("attn_decode_{key:?}"), source(&key)));
             }
         }
     }
@@ -591,10 +567,9 @@ mod tests {
     #[test]
     fn sources() {
         let srcs = all_sources();
-        assert!(srcs.len() >= 40);
+        assert!(srcs.len() >= 20);
         let (_, s) = &srcs[0];
-        assert!(s.contains("kiln_attn_decode") && !s.contains("kiln_attn_combine"));
-        assert!(srcs[1].1.contains("kiln_attn_combine") && !srcs[1].1.contains("kiln_attn_decode"));
+        assert!(s.contains("kiln_attn_decode") && s.contains("atomicAdd(counters + t, 1u)"));
         assert!(s.contains("#define DK 128\n#define DV 128\n#define ROWS 4\n#define T 16"));
     }
 }
