@@ -162,7 +162,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                     (vec, 4, false, 128),
                     (vec, 4, false, 256),
                 ] {
-                    for residual in [false, true] {
+                    for (residual, hoist) in [(false, false), (true, false), (true, !warp)] {
                         let key = norm::Key {
                             dtype,
                             kind,
@@ -173,6 +173,7 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                             warp,
                             threads,
                             residual,
+                            hoist: hoist && items > 0,
                         };
                         out.push((format!("norm_{key:?}"), norm::source(&key)));
                     }

@@ -44,6 +44,10 @@ pub(crate) struct Key {
     pub threads: u32,
     /// The row is `x + res`, also written out (`h`): a residual add and the norm reading it.
     pub residual: bool,
+    /// Weight and bias loaded before the rows (a block per row kept in registers, no more rows
+    /// than multiprocessors): with a decode step's one row the kernel is a chain of round
+    /// trips, and this takes the weight's out of it.
+    pub hoist: bool,
 }
 
 /// Most values a thread keeps in registers (`ITEMS * VEC`): 8 vectors of float32 (only rows
@@ -87,14 +91,8 @@ K_INLINE float k_row_sum(float a, float *slot) {
 /* Normalises and stores the VEC elements at j: (v - mean) r w + b, or v r w for rms_norm
    (kiln-cpu's order); the weight and bias as one vector load each (aligned like x when
    VEC > 1: scalar loads of them were 2 VEC load instructions per 16 bytes of x). */
-K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, const S *b, int64_t j) {
-    V o, wv, bv;
-#if HAS_W
-    wv = *(const V *)(w + j);
-#endif
-#if HAS_B
-    bv = *(const V *)(b + j);
-#endif
+K_INLINE void k_write_v(S *q, const float *v, float mean, float r, const V &wv, const V &bv, int64_t j) {
+    V o;
     #pragma unroll
     for (int e = 0; e < VEC; ++e) {
         float y = RMS ? v[e] * r : (v[e] - mean) * r;
@@ -107,6 +105,17 @@ K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, con
         o.v[e] = k_store(y);
     }
     *(V *)(q + j) = o;
+}
+
+K_INLINE void k_write(S *q, const float *v, float mean, float r, const S *w, const S *b, int64_t j) {
+    V wv, bv;
+#if HAS_W
+    wv = *(const V *)(w + j);
+#endif
+#if HAS_B
+    bv = *(const V *)(b + j);
+#endif
+    k_write_v(q, v, mean, r, wv, bv, j);
 }
 
 #if PACKED
@@ -159,6 +168,21 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
 #else
     const int t = threadIdx.x, threads = blockDim.x;
     const int64_t first = blockIdx.x, stride = gridDim.x;
+#endif
+#if HOIST
+    V wh[ITEMS], bh[ITEMS];
+    #pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+        const int64_t j = ((int64_t)it * threads + t) * VEC;
+        if (j < d) {
+#if HAS_W
+            wh[it] = *(const V *)(w + j);
+#endif
+#if HAS_B
+            bh[it] = *(const V *)(b + j);
+#endif
+        }
+    }
 #endif
     /* The loop bounds are the same for every thread of a row's group, so the group's
        shuffles and barriers are reached by all of it. */
@@ -224,7 +248,11 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) kiln_norm(
                 float v[VEC];
                 #pragma unroll
                 for (int e = 0; e < VEC; ++e) v[e] = k_elem(u[it], e);
+#if HOIST
+                k_write_v(q, v, mean, r, wh[it], bh[it], j);
+#else
                 k_write(q, v, mean, r, w, b, j);
+#endif
             }
         }
 #else
@@ -272,7 +300,7 @@ pub(crate) fn source(key: &Key) -> String {
         s,
         "#define VEC {}\n#define ITEMS {}\n#define RMS {}\n#define HAS_W {}\n#define HAS_B {}\n\
          #define WARP_ROWS {}\n#define MAX_THREADS {}\n#define MIN_BLOCKS {}\n\
-         #define PACKED {}\n#define RESIDUAL {}\n",
+         #define PACKED {}\n#define RESIDUAL {}\n#define HOIST {}\n",
         key.vec,
         key.items,
         (key.kind == Kind::Rms) as u8,
@@ -283,6 +311,7 @@ pub(crate) fn source(key: &Key) -> String {
         min_blocks(key),
         (key.dtype.size() == 2 && key.vec >= 2 && key.items > 0) as u8,
         key.residual as u8,
+        key.hoist as u8,
     );
     s.push_str(BODY);
     s
@@ -296,8 +325,11 @@ pub(crate) fn source(key: &Key) -> String {
 /// with one); smaller float32 blocks keep their registers: forced to 64 (no spills) its
 /// layer_norm on rows of 4096 ran slower (0.298 against 0.282 ms), as do scalar loads (they
 /// spill).
+/// A hoisted variant runs few blocks: its registers are not capped.
 fn min_blocks(key: &Key) -> u32 {
-    if key.items > 0 && key.vec > 1 && key.dtype.size() == 2 {
+    if key.hoist {
+        1
+    } else if key.items > 0 && key.vec > 1 && key.dtype.size() == 2 {
         (1024 / key.threads).max(1)
     } else if key.items > 0 && key.vec > 1 && key.threads >= 512 {
         2
@@ -394,6 +426,7 @@ fn run(
     let aligned = ptrs.iter().flatten().all(|a| ptr(a).is_multiple_of(16));
     let vec = if aligned && d.is_multiple_of(width) { width } else { 1 };
     let (warp, items, threads) = plan(d, vec, x.dtype.size() == 2);
+    let hoist = !warp && items > 0 && rows <= crate::runtime::gpu()?.multiprocessors as usize;
     let key = Key {
         dtype: x.dtype,
         kind,
@@ -404,6 +437,7 @@ fn run(
         warp,
         threads,
         residual: res.is_some(),
+        hoist,
     };
     let mut args = Args::new();
     args.i64(rows as i64).i64(d as i64).ptr(ptr(&x));
@@ -474,6 +508,7 @@ mod tests {
             warp: false,
             threads: 256,
             residual: false,
+            hoist: false,
         };
         let s = source(&key);
         assert!(s.contains("#define VEC 8\n#define ITEMS 4\n#define RMS 1\n#define HAS_W 1"));
