@@ -510,8 +510,8 @@ fn kernel(key: &Key) -> Result<Function> {
 
 /// The forward's kernel: the Hopper one in `hopper` form (`attention_hopper::form`, given
 /// where the GPU and head dim take it) for half floats of one head dim, else [`variant`]'s.
-/// The persistent form leaves the causal mask (its tiles differ in length) and Lk = 0 (its
-/// tile loop needs keys) to pingpong; the Hopper kernel folds the scale into its exponent,
+/// The persistent form leaves Lk = 0 (its tile loop needs keys) to pingpong, and the causal
+/// mask too where `KILN_HOPPER_CAUSAL=pingpong` asks; the Hopper kernel folds the scale into its exponent,
 /// which needs it non-negative (a negative or NaN one, which no model uses, takes flash).
 pub(crate) fn choose(
     dtype: DType,
@@ -524,12 +524,42 @@ pub(crate) fn choose(
     let half = matches!(dtype, DType::F16 | DType::BF16);
     match hopper {
         Some(f) if !simple && half && dk == dv && scale >= 0.0 => match f {
-            3 if mask == AttentionMask::Causal || lk == 0 => Variant::HopperWs(dk, 2),
+            3 if lk == 0 || (mask == AttentionMask::Causal && !causal_persistent()) => {
+                Variant::HopperWs(dk, 2)
+            }
             1.. => Variant::HopperWs(dk, f),
             0 => Variant::Hopper(dk),
         },
         _ => variant(dtype, dk, dv, simple),
     }
+}
+
+/// Whether the causal mask takes the persistent form (unless `KILN_HOPPER_CAUSAL=pingpong`,
+/// read once: the A/B against the one-tile-a-block form).
+fn causal_persistent() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_HOPPER_CAUSAL").as_deref() != Ok("pingpong"))
+}
+
+/// Blocks of a persistent launch: one a multiprocessor. Under the causal mask a head's
+/// query tiles differ in work (later ones see more keys; each head's are walked heaviest
+/// first), and block `b` takes tiles `b, b + g, b + 2g, ...`: with `g` prime to the tiles
+/// per head its tiles step through every position in a head rather than a few (`g` = 132
+/// with 16 tiles a head gave each block positions of one residue mod 4: work 40 against 28),
+/// so the blocks finish together.
+pub(crate) fn persistent_grid(sms: usize, tiles: usize, q_blocks: usize, causal: bool) -> usize {
+    let most = sms.min(tiles).max(1);
+    if !causal || tiles <= sms {
+        return most;
+    }
+    let coprime = |g: usize| {
+        let (mut a, mut b) = (g, q_blocks.max(1));
+        while b > 0 {
+            (a, b) = (b, a % b);
+        }
+        a == 1
+    };
+    (most.div_ceil(2)..=most).rev().find(|&g| coprime(g)).unwrap_or(most)
 }
 
 /// The kernel for these inputs: flash for half floats with equal head dims, a multiple of 16
@@ -675,7 +705,9 @@ fn run(
                 args.i64(tiles as i64);
                 if form == 3 {
                     // Persistent: one block an SM (its registers, 384 threads, allow no more).
-                    blocks = blocks.min(crate::runtime::gpu()?.multiprocessors);
+                    let sms = crate::runtime::gpu()?.multiprocessors as usize;
+                    let causal = mask == AttentionMask::Causal;
+                    blocks = persistent_grid(sms, tiles as usize, q_blocks, causal) as u32;
                 }
             }
             let function = kernel(&key)?;
@@ -745,10 +777,14 @@ mod tests {
         let pick = |dtype, d, lk, mask, scale, simple, form| {
             choose(dtype, (d, d, lk), mask, scale, simple, form)
         };
-        // Persistent off the causal mask; pingpong under it and without keys.
+        // Persistent with keys (under the causal mask unless switched off); pingpong without.
         assert_eq!(pick(bf, 128, 512, NoMask, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
         assert_eq!(pick(bf, 128, 512, Additive, 0.1, false, Some(3)), Variant::HopperWs(128, 3));
-        assert_eq!(pick(bf, 128, 512, Causal, 0.1, false, Some(3)), Variant::HopperWs(128, 2));
+        let causal_form = if causal_persistent() { 3 } else { 2 };
+        assert_eq!(
+            pick(bf, 128, 512, Causal, 0.1, false, Some(3)),
+            Variant::HopperWs(128, causal_form)
+        );
         assert_eq!(pick(bf, 64, 0, NoMask, 0.1, false, Some(3)), Variant::HopperWs(64, 2));
         // The other forms as asked; cp is the plain Hopper variant.
         assert_eq!(pick(bf, 64, 9, NoMask, 0.1, false, Some(2)), Variant::HopperWs(64, 2));
@@ -767,6 +803,29 @@ mod tests {
             Variant::Simple,
             "unequal head dims"
         );
+    }
+
+    #[test]
+    fn causal_persistent_grids_visit_every_position_of_a_head() {
+        // (8, 16, 2048) queries in 128-row tiles on 132 multiprocessors: 131 blocks.
+        assert_eq!(persistent_grid(132, 2048, 16, true), 131);
+        assert_eq!(persistent_grid(132, 2048, 16, false), 132);
+        assert_eq!(persistent_grid(132, 100, 16, true), 100);
+        for (sms, tiles, q_blocks) in
+            [(132, 2048, 16), (132, 4096, 32), (114, 900, 9), (78, 640, 5)]
+        {
+            let g = persistent_grid(sms, tiles, q_blocks, true);
+            assert!(g <= sms && g > sms / 2);
+            // The busiest block's work (tile position p of a head has p + 1 key tiles' work,
+            // the heaviest first) within one heavy tile of the mean (the grid of 132 on
+            // 2048 tiles: 160 against a mean of 132).
+            let work: Vec<usize> = (0..g)
+                .map(|b| (b..tiles).step_by(g).map(|t| q_blocks - t % q_blocks).sum())
+                .collect();
+            let mean = work.iter().sum::<usize>() as f64 / g as f64;
+            let hi = *work.iter().max().unwrap() as f64;
+            assert!(hi <= mean + q_blocks as f64, "{sms} {tiles} {q_blocks}: {hi} vs {mean}");
+        }
     }
 
     #[test]

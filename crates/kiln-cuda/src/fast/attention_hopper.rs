@@ -56,8 +56,8 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
 /// warp-specialised one (`ws`: TMA, mbarriers), 2 that with the two consumers taking turns
 /// and each tile's softmax overlapping the last tile's `P V` (`pingpong`), 3 (the default)
 /// that with one block an SM walking tiles (`persistent`: the next tile's loads overlap this
-/// one's last products and stores; not under the causal mask, whose tiles differ in length
-/// and would leave the static split unbalanced, nor without keys: those take 2); none for
+/// one's last products and stores; under the causal mask with a grid that balances the
+/// tiles' lengths, `attention::persistent_grid`; not without keys: those take 2); none for
 /// `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, D) bf16 forward, two runs) at D 128
 /// they ran at 341, 520, 555 and 551-561 TFLOP/s, the mma.sync kernel at 200; at D 64
 /// `pingpong` 379-380, `persistent` 381-416.
@@ -587,9 +587,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) kiln_attn_hopper_ws(
     /* Tile j's S = Q K^T and tile j-1's O += P V are issued together, then S is waited for
        while P V runs; the softmax of S overlaps it. The two consumer warpgroups take turns
        issuing (named barriers 1 and 2), so one's products run during the other's softmax.
-       Warpgroup 0 goes first; the block's last turn is not passed on (no dangling arrival;
-       every tile of a launch has as many key tiles unless causal, which is never
-       persistent). */
+       Warpgroup 0 goes first; the block's last turn is not passed on (no dangling arrival).
+       Both warpgroups take a tile's key tiles alike, and a persistent launch has keys in
+       every tile, so the turns alternate across tiles whatever their lengths. */
     const uint32_t qwg = sq + cw * 64 * 128;
     const bool last_tile = t + t_step >= n_tiles;
     uint32_t pf[BN / 16][4];
