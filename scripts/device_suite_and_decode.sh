@@ -4,7 +4,8 @@
 # primitive. Sections start only while time is left (STOP seconds into the call).
 #   carry: .carry   (.carry/_core.abi3.so built here; .carry/whl/mlx_lm-*.whl), or .carryx
 #   (the same, the library xz-compressed) beside .mlx/1
-#   STOP=420 [SUITE_S=300] [TESTS="files"] [LOOPS="model:quant ..."] [NCU="model:quant ..."]
+#   STOP=420 [SUITE_S=300] [TESTS="files"] [TESTS_K="pytest -k expression"]
+#       [LOOPS="model:quant ..."] [NCU="model:quant ..."]
 #       [AB="SETTING:model:quant ..."] \
 #       bash scripts/device_suite_and_decode.sh
 set -uo pipefail
@@ -16,7 +17,7 @@ STOP=${STOP:-420}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 echo "== first the tests of what is new ($SECONDS s)"
 timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
-    ${TESTS-tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
+    ${TESTS_K:+-k "$TESTS_K"} ${TESTS-tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
     tests/python/test_cuda_eager_graphs.py tests/python/test_cuda_gemv.py \
     tests/python/test_cuda_qmv_mma.py tests/python/test_fast_attention.py} 2>&1 \
     | grep -E "passed|failed|^FAILED|^ERROR|Error" | cut -c1-300 | head -30
