@@ -105,24 +105,14 @@ def main():
 
 
 def profiled_steps(mx, step, y, steps):
-    """`steps` synchronous steps between cuProfilerStart and cuProfilerStop (the driver API
-    through ctypes, with the primary context current on this thread: kiln and MLX both run
-    on it), so that `ncu --profile-from-start off` times exactly these kernels, each alone."""
-    import ctypes
+    """`steps` synchronous steps inside a profiler range (bench/cuda_profiler_range.py)."""
+    from cuda_profiler_range import profiler_range
 
-    cuda = ctypes.CDLL("libcuda.so.1")
-    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    for call, args in [("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
-                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), dev)),
-                       ("cuCtxSetCurrent", (ctx,))]:
-        status = getattr(cuda, call)(*args)
-        assert status == 0, f"{call} returned {status}"
     mx.eval(y)
-    assert cuda.cuProfilerStart() == 0
-    for _ in range(steps):
-        y, lp = step(y)
-        mx.eval(y, lp)
-    assert cuda.cuProfilerStop() == 0
+    with profiler_range():
+        for _ in range(steps):
+            y, lp = step(y)
+            mx.eval(y, lp)
     print(f"  profiled {steps} steps (cuProfilerStart/Stop)", flush=True)
 
 

@@ -487,11 +487,12 @@ TRAIN_SIZE = "small"  # --train-size
 TRAIN_STEPS, TRAIN_WARM = 20, 3  # as train_anchors.py (20 timed, after warm-up)
 
 
-def train_step_bench(lib: str, compiled: bool, group=None) -> dict:
+def train_step_bench(lib: str, compiled: bool, group=None, ncu_steps: int = 0) -> dict:
     """Times the step in ``lib`` ("kiln" or "mlx"): median seconds, tokens per step, and
     the first call (trace and compile included). With ``group`` (an ``mx.distributed``
     group) the step is data-parallel: ``nn.average_gradients`` over it before the update,
-    each process on its own batch of the same size."""
+    each process on its own batch of the same size. ``ncu_steps`` more steps then run inside
+    a profiler range (bench/cuda_profiler_range.py, for ``ncu --profile-from-start off``)."""
     import importlib
 
     mx = importlib.import_module(f"{lib}.core")
@@ -566,6 +567,12 @@ def train_step_bench(lib: str, compiled: bool, group=None) -> dict:
         t = time.perf_counter()
         mx.eval(f(x, y), state)
         times.append(time.perf_counter() - t)
+    if ncu_steps:
+        from cuda_profiler_range import profiler_range
+
+        with profiler_range():
+            for _ in range(ncu_steps):
+                mx.eval(f(x, y), state)
     return {"sec": statistics.median(times), "tokens": B * T, "first": first,
             "params": sum(v.size for _, v in utils.tree_flatten(m.trainable_parameters()))}
 
