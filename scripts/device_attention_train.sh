@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry .carryx): the attention forward A/B of
-# KILN_HOPPER_CAUSAL (persistent, the default, against pingpong), interleaved twice (the
+# KILN_HOPPER_CAUSAL (persistent against pingpong, the default), interleaved twice (the
 # shared hosts' run-to-run noise is about 5%), then each kernel's own time in one compiled
 # training step of bench/harness.py at the anchor size (ncu, summed by bench/ncu_table.py).
 set -uo pipefail
