@@ -52,8 +52,11 @@ def main():
     mx.eval(base)
 
     def reset():
+        # A fresh view of the evaluated buffer each time: the cache's slice assignment
+        # replaces the node of the array it holds, so holding `base` itself would chain every
+        # step's writes onto it (a graph and its memory growing each step).
         for c in cache:
-            c.keys, c.values, c.offset = base, base, args.context
+            c.keys, c.values, c.offset = base[:], base[:], args.context
 
     step = llm.greedy_step(mx, model, cache)
     tok = mx.array([1])
