@@ -60,25 +60,17 @@ struct Key {
     stages: usize,
     /// Products the kernel takes: 1, or `gemv::MAX_SETS` for a group run together.
     sets: usize,
-    /// Blocks a multiprocessor must hold at the kernel's registers (`__launch_bounds__`);
-    /// 1 leaves ptxas free (about 106 registers: 4 blocks of 4 warps).
-    min_blocks: usize,
 }
 
-/// `KILN_QMV_TILING=warps,stages[,blocks]` (read once; 0 keeps the default) for tuning on
-/// a device; `blocks`: resident blocks of 4 warps a multiprocessor must fit (registers).
-fn forced() -> (usize, usize, usize) {
-    static FORCED: std::sync::OnceLock<(usize, usize, usize)> = std::sync::OnceLock::new();
+/// `KILN_QMV_TILING=warps,stages` (read once; 0 keeps the default) for tuning on a device.
+fn forced() -> (usize, usize) {
+    static FORCED: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
         let v = crate::launch::tuning_numbers("KILN_QMV_TILING");
         match v.as_slice() {
             // Two stages at least: the prologue fills all but one.
-            [w, s, rest @ ..]
-                if *w <= 32 && (*s == 0 || (2..=8).contains(s)) && rest.len() <= 1 =>
-            {
-                (*w, *s, rest.first().copied().unwrap_or(0).min(16))
-            }
-            _ => (0, 0, 0),
+            [w, s] if *w <= 32 && (*s == 0 || (2..=8).contains(s)) => (*w, *s),
+            _ => (0, 0),
         }
     })
 }
@@ -155,7 +147,7 @@ K_INLINE float k_exact_group(const S *__restrict__ xg, const uint32_t *__restric
     return a;
 }
 
-extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) kiln_qmv_mma(
+extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         const int64_t rows, const int64_t k, const int64_t ldw, const S *__restrict__ x,
         const KSets sets) {
     K_PICK_SET(sets);
@@ -305,12 +297,11 @@ fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define GROUP {}\n#define STAGES {}\n#define WARPS {}\n#define IS_BF16 {}\n\
-         #define ROW_BYTES {ROW_BYTES}\n#define MIN_BLOCKS {}\n",
+         #define ROW_BYTES {ROW_BYTES}\n",
         key.group,
         key.stages,
         key.warps,
-        (key.dtype == DType::BF16) as u8,
-        key.min_blocks,
+        (key.dtype == DType::BF16) as u8
     );
     s.push_str(&crate::gemv::sets_source(key.sets));
     s.push_str(BODY);
@@ -337,9 +328,11 @@ fn shared_bytes(key: &Key, rows: usize, k: usize) -> usize {
 /// | 16, 2 | 28.9 | 17.6 | 10.4 | 5.6 |
 ///
 /// Deeper stages take shared memory that would hold more blocks; the CUDA-core kernel took
-/// 24.0, 23.6, 9.9 and 5.0.
+/// 24.0, 23.6, 9.9 and 5.0. More resident blocks through `__launch_bounds__` lost too (H100,
+/// llama 8B q4 GPU time a step: ptxas's 106 registers 3.44 ms, 80 (6 blocks) 3.77, 64 (8
+/// blocks, small spills) 3.60).
 fn key(dtype: DType, group: usize, n: usize, chunks: usize, sets: usize) -> Key {
-    let (forced_warps, forced_stages, forced_blocks) = forced();
+    let (forced_warps, forced_stages) = forced();
     let tiles = n.div_ceil(FEATURES).max(1);
     let warps = TARGET_WARPS
         .div_ceil(tiles)
@@ -348,9 +341,7 @@ fn key(dtype: DType, group: usize, n: usize, chunks: usize, sets: usize) -> Key 
         .min(chunks.next_power_of_two().max(1));
     let warps = if forced_warps > 0 { forced_warps } else { warps };
     let stages = if forced_stages > 0 { forced_stages } else { 2 };
-    // Blocks of `warps` warps holding as many warps as `forced_blocks` blocks of 4 would.
-    let min_blocks = (forced_blocks * 4 / warps).max(1);
-    Key { dtype, group, warps, stages, sets, min_blocks }
+    Key { dtype, group, warps, stages, sets }
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -427,10 +418,8 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
         for group in [32, 64, 128] {
             for (warps, stages) in [(4, 2), (8, 2), (8, 4)] {
                 for sets in [1, MAX_SETS] {
-                    for min_blocks in [1, 8 * 4 / warps] {
-                        let key = Key { dtype, group, warps, stages, sets, min_blocks };
-                        out.push((format!("qmv_mma_{key:?}"), source(&key)));
-                    }
+                    let key = Key { dtype, group, warps, stages, sets };
+                    out.push((format!("qmv_mma_{key:?}"), source(&key)));
                 }
             }
         }

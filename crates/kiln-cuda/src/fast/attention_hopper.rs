@@ -56,9 +56,9 @@ pub(crate) fn takes(d: usize, arch: (i32, i32)) -> bool {
 /// warp-specialised one (`ws`: TMA, mbarriers), 2 that with the two consumers taking turns
 /// and each tile's softmax overlapping the last tile's `P V` (`pingpong`), 3 (the default)
 /// that with one block an SM walking tiles (`persistent`: the next tile's loads overlap this
-/// one's last products and stores; not without keys, nor under the causal mask unless
-/// `KILN_HOPPER_CAUSAL=persistent` asks (its grid then balances the tiles' lengths,
-/// `attention::persistent_grid`): those take 2); none for
+/// one's last products and stores; under the causal mask with a grid that balances the
+/// tiles' lengths, `attention::persistent_grid`, unless `KILN_HOPPER_CAUSAL=pingpong`; not
+/// without keys: those take 2); none for
 /// `off`. On an H100 (bench/fast_gpu.py, (8, 16, 2048, D) bf16 forward, two runs) at D 128
 /// they ran at 341, 520, 555 and 551-561 TFLOP/s, the mma.sync kernel at 200; at D 64
 /// `pingpong` 379-380, `persistent` 381-416.
