@@ -227,8 +227,8 @@ pub(crate) fn gather_qmm(
             let packed_biases = widen_params(&biases, e * params, params);
             let packed = Packed {
                 words: &ws[e * words..(e + 1) * words],
-                scales: &packed_scales,
-                biases: &packed_biases,
+                scales: quantized::Params::F32(&packed_scales),
+                biases: quantized::Params::F32(&packed_biases),
                 n,
                 k,
                 group_size,

@@ -1,12 +1,21 @@
-//! `x @ dequantize(w).T` for MLX's affine quantization, reading the packed weights once:
-//! for each output feature, each group of its packed integers is unpacked and dequantized
-//! (`scale * q + bias`) into a small buffer and dotted with the matching slice of every row
-//! of x. No dense copy of the weights is made, so a decode
-//! step (a few rows of x) moves `bits / 32` of the bytes a dense float32 product would.
-//! Output features are split over threads.
+//! `x @ dequantize(w).T` for MLX's affine quantization, reading the packed weights once.
+//! No dense copy of the weights is made, so a decode step (a few rows of x) moves `bits / 32`
+//! of the bytes a dense float32 product would. Output features are split over threads.
+//!
+//! Widths that divide 8 (2, 4 and 8 bits) take the planar kernel: a unit of 32 values is
+//! `32 * bits / 8` bytes, and unpacking a byte's `8 / bits` values one shift at a time gives
+//! the unit's values plane by plane (every byte's first value, then every byte's second...).
+//! x is permuted once per call into the same order, so the unpacked planes meet x in plain
+//! vector loops (byte to float, `scale * q + bias`, multiply-add) with no shuffles. The other
+//! widths unpack a group into a buffer, dequantize it and dot it.
+//!
+//! Either way each weight is `scale * q + bias` as dequantize rounds it, then multiplied with
+//! x (not `scale * (x . q) + bias * sum(x)`, so an inf in x meets each weight as the
+//! definition has it).
 
 use super::{dense_as, elements};
 use crate::walk::PARALLEL_ELEMENTS;
+use half::{bf16, f16};
 use kiln_base::{ArrayData, DType, Layout, Result, HOST};
 use rayon::prelude::*;
 
@@ -16,6 +25,12 @@ const MAX_GROUP: usize = 128;
 /// Output features per task: enough packed bytes to pay for a task.
 const FEATURES_PER_TASK: usize = 16;
 
+/// Values per unit of the planar kernel (every group size is a multiple).
+const UNIT: usize = 32;
+
+/// Rows of x the planar kernel takes per pass over a feature's weights.
+const ROW_BLOCK: usize = 2;
+
 pub(crate) fn quantized_matmul(
     inputs: &[ArrayData],
     group_size: usize,
@@ -24,13 +39,13 @@ pub(crate) fn quantized_matmul(
 ) -> Result<ArrayData> {
     let [x, w, scales, biases] = [0, 1, 2, 3].map(|i| dense_as(&inputs[i], inputs[i].dtype));
     let (x, w) = (dense_as(&x?, DType::F32)?, w?);
-    let (scales, biases) = (dense_as(&scales?, DType::F32)?, dense_as(&biases?, DType::F32)?);
+    let (scales, biases) = (scales?, biases?);
     let k = *x.layout.shape.last().expect("checked: x has an axis");
     let n = w.layout.shape[0];
     let packed = Packed {
         words: elements::<u32>(&w),
-        scales: elements::<f32>(&scales),
-        biases: elements::<f32>(&biases),
+        scales: Params::of(&scales)?,
+        biases: Params::of(&biases)?,
         n,
         k,
         group_size,
@@ -43,12 +58,59 @@ pub(crate) fn quantized_matmul(
     Ok(ArrayData { buffer, layout: Layout::contiguous(shape), dtype: DType::F32 })
 }
 
+/// Scales or biases as stored (read one per group, so half floats are widened as they are
+/// used rather than copied whole each call).
+#[derive(Clone, Copy)]
+pub(super) enum Params<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [bf16]),
+    F16(&'a [f16]),
+}
+
+impl<'a> Params<'a> {
+    /// The elements of row-major `p` (float32 or a half float, as the op promoted them).
+    fn of(p: &'a ArrayData) -> Result<Self> {
+        Ok(match p.dtype {
+            DType::F32 => Params::F32(elements(p)),
+            DType::BF16 => Params::Bf16(elements(p)),
+            DType::F16 => Params::F16(elements(p)),
+            other => kiln_base::bail!(
+                Runtime,
+                "quantized_matmul",
+                "Scales and biases of dtype {other} reached the CPU kernel."
+            ),
+        })
+    }
+
+    /// Elements `start..start + out.len()` as float32.
+    #[inline(always)]
+    fn widen(&self, start: usize, out: &mut [f32]) {
+        let end = start + out.len();
+        match self {
+            Params::F32(p) => out.copy_from_slice(&p[start..end]),
+            Params::Bf16(p) => {
+                out.iter_mut().zip(&p[start..end]).for_each(|(o, v)| *o = v.to_f32())
+            }
+            Params::F16(p) => out.iter_mut().zip(&p[start..end]).for_each(|(o, v)| *o = v.to_f32()),
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        match self {
+            Params::F32(p) => p[i],
+            Params::Bf16(p) => p[i].to_f32(),
+            Params::F16(p) => p[i].to_f32(),
+        }
+    }
+}
+
 /// One packed matrix of `n` features by `k` inputs with its per-group parameters (row-major,
 /// MLX's affine layout).
 pub(super) struct Packed<'a> {
     pub words: &'a [u32],
-    pub scales: &'a [f32],
-    pub biases: &'a [f32],
+    pub scales: Params<'a>,
+    pub biases: Params<'a>,
     pub n: usize,
     pub k: usize,
     pub group_size: usize,
@@ -58,6 +120,11 @@ pub(super) struct Packed<'a> {
 /// `xs @ dequantize(p).T` for `rows` rows of `p.k` inputs, into row-major `out` (rows x n).
 pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
     let (k, n, group_size) = (p.k, p.n, p.group_size);
+    let groups = k / group_size.max(1);
+    let planar =
+        8 % p.bits == 0 && group_size.is_multiple_of(UNIT) && (group_size / UNIT).is_power_of_two();
+    // x in the planes' order for the planar kernel.
+    let xp = if planar { permute(xs, rows, k, 8 / p.bits as usize) } else { Vec::new() };
     // Computed feature-major (each task owns whole features `first..`, vectorised for this
     // CPU), then stored row-major.
     let task = |first: usize, chunk: &mut [f32]| {
@@ -65,11 +132,21 @@ pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
             #[inline(always)]
             || {
                 let mut unpacked = [0f32; MAX_GROUP];
+                // The feature's scales, then its biases, as float32 (planar kernel).
+                let mut params = vec![0f32; if planar { 2 * groups } else { 0 }];
                 for (i, column) in chunk.chunks_mut(rows.max(1)).enumerate() {
                     if kiln_base::interrupt::requested() {
                         return; // eval discards the output
                     }
-                    for_each_group(p, first + i, &mut unpacked, |g, q| {
+                    let f = first + i;
+                    if planar {
+                        let (scales, biases) = params.split_at_mut(groups);
+                        p.scales.widen(f * groups, scales);
+                        p.biases.widen(f * groups, biases);
+                        planar_feature(p, f, &xp, scales, biases, column);
+                        continue;
+                    }
+                    for_each_group(p, f, &mut unpacked, |g, q| {
                         for (r, acc) in column.iter_mut().enumerate() {
                             *acc += dot(&xs[r * k + g * group_size..][..group_size], q);
                         }
@@ -94,6 +171,167 @@ pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
     }
 }
 
+/// `rows` rows of `k` values with each unit's values reordered plane by plane: unit value
+/// `per * b + j` (byte `b`'s value `j`) moves to `j * (UNIT / per) + b`.
+fn permute(xs: &[f32], rows: usize, k: usize, per: usize) -> Vec<f32> {
+    let mut xp = vec![0f32; rows * k];
+    let bytes = UNIT / per;
+    for (dst, src) in xp.chunks_exact_mut(UNIT).zip(xs[..rows * k].chunks_exact(UNIT)) {
+        for (b, values) in src.chunks_exact(per).enumerate() {
+            for (j, &v) in values.iter().enumerate() {
+                dst[j * bytes + b] = v;
+            }
+        }
+    }
+    xp
+}
+
+/// Feature `f`'s products with every row of x (permuted), into `column` (one per row): the
+/// rows a block at a time, each block one pass over the feature's bytes.
+#[inline(always)]
+fn planar_feature(
+    p: &Packed,
+    f: usize,
+    xp: &[f32],
+    scales: &[f32],
+    biases: &[f32],
+    column: &mut [f32],
+) {
+    let row_bytes = p.k * p.bits as usize / 8;
+    let words = &p.words[f * row_bytes / 4..][..row_bytes / 4];
+    let bytes: &[u8] = bytemuck::cast_slice(words);
+    let mut r0 = 0;
+    while r0 < column.len() {
+        let x = &xp[r0 * p.k..];
+        let out = &mut column[r0..];
+        let params = (scales, biases);
+        macro_rules! rows {
+            ($per:literal, $r:literal) => {
+                planar_rows::<$per, $r>(p.k, p.group_size, params, bytes, x, out)
+            };
+        }
+        match (p.bits, out.len().min(ROW_BLOCK)) {
+            (8, 1) => rows!(1, 1),
+            (8, _) => rows!(1, 2),
+            (4, 1) => rows!(2, 1),
+            (4, _) => rows!(2, 2),
+            (2, 1) => rows!(4, 1),
+            (2, _) => rows!(4, 2),
+            (_, 1) => rows!(8, 1),
+            (_, _) => rows!(8, 2),
+        }
+        r0 += ROW_BLOCK;
+    }
+}
+
+/// One unit's weights (`PER` values a byte), plane by plane, as dequantize rounds them.
+#[inline(always)]
+fn unit_weights<const PER: usize>(bytes: &[u8], scale: f32, bias: f32) -> [f32; UNIT] {
+    let bits = 8 / PER as u32;
+    let mask = ((1u32 << bits) - 1) as u8;
+    let per_plane = UNIT / PER;
+    let mut w = [0f32; UNIT];
+    for j in 0..PER {
+        for (o, &b) in w[j * per_plane..][..per_plane].iter_mut().zip(&bytes[..per_plane]) {
+            *o = scale * ((b >> (bits * j as u32)) & mask) as f32 + bias;
+        }
+    }
+    w
+}
+
+/// `acc[r] += w * x[r]` lane by lane over a unit, for `R` rows `k` apart from `at`.
+#[inline(always)]
+fn unit_accumulate<const R: usize>(
+    w: &[f32; UNIT],
+    x: &[f32],
+    k: usize,
+    at: usize,
+    acc: &mut [[f32; UNIT]; R],
+) {
+    for (r, a) in acc.iter_mut().enumerate() {
+        let xr = &x[r * k + at..][..UNIT];
+        for l in 0..UNIT {
+            a[l] = w[l].mul_add(xr[l], a[l]);
+        }
+    }
+}
+
+/// `R` rows (at most the rows left) of a feature through the planar kernel, each row's
+/// lanes summed at the end in a fixed order. One row takes the units two at a time into two
+/// accumulators (independent multiply-add chains); more rows are chains enough.
+#[inline(always)]
+fn planar_rows<const PER: usize, const R: usize>(
+    k: usize,
+    group_size: usize,
+    (scales, biases): (&[f32], &[f32]),
+    bytes: &[u8],
+    x: &[f32],
+    out: &mut [f32],
+) {
+    // Units a group: a power of two (checked), so a unit's group is a shift away.
+    let shift = (group_size / UNIT).trailing_zeros();
+    let units = k / UNIT;
+    // A function (always inlined, as everything under `simd::run` must be to compile at its
+    // level) rather than a closure, which may not be.
+    #[inline(always)]
+    fn weights<const PER: usize>(
+        u: usize,
+        shift: u32,
+        bytes: &[u8],
+        (scales, biases): (&[f32], &[f32]),
+    ) -> [f32; UNIT] {
+        let (g, unit_bytes) = (u >> shift, UNIT / PER);
+        unit_weights::<PER>(&bytes[u * unit_bytes..][..unit_bytes], scales[g], biases[g])
+    }
+    let params = (scales, biases);
+    let mut acc = [[0f32; UNIT]; R];
+    let mut u = 0;
+    if R == 1 {
+        let mut other = [[0f32; UNIT]; 1];
+        while u + 1 < units {
+            unit_accumulate::<R>(
+                &weights::<PER>(u, shift, bytes, params),
+                x,
+                k,
+                u * UNIT,
+                &mut acc,
+            );
+            unit_accumulate::<1>(
+                &weights::<PER>(u + 1, shift, bytes, params),
+                x,
+                k,
+                (u + 1) * UNIT,
+                &mut other,
+            );
+            u += 2;
+        }
+        for (a, o) in acc[0].iter_mut().zip(&other[0]) {
+            *a += o;
+        }
+    }
+    while u < units {
+        unit_accumulate::<R>(&weights::<PER>(u, shift, bytes, params), x, k, u * UNIT, &mut acc);
+        u += 1;
+    }
+    for (o, lanes) in out.iter_mut().zip(&acc) {
+        *o = pairwise(lanes);
+    }
+}
+
+/// The sum of a unit's lanes, halves added pairwise (a fixed order on every level).
+#[inline(always)]
+fn pairwise(lanes: &[f32; UNIT]) -> f32 {
+    let mut v = *lanes;
+    let mut width = UNIT;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            v[l] += v[l + width];
+        }
+    }
+    v[0]
+}
+
 /// Feature `f` of `p`, one group at a time: `each(g, weights)` gets group `g`'s weights
 /// (`scale * q + bias`: the weights themselves, not `scale * (x . q) + bias * sum(x)`, so an
 /// inf in x meets each weight as the definition has it).
@@ -108,8 +346,8 @@ fn for_each_group(
     let words_per_row = p.k * p.bits as usize / 32;
     let words = &p.words[f * words_per_row..(f + 1) * words_per_row];
     let q = &mut unpacked[..p.group_size];
-    let params = p.scales[f * groups..].iter().zip(&p.biases[f * groups..]).take(groups);
-    for (g, (&scale, &bias)) in params.enumerate() {
+    for g in 0..groups {
+        let (scale, bias) = (p.scales.at(f * groups + g), p.biases.at(f * groups + g));
         unpack(words, g * p.group_size, p.bits, q);
         for v in q.iter_mut() {
             *v = scale * *v + bias;
@@ -207,6 +445,82 @@ mod tests {
                 unpack(&words, start, bits, &mut out);
                 let want: Vec<f32> = values[start..start + 32].iter().map(|&v| v as f32).collect();
                 assert_eq!(out.to_vec(), want, "bits {bits} start {start}");
+            }
+        }
+    }
+
+    /// Random packed weights of `n` features by `k` (every bit pattern), bf16 parameters.
+    fn packed_case(
+        n: usize,
+        k: usize,
+        group: usize,
+        bits: u32,
+    ) -> (Vec<u32>, Vec<bf16>, Vec<bf16>) {
+        let mut state = 0x9E37_79B9u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let words = (0..n * k * bits as usize / 32).map(|_| next()).collect();
+        let mut param = |lo: f32| {
+            (0..n * k / group)
+                .map(|_| bf16::from_f32(lo + (next() % 1000) as f32 * 1e-4))
+                .collect::<Vec<_>>()
+        };
+        let scales = param(0.005);
+        (words, scales, param(-0.05))
+    }
+
+    #[test]
+    fn planar_kernel_matches_the_definition() {
+        // Odd unit counts (k = 96, 160), every row-block remainder, each width the planar
+        // kernel takes, and infs and NaNs in x at positions of every plane.
+        for bits in [1u32, 2, 4, 8] {
+            for (k, group) in [(96, 32), (160, 32), (256, 64), (384, 128)] {
+                for rows in 1..=5 {
+                    let n = 7;
+                    let (words, scales, biases) = packed_case(n, k, group, bits);
+                    let p = Packed {
+                        words: &words,
+                        scales: Params::Bf16(&scales),
+                        biases: Params::Bf16(&biases),
+                        n,
+                        k,
+                        group_size: group,
+                        bits,
+                    };
+                    let mut xs: Vec<f32> =
+                        (0..rows * k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01).collect();
+                    if rows > 2 {
+                        xs[k + 1] = f32::INFINITY;
+                        xs[2 * k + 6] = f32::NAN;
+                    }
+                    let mut out = vec![0f32; rows * n];
+                    product(&xs, rows, &p, &mut out);
+                    let mut dense = vec![0f32; n * k];
+                    dequantize(&p, &mut dense);
+                    for r in 0..rows {
+                        for f in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|i| xs[r * k + i] as f64 * dense[f * k + i] as f64)
+                                .sum();
+                            let got = out[r * n + f] as f64;
+                            let case = format!("bits {bits} k {k} rows {rows} at ({r}, {f})");
+                            if want.is_nan() {
+                                assert!(got.is_nan(), "{case}: {got} for NaN");
+                            } else if want.is_infinite() {
+                                assert_eq!(got, want, "{case}");
+                            } else {
+                                assert!(
+                                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                    "{case}: {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }
