@@ -2,12 +2,13 @@
 //! No dense copy of the weights is made, so a decode step (a few rows of x) moves `bits / 32`
 //! of the bytes a dense float32 product would. Output features are split over threads.
 //!
-//! Widths that divide 8 (2, 4 and 8 bits) take the planar kernel: a unit of 32 values is
-//! `32 * bits / 8` bytes, and unpacking a byte's `8 / bits` values one shift at a time gives
-//! the unit's values plane by plane (every byte's first value, then every byte's second...).
-//! x is permuted once per call into the same order, so the unpacked planes meet x in plain
-//! vector loops (byte to float, `scale * q + bias`, multiply-add) with no shuffles. The other
-//! widths unpack a group into a buffer, dequantize it and dot it.
+//! Groups of whole units (32 values; every MLX group size) take the planar kernel: a unit is
+//! `4 * bits` bytes, and unpacking it one shift a plane (over its bytes for widths dividing
+//! 8, over its four atoms of 8 values in `bits` bytes for 3, 5, 6 and 7 bits) gives its
+//! values plane by plane (every byte's or atom's first value, then every second...). x is
+//! permuted once per call into the same order, so the unpacked planes meet x in plain vector
+//! loops (integer to float, `scale * q + bias`, multiply-add) with no shuffles. Other groups
+//! unpack a group into a buffer, dequantize it and dot it.
 //!
 //! Either way each weight is `scale * q + bias` as dequantize rounds it, then multiplied with
 //! x (not `scale * (x . q) + bias * sum(x)`, so an inf in x meets each weight as the
@@ -121,10 +122,9 @@ pub(super) struct Packed<'a> {
 pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
     let (k, n, group_size) = (p.k, p.n, p.group_size);
     let groups = k / group_size.max(1);
-    let planar =
-        8 % p.bits == 0 && group_size.is_multiple_of(UNIT) && (group_size / UNIT).is_power_of_two();
+    let planar = group_size.is_multiple_of(UNIT) && (group_size / UNIT).is_power_of_two();
     // x in the planes' order for the planar kernel.
-    let xp = if planar { permute(xs, rows, k, 8 / p.bits as usize) } else { Vec::new() };
+    let xp = if planar { permute(xs, rows, k, values_a_step(p.bits)) } else { Vec::new() };
     // Computed feature-major (each task owns whole features `first..`, vectorised for this
     // CPU), then stored row-major.
     let task = |first: usize, chunk: &mut [f32]| {
@@ -171,8 +171,18 @@ pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
     }
 }
 
+/// Values one unpacking step yields: a byte's (widths dividing 8) or an atom's (8 values in
+/// `bits` bytes, the other widths).
+fn values_a_step(bits: u32) -> usize {
+    if 8 % bits == 0 {
+        8 / bits as usize
+    } else {
+        8
+    }
+}
+
 /// `rows` rows of `k` values with each unit's values reordered plane by plane: unit value
-/// `per * b + j` (byte `b`'s value `j`) moves to `j * (UNIT / per) + b`.
+/// `per * b + j` (value `j` of step `b`, a byte or an atom) moves to `j * (UNIT / per) + b`.
 fn permute(xs: &[f32], rows: usize, k: usize, per: usize) -> Vec<f32> {
     let mut xp = vec![0f32; rows * k];
     let bytes = UNIT / per;
@@ -206,34 +216,53 @@ fn planar_feature(
         let out = &mut column[r0..];
         let params = (scales, biases);
         macro_rules! rows {
-            ($per:literal, $r:literal) => {
-                planar_rows::<$per, $r>(p.k, p.group_size, params, bytes, x, out)
+            ($bits:literal) => {
+                if out.len() == 1 {
+                    planar_rows::<$bits, 1>(p.k, p.group_size, params, bytes, x, out)
+                } else {
+                    planar_rows::<$bits, ROW_BLOCK>(p.k, p.group_size, params, bytes, x, out)
+                }
             };
         }
-        match (p.bits, out.len().min(ROW_BLOCK)) {
-            (8, 1) => rows!(1, 1),
-            (8, _) => rows!(1, 2),
-            (4, 1) => rows!(2, 1),
-            (4, _) => rows!(2, 2),
-            (2, 1) => rows!(4, 1),
-            (2, _) => rows!(4, 2),
-            (_, 1) => rows!(8, 1),
-            (_, _) => rows!(8, 2),
+        match p.bits {
+            1 => rows!(1),
+            2 => rows!(2),
+            3 => rows!(3),
+            4 => rows!(4),
+            5 => rows!(5),
+            6 => rows!(6),
+            7 => rows!(7),
+            _ => rows!(8),
         }
         r0 += ROW_BLOCK;
     }
 }
 
-/// One unit's weights (`PER` values a byte), plane by plane, as dequantize rounds them.
+/// One unit's weights (`4 * BITS` bytes), plane by plane, as dequantize rounds them: one
+/// shift a plane over the bytes (widths dividing 8) or over the unit's four atoms of 8 values
+/// in `BITS` bytes each (the others).
 #[inline(always)]
-fn unit_weights<const PER: usize>(bytes: &[u8], scale: f32, bias: f32) -> [f32; UNIT] {
-    let bits = 8 / PER as u32;
-    let mask = ((1u32 << bits) - 1) as u8;
-    let per_plane = UNIT / PER;
+fn unit_weights<const BITS: usize>(bytes: &[u8], scale: f32, bias: f32) -> [f32; UNIT] {
     let mut w = [0f32; UNIT];
-    for j in 0..PER {
-        for (o, &b) in w[j * per_plane..][..per_plane].iter_mut().zip(&bytes[..per_plane]) {
-            *o = scale * ((b >> (bits * j as u32)) & mask) as f32 + bias;
+    if 8 % BITS == 0 {
+        let (per, mask) = (8 / BITS, ((1u32 << BITS) - 1) as u8);
+        let per_plane = UNIT / per;
+        for j in 0..per {
+            for (o, &b) in w[j * per_plane..][..per_plane].iter_mut().zip(&bytes[..per_plane]) {
+                *o = scale * ((b >> (BITS * j)) & mask) as f32 + bias;
+            }
+        }
+    } else {
+        let mask = (1u64 << BITS) - 1;
+        let atoms: [u64; 4] = std::array::from_fn(|a| {
+            let mut b = [0u8; 8];
+            b[..BITS].copy_from_slice(&bytes[a * BITS..][..BITS]);
+            u64::from_le_bytes(b)
+        });
+        for j in 0..8 {
+            for (o, atom) in w[j * 4..][..4].iter_mut().zip(atoms) {
+                *o = scale * ((atom >> (BITS * j)) & mask) as u32 as f32 + bias;
+            }
         }
     }
     w
@@ -260,7 +289,7 @@ fn unit_accumulate<const R: usize>(
 /// lanes summed at the end in a fixed order. One row takes the units two at a time into two
 /// accumulators (independent multiply-add chains); more rows are chains enough.
 #[inline(always)]
-fn planar_rows<const PER: usize, const R: usize>(
+fn planar_rows<const BITS: usize, const R: usize>(
     k: usize,
     group_size: usize,
     (scales, biases): (&[f32], &[f32]),
@@ -274,14 +303,14 @@ fn planar_rows<const PER: usize, const R: usize>(
     // A function (always inlined, as everything under `simd::run` must be to compile at its
     // level) rather than a closure, which may not be.
     #[inline(always)]
-    fn weights<const PER: usize>(
+    fn weights<const BITS: usize>(
         u: usize,
         shift: u32,
         bytes: &[u8],
         (scales, biases): (&[f32], &[f32]),
     ) -> [f32; UNIT] {
-        let (g, unit_bytes) = (u >> shift, UNIT / PER);
-        unit_weights::<PER>(&bytes[u * unit_bytes..][..unit_bytes], scales[g], biases[g])
+        let (g, unit_bytes) = (u >> shift, UNIT * BITS / 8);
+        unit_weights::<BITS>(&bytes[u * unit_bytes..][..unit_bytes], scales[g], biases[g])
     }
     let params = (scales, biases);
     let mut acc = [[0f32; UNIT]; R];
@@ -290,14 +319,14 @@ fn planar_rows<const PER: usize, const R: usize>(
         let mut other = [[0f32; UNIT]; 1];
         while u + 1 < units {
             unit_accumulate::<R>(
-                &weights::<PER>(u, shift, bytes, params),
+                &weights::<BITS>(u, shift, bytes, params),
                 x,
                 k,
                 u * UNIT,
                 &mut acc,
             );
             unit_accumulate::<1>(
-                &weights::<PER>(u + 1, shift, bytes, params),
+                &weights::<BITS>(u + 1, shift, bytes, params),
                 x,
                 k,
                 (u + 1) * UNIT,
@@ -310,7 +339,7 @@ fn planar_rows<const PER: usize, const R: usize>(
         }
     }
     while u < units {
-        unit_accumulate::<R>(&weights::<PER>(u, shift, bytes, params), x, k, u * UNIT, &mut acc);
+        unit_accumulate::<R>(&weights::<BITS>(u, shift, bytes, params), x, k, u * UNIT, &mut acc);
         u += 1;
     }
     for (o, lanes) in out.iter_mut().zip(&acc) {
@@ -477,7 +506,7 @@ mod tests {
     fn planar_kernel_matches_the_definition() {
         // Odd unit counts (k = 96, 160), every row-block remainder, each width the planar
         // kernel takes, and infs and NaNs in x at positions of every plane.
-        for bits in [1u32, 2, 4, 8] {
+        for bits in 1..=8u32 {
             for (k, group) in [(96, 32), (160, 32), (256, 64), (384, 128)] {
                 for rows in 1..=5 {
                     let n = 7;
