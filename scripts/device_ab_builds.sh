@@ -6,10 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh
-export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
 cp python/kiln/_core.abi3.so /tmp/build_A.so
 xz -dc .carryy/_core.abi3.so.xz > /tmp/build_B.so
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 for round in $(seq "${ROUNDS:-2}"); do
     for build in A B; do
         cp "/tmp/build_$build.so" python/kiln/_core.abi3.so

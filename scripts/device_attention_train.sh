@@ -6,9 +6,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh
-export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp}
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 for form in ${FORMS-persistent pingpong persistent pingpong}; do
     KILN_HOPPER_CAUSAL=$form timeout 150 python3 bench/fast_gpu.py --only attention --reps 5 \
         --no-mlx 2>&1 | grep -E "TFLOP" | sed "s/^/[causal $form] /"

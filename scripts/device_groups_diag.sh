@@ -5,7 +5,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh
-export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
 KILN_LOG=groups timeout 90 python3 -m pytest -q -p no:cacheprovider -s -m gpu \
     tests/python/test_cuda_eval_fusion.py 2>&1 | grep -E "kiln groups|passed|failed|Error" \
     | sort | uniq -c | sort -rn | head -40

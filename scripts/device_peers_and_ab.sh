@@ -11,10 +11,8 @@ cd "$(dirname "$0")/.."
 bash scripts/mlx_cuda_unpack.sh 2>&1 | tail -2
 [ -f /root/mlx_site/env.sh ] && . /root/mlx_site/env.sh
 export PYTHONPATH="$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp}
 STOP=${STOP:-480}
 AB=${AB:-KILN_EAGER_GRAPHS=1}
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 echo "== llm table ($SECONDS s)"
 timeout 300 python3 bench/llm.py --systems kiln mlx --models llama-1b llama-8b --quant bf16 q4 \
     --gen 128 --reps 1 --json "$OUT/llm.json" 2>&1 | tail -30

@@ -6,9 +6,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh
-export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp}
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 for model in ${MODELS-llama-8b}; do
     timeout 90 python3 bench/qmv_gpu.py --model "$model" --torch 2>&1 | sed "s/^/[$model] /"
 done

@@ -11,10 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_install.sh
-export PYTHONPATH="$PWD/python:/tmp/site" PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp}
 STOP=${STOP:-420}
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 echo "== first the tests of what is new ($SECONDS s)"
 timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 15 -m gpu -rf \
     ${TESTS_K:+-k "$TESTS_K"} ${TESTS-tests/python/test_cuda_eval_fusion.py tests/python/test_cuda_early_launch.py \
