@@ -12,6 +12,8 @@ mod gather_mm;
 mod norm;
 mod norm_vjp;
 mod quantized;
+#[cfg(target_arch = "x86_64")]
+mod quantized_avx512;
 mod rope;
 mod tile;
 #[cfg(target_arch = "x86_64")]

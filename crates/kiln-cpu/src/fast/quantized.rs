@@ -27,7 +27,7 @@ const MAX_GROUP: usize = 128;
 const FEATURES_PER_TASK: usize = 16;
 
 /// Values per unit of the planar kernel (every group size is a multiple).
-const UNIT: usize = 32;
+pub(super) const UNIT: usize = 32;
 
 /// Rows of x the planar kernel takes per pass over a feature's weights.
 const ROW_BLOCK: usize = 2;
@@ -120,6 +120,15 @@ pub(super) struct Packed<'a> {
 
 /// `xs @ dequantize(p).T` for `rows` rows of `p.k` inputs, into row-major `out` (rows x n).
 pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    let table = super::quantized_avx512::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let table = false;
+    product_with(xs, rows, p, out, table)
+}
+
+/// `product`, with 4-bit units looked up by table (AVX-512 only) or not.
+fn product_with(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32], table: bool) {
     let (k, n, group_size) = (p.k, p.n, p.group_size);
     let groups = k / group_size.max(1);
     let planar = group_size.is_multiple_of(UNIT) && (group_size / UNIT).is_power_of_two();
@@ -143,7 +152,7 @@ pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
                         let (scales, biases) = params.split_at_mut(groups);
                         p.scales.widen(f * groups, scales);
                         p.biases.widen(f * groups, biases);
-                        planar_feature(p, f, &xp, scales, biases, column);
+                        planar_feature(p, f, (&xp, table), scales, biases, column);
                         continue;
                     }
                     for_each_group(p, f, &mut unpacked, |g, q| {
@@ -202,7 +211,7 @@ fn permute(xs: &[f32], rows: usize, k: usize, per: usize) -> Vec<f32> {
 fn planar_feature(
     p: &Packed,
     f: usize,
-    xp: &[f32],
+    (xp, table): (&[f32], bool),
     scales: &[f32],
     biases: &[f32],
     column: &mut [f32],
@@ -218,9 +227,15 @@ fn planar_feature(
         macro_rules! rows {
             ($bits:literal) => {
                 if out.len() == 1 {
-                    planar_rows::<$bits, 1>(p.k, p.group_size, params, bytes, x, out)
+                    planar_rows::<$bits, 1>((p.k, p.group_size, table), params, bytes, x, out)
                 } else {
-                    planar_rows::<$bits, ROW_BLOCK>(p.k, p.group_size, params, bytes, x, out)
+                    planar_rows::<$bits, ROW_BLOCK>(
+                        (p.k, p.group_size, table),
+                        params,
+                        bytes,
+                        x,
+                        out,
+                    )
                 }
             };
         }
@@ -290,13 +305,25 @@ fn unit_accumulate<const R: usize>(
 /// accumulators (independent multiply-add chains); more rows are chains enough.
 #[inline(always)]
 fn planar_rows<const BITS: usize, const R: usize>(
-    k: usize,
-    group_size: usize,
+    (k, group_size, table): (usize, usize, bool),
     (scales, biases): (&[f32], &[f32]),
     bytes: &[u8],
     x: &[f32],
     out: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if BITS == 4 && table {
+        let mut lanes = [[0f32; UNIT]; R];
+        let (shape, params) = ((k, group_size), (scales, biases));
+        // SAFETY: `table` is set only where `quantized_avx512::available` found AVX-512.
+        unsafe { super::quantized_avx512::rows::<R>(shape, params, bytes, x, &mut lanes) };
+        for (o, l) in out.iter_mut().zip(&lanes) {
+            *o = pairwise(l);
+        }
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = table;
     // Units a group: a power of two (checked), so a unit's group is a shift away.
     let shift = (group_size / UNIT).trailing_zeros();
     let units = k / UNIT;
@@ -550,6 +577,37 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn table_kernel_gives_the_portable_bits() {
+        if !crate::fast::quantized_avx512::available() {
+            return; // no AVX-512 on this CPU: the table kernel never runs
+        }
+        for (k, group) in [(96, 32), (160, 32), (256, 64), (384, 128)] {
+            for rows in 1..=5 {
+                let n = 5;
+                let (words, scales, biases) = packed_case(n, k, group, 4);
+                let p = Packed {
+                    words: &words,
+                    scales: Params::Bf16(&scales),
+                    biases: Params::Bf16(&biases),
+                    n,
+                    k,
+                    group_size: group,
+                    bits: 4,
+                };
+                let mut xs: Vec<f32> =
+                    (0..rows * k).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.013).collect();
+                xs[k / 2] = f32::INFINITY;
+                let (mut a, mut b) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+                product_with(&xs, rows, &p, &mut a, true);
+                product_with(&xs, rows, &p, &mut b, false);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "k {k} rows {rows}");
             }
         }
     }
