@@ -42,6 +42,17 @@ const SHARED_LIMIT: usize = 48 * 1024;
 const MAX_DIM: usize = 256;
 /// Fewest key tiles a span takes: fewer make the merge's traffic matter.
 const MIN_SPAN_TILES: usize = 2;
+
+/// `KILN_DECODE_SPAN_TILES=n` (read once) overrides [`MIN_SPAN_TILES`], for tuning on a device.
+fn min_span_tiles() -> usize {
+    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        match crate::launch::tuning_numbers("KILN_DECODE_SPAN_TILES").as_slice() {
+            [n] if (1..=64).contains(n) => *n,
+            _ => MIN_SPAN_TILES,
+        }
+    })
+}
 /// Most key spans (each one's partial results are merged by one block).
 const MAX_SPANS: usize = 1024;
 
@@ -109,30 +120,35 @@ const BODY: &str = r#"
 K_INLINE float k_lo(uint32_t a) { return k_load((S)(a & 0xffffu)); }
 K_INLINE float k_hi(uint32_t a) { return k_load((S)(a >> 16)); }
 
-/* q . k over DK: q scaled, float32 in shared memory; k a shared tile row. */
+/* q . k over DK: q scaled, float32 in shared memory; k a shared tile row. Four partial sums
+   (independent FMA chains: one chain of DK dependent FMAs was the tile's longest step). */
 K_INLINE float k_dot(const float *__restrict__ qr, const S *__restrict__ kr) {
-    float acc = 0.0f;
 #if VEC && S_IS_FLOAT
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     #pragma unroll 4
     for (int d = 0; d < DK; d += 4) {
         const float4 a = *(const float4 *)(kr + d), b = *(const float4 *)(qr + d);
-        acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc);
-        acc = fmaf(a.z, b.z, acc); acc = fmaf(a.w, b.w, acc);
+        a0 = fmaf(a.x, b.x, a0); a1 = fmaf(a.y, b.y, a1);
+        a2 = fmaf(a.z, b.z, a2); a3 = fmaf(a.w, b.w, a3);
     }
+    return (a0 + a1) + (a2 + a3);
 #elif VEC
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     #pragma unroll 4
     for (int d = 0; d < DK; d += 8) {
         const uint4 a = *(const uint4 *)(kr + d);
         const float4 b = *(const float4 *)(qr + d), c = *(const float4 *)(qr + d + 4);
-        acc = fmaf(k_lo(a.x), b.x, acc); acc = fmaf(k_hi(a.x), b.y, acc);
-        acc = fmaf(k_lo(a.y), b.z, acc); acc = fmaf(k_hi(a.y), b.w, acc);
-        acc = fmaf(k_lo(a.z), c.x, acc); acc = fmaf(k_hi(a.z), c.y, acc);
-        acc = fmaf(k_lo(a.w), c.z, acc); acc = fmaf(k_hi(a.w), c.w, acc);
+        a0 = fmaf(k_lo(a.x), b.x, a0); a1 = fmaf(k_hi(a.x), b.y, a1);
+        a2 = fmaf(k_lo(a.y), b.z, a2); a3 = fmaf(k_hi(a.y), b.w, a3);
+        a0 = fmaf(k_lo(a.z), c.x, a0); a1 = fmaf(k_hi(a.z), c.y, a1);
+        a2 = fmaf(k_lo(a.w), c.z, a2); a3 = fmaf(k_hi(a.w), c.w, a3);
     }
+    return (a0 + a1) + (a2 + a3);
 #else
+    float acc = 0.0f;
     for (int d = 0; d < DK; ++d) acc = fmaf(k_load(kr[d]), qr[d], acc);
-#endif
     return acc;
+#endif
 }
 
 K_INLINE void k_cp16(S *dst, const S *src, bool valid) {
@@ -343,31 +359,62 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    /* Per row: the spans' outputs weighted by exp2(m_s - max) over the weighted sums, summed
-       in span order by every thread (the same order, so the same bits, whoever merges). A
-       row whose scores are all -inf gets 0 / 0 (NaN), as one span would. */
+    /* Every row at once, the spans' loads in flight together (a row after a row, each a chain
+       of dependent L2 round trips, cost more than the spans' own work). First a warp per row:
+       the max over the spans and the denominator (lanes take the spans in turn, then a fixed
+       shuffle tree: the same bits whichever block merges). A row whose scores are all -inf
+       gets 0 / 0 (NaN), as one span would. */
     const int ns = (int)spans;
-    for (int r = 0; r < nr; ++r) {
-        const int64_t row = row_base + r;
-        const float *ml = part_ml + 2 * row;
+    const int64_t ml_step = 2 * total_rows;
+    for (int r = warp; r < nr; r += NT / 32) {
+        const float *ml = part_ml + 2 * (row_base + r);
         float mx = -INFINITY;
-        for (int s = 0; s < ns; ++s) mx = k_max_nan(mx, __ldcg(ml + 2 * s * total_rows));
-        const float base = mx == -INFINITY ? 0.0f : mx;
+        for (int s = lane; s < ns; s += 32) mx = k_max_nan(mx, __ldcg(ml + s * ml_step));
         #pragma unroll
-        for (int c = 0; c < DPT; ++c) {
-            const int d = threadIdx.x + c * NT;
-            if (d >= DV) break;
-            const float *po = part_o + row * DV + d;
-            const int64_t step = total_rows * DV;
-            float den = 0.0f, num = 0.0f;
-            #pragma unroll 4
-            for (int s = 0; s < ns; ++s) {
-                const float w = exp2f(__ldcg(ml + 2 * s * total_rows) - base);
-                den = fmaf(w, __ldcg(ml + 2 * s * total_rows + 1), den);
-                num = fmaf(w, __ldcg(po + s * step), num);
-            }
-            out[row * DV + d] = k_store(num * (1.0f / den));
+        for (int o = 16; o > 0; o >>= 1) mx = k_max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        float den = 0.0f;
+        for (int s = lane; s < ns; s += 32)
+            den = fmaf(exp2f(__ldcg(ml + s * ml_step) - base), __ldcg(ml + s * ml_step + 1), den);
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+        if (lane == 0) {
+            s_m[r] = base;
+            s_l[r] = den;
         }
+    }
+    __syncthreads();
+    /* Then each thread its columns of every row, summed in span order, `UNROLL` spans of
+       every row loaded before any is used. */
+    constexpr int UNROLL = ROWS >= 8 ? 4 : 8;
+    const int64_t step = total_rows * DV;
+    #pragma unroll
+    for (int c = 0; c < DPT; ++c) {
+        const int d = threadIdx.x + c * NT;
+        if (d >= DV) break;
+        float num[ROWS];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) num[r] = 0.0f;
+        for (int s0 = 0; s0 < ns; s0 += UNROLL) {
+            float pm[UNROLL][ROWS], po[UNROLL][ROWS];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                #pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    const bool in = s0 + u < ns && r < nr;
+                    const int64_t slot = (int64_t)(s0 + u) * total_rows + row_base + r;
+                    pm[u][r] = in ? __ldcg(part_ml + 2 * slot) : -INFINITY;
+                    po[u][r] = in ? __ldcg(part_o + slot * DV + d) : 0.0f;
+                }
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                #pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+                    if (s0 + u < ns) num[r] = fmaf(exp2f(pm[u][r] - s_m[r]), po[u][r], num[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+            if (r < nr) out[(row_base + r) * DV + d] = k_store(num[r] * (1.0f / s_l[r]));
     }
 }
 "#;
@@ -427,9 +474,13 @@ fn in_place(x: &ArrayData) -> Result<(ArrayData, [i64; 3])> {
 /// Key spans for `units` blocks' worth of (batch, KV head, row tile) over `lk` keys: enough
 /// blocks to fill the GPU a few times over, each span at least `MIN_SPAN_TILES` tiles.
 fn spans_for(units: usize, lk: usize, tile: usize, sms: usize) -> (usize, usize) {
+    spans_with(units, lk, tile, sms, min_span_tiles())
+}
+
+fn spans_with(units: usize, lk: usize, tile: usize, sms: usize, least: usize) -> (usize, usize) {
     let tiles = lk.div_ceil(tile).max(1);
     let want = (4 * sms).div_ceil(units.max(1));
-    let spans = want.min(tiles.div_ceil(MIN_SPAN_TILES)).clamp(1, MAX_SPANS);
+    let spans = want.min(tiles.div_ceil(least)).clamp(1, MAX_SPANS);
     let span_tiles = tiles.div_ceil(spans);
     (tiles.div_ceil(span_tiles), span_tiles * tile)
 }
@@ -554,12 +605,13 @@ mod tests {
             assert!(shared_bytes(esize, d, d, 8, t, true) <= SHARED_LIMIT);
         }
         // 8 KV heads, 4096 keys, 132 multiprocessors: 64 spans of two 32-key tiles.
-        assert_eq!(spans_for(8, 4096, 32, 132), (64, 64));
+        assert_eq!(spans_with(8, 4096, 32, 132, 2), (64, 64));
         // Few keys: one span.
-        assert_eq!(spans_for(8, 40, 32, 132), (1, 64));
+        assert_eq!(spans_with(8, 40, 32, 132, 2), (1, 64));
+        assert_eq!(spans_with(8, 513, 32, 132, 1), (17, 32));
         // The spans cover every key and none is empty.
         for (units, lk, tile) in [(1, 1, 64), (3, 1000, 32), (64, 100_000, 16), (200, 77, 8)] {
-            let (spans, keys) = spans_for(units, lk, tile, 132);
+            let (spans, keys) = spans_with(units, lk, tile, 132, 1 + units % 3);
             assert!(spans * keys >= lk && (spans - 1) * keys < lk, "{units} {lk} {tile}");
         }
     }
