@@ -24,9 +24,10 @@
 //! quarter of the group (`c`) and the values of x row `g` for the same quarter (zero past
 //! the rows); the mma's k order is a permutation of the group's (nibbles `t` and `t + 4` of
 //! a word share a register), the same for x and W, so each sum is a dot product over the
-//! group. A second mma with A all ones gives the group's sum of x in the same fragment
-//! layout, and the accumulator gets `scale * d + (bias - OFFSET * scale) * sum(x)` per group,
-//! in float32. Where a warp's sum is not finite (an inf or NaN in x, or a factored sum that
+//! group. Each block rearranges its copy of x into that order once, in shared memory, and
+//! sums each group of x there (both were every warp's work per chunk: four byte permutes and
+//! two mma with A all ones per 16 bytes of x, about an eighth of its instructions); the
+//! accumulator gets `scale * d + (bias - OFFSET * scale) * sum(x)` per group, in float32. Where a warp's sum is not finite (an inf or NaN in x, or a factored sum that
 //! overflowed) its groups are summed again weight by weight as dequantize rounds them (the
 //! factored form turns `0 * inf` into a NaN where the definition has `bias * inf`).
 //!
@@ -85,15 +86,17 @@ const BODY: &str = r#"
 #define STAGE_BYTES (W_BYTES + 2 * SB_BYTES)
 #if IS_BF16
 #define MAGIC 0x43004300u /* bf16 128.0 in both halves: 128 + q is exact */
-#define ONES 0x3F803F80u  /* bf16 1.0 in both halves */
 #define OFFSET 128.0f
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #else
 #define MAGIC 0x64006400u /* f16 1024.0: 1024 + q is exact */
-#define ONES 0x3C003C00u
 #define OFFSET 1024.0f
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #endif
+
+/* `a`'s two halves as floats. */
+K_INLINE float k_lo(uint32_t a) { return k_load((S)(a & 0xffffu)); }
+K_INLINE float k_hi(uint32_t a) { return k_load((S)(a >> 16)); }
 
 /* c = A . B (+ c): A's registers rows g / g + 8 at k 2c / 2c + 8, B's k 2c / 2c + 8 at
    column g. */
@@ -118,6 +121,20 @@ K_INLINE uint32_t k_pair(const uint32_t q, const int j) {
     uint32_t d;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(q >> (4 * j)), "r"(0x000F000Fu), "r"(MAGIC));
     return d;
+}
+
+/* A lane's WPT words of a feature's group at p (aligned to WPT words: the row is, and a
+   lane's quarter of the group starts WPT words in) in one shared load. */
+K_INLINE void k_words(const uint32_t *p, uint32_t *o) {
+    if constexpr (WPT == 4) {
+        const uint4 a = *(const uint4 *)p;
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+    } else if constexpr (WPT == 2) {
+        const uint2 a = *(const uint2 *)p;
+        o[0] = a.x; o[1] = a.y;
+    } else {
+        o[0] = *p;
+    }
 }
 
 /* The U values of S at p (U * 2 bytes, aligned) as floats. */
@@ -160,7 +177,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
     /* smem: x's rows, then each warp's stages. */
     unsigned char *xs = smem;
-    unsigned char *stages = smem + ((rows * xstride + 15) / 16) * 16 + warp * STAGES * STAGE_BYTES;
+    const int sums_bytes = ((int)(k / GROUP) * (rows + (rows & 1)) * 4 + 15) / 16 * 16;
+    unsigned char *stages =
+        smem + ((rows * xstride + 15) / 16) * 16 + sums_bytes + warp * STAGES * STAGE_BYTES;
 
     /* The warp's chunks in turn into its stage slots: lanes copy 16 bytes of 4 features'
        words each, lanes 0-15 a feature's U scales, 16-31 its biases. The sources move on
@@ -200,19 +219,47 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         next += WARPS;
         next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
     };
-    /* x into shared memory by every thread, in flight with the first chunk (its group);
-       once that group is in, a barrier makes all of x visible. */
+    /* x into shared memory by every thread (its own group, committed first), then the
+       first chunks; once x is in, a barrier makes it visible. */
     const int units = (int)(k / 8);
     const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xs);
     for (int r = 0; r < rows; ++r)
         for (int o = threadIdx.x; o < units; o += NT)
             k_cp<16>(xs0 + r * xstride + o * 16, (const uint4 *)(x + r * k) + o);
+    k_commit();
     #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) issue();
-    k_wait<STAGES - 2>();
+    k_wait<STAGES - 1>();
+    __syncthreads();
+    /* While the chunks are in flight: each 8 values of x rearranged in place into the mma's
+       pair order (values t and t + 4 of a word share a register, as the nibbles pair), and
+       each group's sum per row into xsum (the `(bias - OFFSET * scale) * sum(x)` term), summed
+       in a fixed order: the lanes of a group are consecutive (a group is UPG units). xsum
+       holds float pairs, rows 2c and 2c + 1 of group h at pair `c * groups + h` (a lane's
+       pairs for consecutive groups are adjacent). A pad row (rows odd) gets zero sums. */
+    constexpr int UPG = GROUP / 8;
+    const int rowp = rows + (rows & 1);
+    float *xsum = (float *)(smem + ((rows * xstride + 15) / 16) * 16);
+    for (int r = 0; r < rowp; ++r)
+        for (int o0 = 0; o0 < units; o0 += NT) {
+            const int o = o0 + threadIdx.x;
+            const bool in = o < units && r < rows;
+            uint4 *p = (uint4 *)(xs + (r < rows ? r : 0) * xstride) + (o < units ? o : 0);
+            const uint4 X = in ? *p : make_uint4(0u, 0u, 0u, 0u);
+            float sum = ((k_lo(X.x) + k_hi(X.x)) + (k_lo(X.y) + k_hi(X.y)))
+                      + ((k_lo(X.z) + k_hi(X.z)) + (k_lo(X.w) + k_hi(X.w)));
+            #pragma unroll
+            for (int m = 1; m < UPG; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+            if (in)
+                *p = make_uint4(__byte_perm(X.x, X.z, 0x5410), __byte_perm(X.x, X.z, 0x7632),
+                                __byte_perm(X.y, X.w, 0x5410), __byte_perm(X.y, X.w, 0x7632));
+            if (o < units && (lane & (UPG - 1)) == 0)
+                xsum[2 * ((r >> 1) * groups + o / UPG) + (r & 1)] = sum;
+        }
     __syncthreads();
 
-    const bool has_row = g < rows;
+    const bool has_row = g < rows, has_pair = 2 * c < rows;
+    const float2 *xsum_c = (const float2 *)xsum + c * groups;
     const unsigned char *xr = xs + (has_row ? g : 0) * xstride + c * WPT * 16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int slot = 0;
@@ -231,19 +278,24 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         #pragma unroll
         for (int s = 0; s < U; ++s) {
             const int h = j * U + s;
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            uint32_t wua[WPT], wub[WPT];
+            k_words(wa + s * WPG, wua);
+            k_words(wb + s * WPG, wub);
             #pragma unroll
             for (int i = 0; i < WPT; ++i) {
+                /* x values j and j + 4 of the word's eight in a register, as the nibbles pair */
                 uint4 X = make_uint4(0u, 0u, 0u, 0u);
                 if (has_row) X = *(const uint4 *)(xr + h * GROUP * 2 + i * 16);
-                /* x values j and j + 4 of the word's eight, as the nibbles pair */
-                const uint32_t x0 = __byte_perm(X.x, X.z, 0x5410), x1 = __byte_perm(X.x, X.z, 0x7632);
-                const uint32_t x2 = __byte_perm(X.y, X.w, 0x5410), x3 = __byte_perm(X.y, X.w, 0x7632);
-                const uint32_t ua = wa[s * WPG + i], ub = wb[s * WPG + i];
-                k_mma(d, k_pair(ua, 0), k_pair(ub, 0), k_pair(ua, 1), k_pair(ub, 1), x0, x1);
-                k_mma(d, k_pair(ua, 2), k_pair(ub, 2), k_pair(ua, 3), k_pair(ub, 3), x2, x3);
-                k_mma(e, ONES, ONES, ONES, ONES, x0, x1);
-                k_mma(e, ONES, ONES, ONES, ONES, x2, x3);
+                const uint32_t ua = wua[i], ub = wub[i];
+                k_mma(d, k_pair(ua, 0), k_pair(ub, 0), k_pair(ua, 1), k_pair(ub, 1), X.x, X.y);
+                k_mma(d, k_pair(ua, 2), k_pair(ub, 2), k_pair(ua, 3), k_pair(ub, 3), X.z, X.w);
+            }
+            float e[2] = {0.0f, 0.0f};
+            if (has_pair) {
+                const float2 es = xsum_c[h];
+                e[0] = es.x;
+                e[1] = es.y;
             }
             /* d: features g (0, 1) and g + 8 (2, 3) at rows 2c and 2c + 1; e[0], e[1]: the
                group's sums of x rows 2c and 2c + 1. With d = sum(x (OFFSET + q)):
@@ -308,12 +360,15 @@ fn source(key: &Key) -> String {
     s
 }
 
-/// Dynamic shared memory of a launch: x's rows (each padded 16 bytes) and every warp's
-/// stages, as the kernel lays them out.
+/// Dynamic shared memory of a launch: x's rows (each padded 16 bytes), the groups' sums of
+/// x (rows rounded up to even) and every warp's stages, as the kernel lays them out.
 fn shared_bytes(key: &Key, rows: usize, k: usize) -> usize {
     let u = CHUNK_BYTES * 2 / key.group;
     let stage = FEATURES * ROW_BYTES + 2 * FEATURES * u * 2;
-    (rows * (2 * k + 16)).next_multiple_of(16) + key.warps * key.stages * stage
+    let sums = (k / key.group) * rows.next_multiple_of(2) * 4;
+    (rows * (2 * k + 16)).next_multiple_of(16)
+        + sums.next_multiple_of(16)
+        + key.warps * key.stages * stage
 }
 
 /// The kernel for a product. Warps per block: enough to put about `TARGET_WARPS` warps in
