@@ -29,8 +29,18 @@ const FEATURES_PER_TASK: usize = 16;
 /// Values per unit of the planar kernel (every group size is a multiple).
 pub(super) const UNIT: usize = 32;
 
-/// Rows of x the planar kernel takes per pass over a feature's weights.
-const ROW_BLOCK: usize = 2;
+/// Rows of x the planar kernel takes per pass over a feature's weights: 4 where the
+/// registers hold four rows' accumulators beside a unit's weights (AVX-512's 32 vector
+/// registers), else 2 (16 AVX2 registers, or NEON's 32 of a quarter the width). More rows a
+/// pass unpack each weight for more rows; the rows' sums are the same either way (one chain
+/// per row), so the block size changes no bits.
+fn row_block() -> usize {
+    if crate::simd::level() == crate::simd::Level::Avx512 {
+        4
+    } else {
+        2
+    }
+}
 
 pub(crate) fn quantized_matmul(
     inputs: &[ArrayData],
@@ -219,23 +229,24 @@ fn planar_feature(
     let row_bytes = p.k * p.bits as usize / 8;
     let words = &p.words[f * row_bytes / 4..][..row_bytes / 4];
     let bytes: &[u8] = bytemuck::cast_slice(words);
+    let block = row_block();
     let mut r0 = 0;
     while r0 < column.len() {
         let x = &xp[r0 * p.k..];
         let out = &mut column[r0..];
         let params = (scales, biases);
+        let rows = match out.len() {
+            n if n >= 4 && block >= 4 => 4,
+            n if n >= 2 => 2,
+            _ => 1,
+        };
+        let shape = (p.k, p.group_size, table);
         macro_rules! rows {
             ($bits:literal) => {
-                if out.len() == 1 {
-                    planar_rows::<$bits, 1>((p.k, p.group_size, table), params, bytes, x, out)
-                } else {
-                    planar_rows::<$bits, ROW_BLOCK>(
-                        (p.k, p.group_size, table),
-                        params,
-                        bytes,
-                        x,
-                        out,
-                    )
+                match rows {
+                    4 => planar_rows::<$bits, 4>(shape, params, bytes, x, out),
+                    2 => planar_rows::<$bits, 2>(shape, params, bytes, x, out),
+                    _ => planar_rows::<$bits, 1>(shape, params, bytes, x, out),
                 }
             };
         }
@@ -249,7 +260,7 @@ fn planar_feature(
             7 => rows!(7),
             _ => rows!(8),
         }
-        r0 += ROW_BLOCK;
+        r0 += rows;
     }
 }
 
@@ -582,6 +593,38 @@ mod tests {
     }
 
     #[cfg(target_arch = "x86_64")]
+    /// A row's bits do not depend on how many rows share its pass (4 or 2 a pass), with the
+    /// table kernel and without.
+    #[test]
+    fn row_blocks_give_the_same_bits() {
+        let (n, k, group) = (7, 256, 64);
+        for bits in [2, 3, 4, 8] {
+            let (words, scales, biases) = packed_case(n, k, group, bits);
+            let p = Packed {
+                words: &words,
+                scales: Params::Bf16(&scales),
+                biases: Params::Bf16(&biases),
+                n,
+                k,
+                group_size: group,
+                bits,
+            };
+            let xs: Vec<f32> = (0..4 * k).map(|i| ((i * 31 % 89) as f32 - 44.0) * 0.021).collect();
+            for table in [false, true] {
+                let table = table && bits == 4 && crate::fast::quantized_avx512::available();
+                let mut four = vec![0f32; 4 * n];
+                product_with(&xs, 4, &p, &mut four, table);
+                let mut pairs = vec![0f32; 4 * n];
+                for half in 0..2 {
+                    let x = &xs[half * 2 * k..][..2 * k];
+                    product_with(x, 2, &p, &mut pairs[half * 2 * n..][..2 * n], table);
+                }
+                let as_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(as_bits(&four), as_bits(&pairs), "bits {bits} table {table}");
+            }
+        }
+    }
+
     #[test]
     fn table_kernel_gives_the_portable_bits() {
         if !crate::fast::quantized_avx512::available() {
