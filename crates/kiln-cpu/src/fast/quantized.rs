@@ -540,6 +540,18 @@ mod tests {
         (words, scales, param(-0.05))
     }
 
+    /// The weights of `packed_case` as the kernels take them.
+    fn bf16_packed<'a>(
+        (words, scales, biases): (&'a [u32], &'a [bf16], &'a [bf16]),
+        n: usize,
+        k: usize,
+        group_size: usize,
+        bits: u32,
+    ) -> Packed<'a> {
+        let (scales, biases) = (Params::Bf16(scales), Params::Bf16(biases));
+        Packed { words, scales, biases, n, k, group_size, bits }
+    }
+
     #[test]
     fn planar_kernel_matches_the_definition() {
         // Odd unit counts (k = 96, 160), every row-block remainder, each width the planar
@@ -549,15 +561,7 @@ mod tests {
                 for rows in 1..=5 {
                     let n = 7;
                     let (words, scales, biases) = packed_case(n, k, group, bits);
-                    let p = Packed {
-                        words: &words,
-                        scales: Params::Bf16(&scales),
-                        biases: Params::Bf16(&biases),
-                        n,
-                        k,
-                        group_size: group,
-                        bits,
-                    };
+                    let p = bf16_packed((&words, &scales, &biases), n, k, group, bits);
                     let mut xs: Vec<f32> =
                         (0..rows * k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01).collect();
                     if rows > 2 {
@@ -592,26 +596,21 @@ mod tests {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
     /// A row's bits do not depend on how many rows share its pass (4 or 2 a pass), with the
-    /// table kernel and without.
+    /// table kernel (where this CPU has it) and without.
     #[test]
     fn row_blocks_give_the_same_bits() {
         let (n, k, group) = (7, 256, 64);
         for bits in [2, 3, 4, 8] {
             let (words, scales, biases) = packed_case(n, k, group, bits);
-            let p = Packed {
-                words: &words,
-                scales: Params::Bf16(&scales),
-                biases: Params::Bf16(&biases),
-                n,
-                k,
-                group_size: group,
-                bits,
-            };
+            let p = bf16_packed((&words, &scales, &biases), n, k, group, bits);
             let xs: Vec<f32> = (0..4 * k).map(|i| ((i * 31 % 89) as f32 - 44.0) * 0.021).collect();
+            #[cfg(target_arch = "x86_64")]
+            let has_table = bits == 4 && crate::fast::quantized_avx512::available();
+            #[cfg(not(target_arch = "x86_64"))]
+            let has_table = false;
             for table in [false, true] {
-                let table = table && bits == 4 && crate::fast::quantized_avx512::available();
+                let table = table && has_table;
                 let mut four = vec![0f32; 4 * n];
                 product_with(&xs, 4, &p, &mut four, table);
                 let mut pairs = vec![0f32; 4 * n];
@@ -625,6 +624,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn table_kernel_gives_the_portable_bits() {
         if !crate::fast::quantized_avx512::available() {
@@ -634,15 +634,7 @@ mod tests {
             for rows in 1..=5 {
                 let n = 5;
                 let (words, scales, biases) = packed_case(n, k, group, 4);
-                let p = Packed {
-                    words: &words,
-                    scales: Params::Bf16(&scales),
-                    biases: Params::Bf16(&biases),
-                    n,
-                    k,
-                    group_size: group,
-                    bits: 4,
-                };
+                let p = bf16_packed((&words, &scales, &biases), n, k, group, 4);
                 let mut xs: Vec<f32> =
                     (0..rows * k).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.013).collect();
                 xs[k / 2] = f32::INFINITY;
