@@ -61,6 +61,15 @@ struct Key {
     stages: usize,
     /// Products the kernel takes: 1, or `gemv::MAX_SETS` for a group run together.
     sets: usize,
+    /// Each block rearranges x and sums its groups once (`KILN_QMV_X_PASS=1`; off until
+    /// its GPU tests have run), else every warp permutes x and sums it by mma per chunk.
+    x_pass: bool,
+}
+
+/// `KILN_QMV_X_PASS=1` (read once): the x pass.
+fn x_pass() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_QMV_X_PASS").as_deref() == Ok("1"))
 }
 
 /// `KILN_QMV_TILING=warps,stages` (read once; 0 keeps the default) for tuning on a device.
@@ -87,9 +96,11 @@ const BODY: &str = r#"
 #if IS_BF16
 #define MAGIC 0x43004300u /* bf16 128.0 in both halves: 128 + q is exact */
 #define OFFSET 128.0f
+#define ONES 0x3F803F80u  /* bf16 1.0 in both halves */
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #else
 #define MAGIC 0x64006400u /* f16 1024.0: 1024 + q is exact */
+#define ONES 0x3C003C00u
 #define OFFSET 1024.0f
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 #endif
@@ -177,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     const int xstride = (int)(2 * k + 16); /* bytes: rows shifted 4 banks apart */
     /* smem: x's rows, then each warp's stages. */
     unsigned char *xs = smem;
-    const int sums_bytes = ((int)(k / GROUP) * (rows + (rows & 1)) * 4 + 15) / 16 * 16;
+    const int sums_bytes = X_PASS ? ((int)(k / GROUP) * (rows + (rows & 1)) * 4 + 15) / 16 * 16 : 0;
     unsigned char *stages =
         smem + ((rows * xstride + 15) / 16) * 16 + sums_bytes + warp * STAGES * STAGE_BYTES;
 
@@ -231,6 +242,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     for (int i = 0; i < STAGES - 1; ++i) issue();
     k_wait<STAGES - 1>();
     __syncthreads();
+#if X_PASS
     /* While the chunks are in flight: each 8 values of x rearranged in place into the mma's
        pair order (values t and t + 4 of a word share a register, as the nibbles pair), and
        each group's sum per row into xsum (the `(bias - OFFSET * scale) * sum(x)` term), summed
@@ -257,9 +269,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
                 xsum[2 * ((r >> 1) * groups + o / UPG) + (r & 1)] = sum;
         }
     __syncthreads();
-
-    const bool has_row = g < rows, has_pair = 2 * c < rows;
+    const bool has_pair = 2 * c < rows;
     const float2 *xsum_c = (const float2 *)xsum + c * groups;
+#endif
+
+    const bool has_row = g < rows;
     const unsigned char *xr = xs + (has_row ? g : 0) * xstride + c * WPT * 16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int slot = 0;
@@ -279,6 +293,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         for (int s = 0; s < U; ++s) {
             const int h = j * U + s;
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if !X_PASS
+            float e4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#endif
             uint32_t wua[WPT], wub[WPT];
             k_words(wa + s * WPG, wua);
             k_words(wb + s * WPG, wub);
@@ -288,15 +305,29 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
                 uint4 X = make_uint4(0u, 0u, 0u, 0u);
                 if (has_row) X = *(const uint4 *)(xr + h * GROUP * 2 + i * 16);
                 const uint32_t ua = wua[i], ub = wub[i];
+#if X_PASS
                 k_mma(d, k_pair(ua, 0), k_pair(ub, 0), k_pair(ua, 1), k_pair(ub, 1), X.x, X.y);
                 k_mma(d, k_pair(ua, 2), k_pair(ub, 2), k_pair(ua, 3), k_pair(ub, 3), X.z, X.w);
+#else
+                const uint32_t x0 = __byte_perm(X.x, X.z, 0x5410), x1 = __byte_perm(X.x, X.z, 0x7632);
+                const uint32_t x2 = __byte_perm(X.y, X.w, 0x5410), x3 = __byte_perm(X.y, X.w, 0x7632);
+                k_mma(d, k_pair(ua, 0), k_pair(ub, 0), k_pair(ua, 1), k_pair(ub, 1), x0, x1);
+                k_mma(d, k_pair(ua, 2), k_pair(ub, 2), k_pair(ua, 3), k_pair(ub, 3), x2, x3);
+                k_mma(e4, ONES, ONES, ONES, ONES, x0, x1);
+                k_mma(e4, ONES, ONES, ONES, ONES, x2, x3);
+#endif
             }
+#if X_PASS
             float e[2] = {0.0f, 0.0f};
             if (has_pair) {
                 const float2 es = xsum_c[h];
                 e[0] = es.x;
                 e[1] = es.y;
             }
+#else
+            /* (the ones-mma: the group's sums of x rows 2c and 2c + 1 in e4[0], e4[1]) */
+            const float *e = e4;
+#endif
             /* d: features g (0, 1) and g + 8 (2, 3) at rows 2c and 2c + 1; e[0], e[1]: the
                group's sums of x rows 2c and 2c + 1. With d = sum(x (OFFSET + q)):
                scale * sum(x q) + bias * sum(x) = scale * d + (bias - OFFSET * scale) * sum(x). */
@@ -349,11 +380,12 @@ fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define GROUP {}\n#define STAGES {}\n#define WARPS {}\n#define IS_BF16 {}\n\
-         #define ROW_BYTES {ROW_BYTES}\n",
+         #define ROW_BYTES {ROW_BYTES}\n#define X_PASS {}\n",
         key.group,
         key.stages,
         key.warps,
-        (key.dtype == DType::BF16) as u8
+        (key.dtype == DType::BF16) as u8,
+        key.x_pass as u8
     );
     s.push_str(&crate::gemv::sets_source(key.sets));
     s.push_str(BODY);
@@ -365,7 +397,7 @@ fn source(key: &Key) -> String {
 fn shared_bytes(key: &Key, rows: usize, k: usize) -> usize {
     let u = CHUNK_BYTES * 2 / key.group;
     let stage = FEATURES * ROW_BYTES + 2 * FEATURES * u * 2;
-    let sums = (k / key.group) * rows.next_multiple_of(2) * 4;
+    let sums = if key.x_pass { (k / key.group) * rows.next_multiple_of(2) * 4 } else { 0 };
     (rows * (2 * k + 16)).next_multiple_of(16)
         + sums.next_multiple_of(16)
         + key.warps * key.stages * stage
@@ -396,7 +428,7 @@ fn key(dtype: DType, group: usize, n: usize, chunks: usize, sets: usize) -> Key 
         .min(chunks.next_power_of_two().max(1));
     let warps = if forced_warps > 0 { forced_warps } else { warps };
     let stages = if forced_stages > 0 { forced_stages } else { 2 };
-    Key { dtype, group, warps, stages, sets }
+    Key { dtype, group, warps, stages, sets, x_pass: x_pass() }
 }
 
 static KERNELS: KernelCache<Key> = KernelCache::new();
@@ -472,8 +504,8 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
     for dtype in [DType::BF16, DType::F16] {
         for group in [32, 64, 128] {
             for (warps, stages) in [(4, 2), (8, 2), (8, 4)] {
-                for sets in [1, MAX_SETS] {
-                    let key = Key { dtype, group, warps, stages, sets };
+                for (sets, x_pass) in [(1, false), (1, true), (MAX_SETS, false), (MAX_SETS, true)] {
+                    let key = Key { dtype, group, warps, stages, sets, x_pass };
                     out.push((format!("qmv_mma_{key:?}"), source(&key)));
                 }
             }

@@ -66,6 +66,15 @@ pub(crate) struct Key {
     pub tile: usize,
     /// K and V rows are 16-byte aligned: tiles load through `cp.async`.
     pub vec: bool,
+    /// The merge takes every row at once (`KILN_DECODE_MERGE_ROWS=1`; off until its GPU
+    /// tests have run), else a row after a row.
+    pub merge_rows: bool,
+}
+
+/// `KILN_DECODE_MERGE_ROWS=1` (read once): the merge of every row at once.
+fn merge_rows() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_DECODE_MERGE_ROWS").as_deref() == Ok("1"))
 }
 
 /// Shared row lengths (elements) of the K and V tiles: padded by 16 bytes (keeps vector
@@ -359,6 +368,7 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+#if MERGE_ROWS
     /* Every row at once, the spans' loads in flight together (a row after a row, each a chain
        of dependent L2 round trips, cost more than the spans' own work). First a warp per row:
        the max over the spans and the denominator (lanes take the spans in turn, then a fixed
@@ -416,6 +426,34 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attn_decode(
         for (int r = 0; r < ROWS; ++r)
             if (r < nr) out[(row_base + r) * DV + d] = k_store(num[r] * (1.0f / s_l[r]));
     }
+#else
+    /* Per row: the spans' outputs weighted by exp2(m_s - max) over the weighted sums, summed
+       in span order by every thread (the same order, so the same bits, whoever merges). A
+       row whose scores are all -inf gets 0 / 0 (NaN), as one span would. */
+    const int ns = (int)spans;
+    for (int r = 0; r < nr; ++r) {
+        const int64_t row = row_base + r;
+        const float *ml = part_ml + 2 * row;
+        float mx = -INFINITY;
+        for (int s = 0; s < ns; ++s) mx = k_max_nan(mx, __ldcg(ml + 2 * s * total_rows));
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        #pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = threadIdx.x + c * NT;
+            if (d >= DV) break;
+            const float *po = part_o + row * DV + d;
+            const int64_t step = total_rows * DV;
+            float den = 0.0f, num = 0.0f;
+            #pragma unroll 4
+            for (int s = 0; s < ns; ++s) {
+                const float w = exp2f(__ldcg(ml + 2 * s * total_rows) - base);
+                den = fmaf(w, __ldcg(ml + 2 * s * total_rows + 1), den);
+                num = fmaf(w, __ldcg(po + s * step), num);
+            }
+            out[row * DV + d] = k_store(num * (1.0f / den));
+        }
+    }
+#endif
 }
 "#;
 
@@ -431,7 +469,7 @@ fn source(key: &Key) -> String {
     let _ = write!(
         s,
         "#define DK {}\n#define DV {}\n#define ROWS {}\n#define T {}\n#define VEC {}\n\
-         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n",
+         #define LDK {}\n#define LDV {}\n#define S_IS_FLOAT {}\n#define MERGE_ROWS {}\n",
         key.dk,
         key.dv,
         key.rows,
@@ -440,6 +478,7 @@ fn source(key: &Key) -> String {
         padded(key.dk, esize, key.vec),
         padded(key.dv, esize, key.vec),
         (key.dtype == DType::F32) as u8,
+        key.merge_rows as u8,
     );
     s.push_str(BODY);
     s
@@ -517,7 +556,7 @@ pub(crate) fn attention(
     let Some(tile) = tile_for(esize, dk, dv, rows, vec) else {
         kiln_base::bail!(Value, op, "Head dims {dk} and {dv} are too large for the GPU kernel.");
     };
-    let key = Key { dtype, mask, dk, dv, rows, tile, vec };
+    let key = Key { dtype, mask, dk, dv, rows, tile, vec, merge_rows: merge_rows() };
     let row_tiles = (group * lq).div_ceil(rows);
     let units = b_n * hk * row_tiles;
     let gpu = gpu()?;
@@ -569,8 +608,10 @@ pub(crate) fn all_sources() -> Vec<(String, String)> {
                 [(128, 128, 4, true), (64, 64, 1, true), (80, 80, 8, false), (256, 256, 8, true)]
             {
                 let Some(tile) = tile_for(dtype.size(), dk, dv, rows, vec) else { continue };
-                let key = Key { dtype, mask, dk, dv, rows, tile, vec };
-                out.push((format!("attn_decode_{key:?}"), source(&key)));
+                for merge_rows in [false, true] {
+                    let key = Key { dtype, mask, dk, dv, rows, tile, vec, merge_rows };
+                    out.push((format!("attn_decode_{key:?}"), source(&key)));
+                }
             }
         }
     }
