@@ -230,19 +230,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
         next += WARPS;
         next_slot = next_slot == STAGES - 1 ? 0 : next_slot + 1;
     };
-    /* x into shared memory by every thread (its own group, committed first), then the
-       first chunks; once x is in, a barrier makes it visible. */
     const int units = (int)(k / 8);
     const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xs);
     for (int r = 0; r < rows; ++r)
         for (int o = threadIdx.x; o < units; o += NT)
             k_cp<16>(xs0 + r * xstride + o * 16, (const uint4 *)(x + r * k) + o);
+#if X_PASS
+    /* x into shared memory by every thread (its own group, committed first), then the
+       first chunks; once x is in, a barrier makes it visible. */
     k_commit();
     #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) issue();
     k_wait<STAGES - 1>();
     __syncthreads();
-#if X_PASS
     /* While the chunks are in flight: each 8 values of x rearranged in place into the mma's
        pair order (values t and t + 4 of a word share a register, as the nibbles pair), and
        each group's sum per row into xsum (the `(bias - OFFSET * scale) * sum(x)` term), summed
@@ -271,6 +271,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
     __syncthreads();
     const bool has_pair = 2 * c < rows;
     const float2 *xsum_c = (const float2 *)xsum + c * groups;
+#else
+    /* x into shared memory by every thread, in flight with the first chunk (its group);
+       once that group is in, a barrier makes all of x visible. */
+    #pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue();
+    k_wait<STAGES - 2>();
+    __syncthreads();
 #endif
 
     const bool has_row = g < rows;
@@ -297,8 +304,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) kiln_qmv_mma(
             float e4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #endif
             uint32_t wua[WPT], wub[WPT];
+#if X_PASS
             k_words(wa + s * WPG, wua);
             k_words(wb + s * WPG, wub);
+#else
+            #pragma unroll
+            for (int i = 0; i < WPT; ++i) {
+                wua[i] = wa[s * WPG + i];
+                wub[i] = wb[s * WPG + i];
+            }
+#endif
             #pragma unroll
             for (int i = 0; i < WPT; ++i) {
                 /* x values j and j + 4 of the word's eight in a register, as the nibbles pair */

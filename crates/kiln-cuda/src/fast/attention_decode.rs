@@ -129,34 +129,39 @@ const BODY: &str = r#"
 K_INLINE float k_lo(uint32_t a) { return k_load((S)(a & 0xffffu)); }
 K_INLINE float k_hi(uint32_t a) { return k_load((S)(a >> 16)); }
 
-/* q . k over DK: q scaled, float32 in shared memory; k a shared tile row. Four partial sums
-   (independent FMA chains: one chain of DK dependent FMAs was the tile's longest step). */
+/* q . k over DK: q scaled, float32 in shared memory; k a shared tile row. With MERGE_ROWS
+   (the kernel's new form, on with it until both have run on a GPU), four partial sums:
+   one chain of DK dependent FMAs was the tile's longest step. */
+#if MERGE_ROWS
+#define K_PARTS 4
+#else
+#define K_PARTS 1
+#endif
 K_INLINE float k_dot(const float *__restrict__ qr, const S *__restrict__ kr) {
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if VEC && S_IS_FLOAT
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     #pragma unroll 4
     for (int d = 0; d < DK; d += 4) {
-        const float4 a = *(const float4 *)(kr + d), b = *(const float4 *)(qr + d);
-        a0 = fmaf(a.x, b.x, a0); a1 = fmaf(a.y, b.y, a1);
-        a2 = fmaf(a.z, b.z, a2); a3 = fmaf(a.w, b.w, a3);
+        const float4 u = *(const float4 *)(kr + d), b = *(const float4 *)(qr + d);
+        a[0] = fmaf(u.x, b.x, a[0]); a[1 % K_PARTS] = fmaf(u.y, b.y, a[1 % K_PARTS]);
+        a[2 % K_PARTS] = fmaf(u.z, b.z, a[2 % K_PARTS]); a[3 % K_PARTS] = fmaf(u.w, b.w, a[3 % K_PARTS]);
     }
-    return (a0 + a1) + (a2 + a3);
 #elif VEC
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     #pragma unroll 4
     for (int d = 0; d < DK; d += 8) {
-        const uint4 a = *(const uint4 *)(kr + d);
+        const uint4 u = *(const uint4 *)(kr + d);
         const float4 b = *(const float4 *)(qr + d), c = *(const float4 *)(qr + d + 4);
-        a0 = fmaf(k_lo(a.x), b.x, a0); a1 = fmaf(k_hi(a.x), b.y, a1);
-        a2 = fmaf(k_lo(a.y), b.z, a2); a3 = fmaf(k_hi(a.y), b.w, a3);
-        a0 = fmaf(k_lo(a.z), c.x, a0); a1 = fmaf(k_hi(a.z), c.y, a1);
-        a2 = fmaf(k_lo(a.w), c.z, a2); a3 = fmaf(k_hi(a.w), c.w, a3);
+        a[0] = fmaf(k_lo(u.x), b.x, a[0]); a[1 % K_PARTS] = fmaf(k_hi(u.x), b.y, a[1 % K_PARTS]);
+        a[2 % K_PARTS] = fmaf(k_lo(u.y), b.z, a[2 % K_PARTS]); a[3 % K_PARTS] = fmaf(k_hi(u.y), b.w, a[3 % K_PARTS]);
+        a[0] = fmaf(k_lo(u.z), c.x, a[0]); a[1 % K_PARTS] = fmaf(k_hi(u.z), c.y, a[1 % K_PARTS]);
+        a[2 % K_PARTS] = fmaf(k_lo(u.w), c.z, a[2 % K_PARTS]); a[3 % K_PARTS] = fmaf(k_hi(u.w), c.w, a[3 % K_PARTS]);
     }
-    return (a0 + a1) + (a2 + a3);
 #else
-    float acc = 0.0f;
-    for (int d = 0; d < DK; ++d) acc = fmaf(k_load(kr[d]), qr[d], acc);
-    return acc;
+    for (int d = 0; d < DK; ++d) a[0] = fmaf(k_load(kr[d]), qr[d], a[0]);
+    return a[0];
+#endif
+#if VEC
+    return K_PARTS == 1 ? a[0] : (a[0] + a[1]) + (a[2] + a[3]);
 #endif
 }
 
