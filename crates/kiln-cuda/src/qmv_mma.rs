@@ -24,10 +24,11 @@
 //! quarter of the group (`c`) and the values of x row `g` for the same quarter (zero past
 //! the rows); the mma's k order is a permutation of the group's (nibbles `t` and `t + 4` of
 //! a word share a register), the same for x and W, so each sum is a dot product over the
-//! group. Each block rearranges its copy of x into that order once, in shared memory, and
-//! sums each group of x there (both were every warp's work per chunk: four byte permutes and
-//! two mma with A all ones per 16 bytes of x, about an eighth of its instructions); the
-//! accumulator gets `scale * d + (bias - OFFSET * scale) * sum(x)` per group, in float32. Where a warp's sum is not finite (an inf or NaN in x, or a factored sum that
+//! group. A second mma with A all ones gives the group's sum of x in the same fragment
+//! layout. With `KILN_QMV_X_PASS=1` (off until its GPU tests run) each block instead
+//! rearranges its copy of x into the mma's order once, in shared memory, and sums each group
+//! of x there: every warp's four byte permutes and two ones-mma per 16 bytes of x go (SASS,
+//! bf16, groups of 64: 282 instructions a chunk -> 236). The accumulator gets `scale * d + (bias - OFFSET * scale) * sum(x)` per group, in float32. Where a warp's sum is not finite (an inf or NaN in x, or a factored sum that
 //! overflowed) its groups are summed again weight by weight as dequantize rounds them (the
 //! factored form turns `0 * inf` into a NaN where the definition has `bias * inf`).
 //!
