@@ -119,3 +119,38 @@ def test_batches_without_one_stride(name, rng, device):
     tol = looser(device, TOL[name], GPU_TOL[name]) * 4
     for fn, want in cases:
         assert_matches(fn(), want, name, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("stored", ["w", "w.T"])
+def test_few_row_half_products(name, stored, rng, device):
+    """A decode step's `x @ W.T` (and `x @ W`): half-float products of at most 8 rows, which
+    the CPU takes without a float32 copy of W (runs of W widened in L1, summed in float32).
+    Lengths across the runs and lanes, enough features to split over threads, a 3-d x over
+    a 2-d W, NaN and inf in x, against numpy in float64 and MLX where installed."""
+    dt = getattr(mx, name)
+    tol = looser(device, TOL[name], GPU_TOL[name])
+    for rows, k, n in [(1, 1, 1), (1, 511, 70), (3, 1300, 600), (8, 64, 33), (2, 0, 5)]:
+        x, xn = make(name, (1, rows, k), rng, high=3)
+        w, wn = make(name, (n, k), rng, high=3)
+        if rows > 1 and k > 2:
+            xn = xn.astype(np.float64)
+            xn[0, 0, 1], xn[0, 1, 2] = np.inf, np.nan
+            x = mx.array(xn, dtype=dt)
+        if stored == "w.T":  # nn.Linear: W (n, k) read transposed
+            out, expected = x @ w.T, xn.astype(np.float64) @ wn.T.astype(np.float64)
+        else:  # W stored (k, n): a row-major right operand
+            w, wn = mx.array(wn.T, dtype=dt), np.ascontiguousarray(wn.T)
+            out, expected = x @ w, xn.astype(np.float64) @ wn.astype(np.float64)
+        assert out.dtype == dt and out.shape == (1, rows, n)
+        # A sum of k products of size 3 rounded once to the half type.
+        assert_matches(out, expected, name, rtol=tol, atol=tol * max(1, k) ** 0.5 / 8)
+        try:
+            import mlx.core as mlx
+        except ImportError:
+            continue
+        ours = np.array(out.astype(mx.float32))
+        xm = mlx.array(np.array(x.astype(mx.float32)), dtype=getattr(mlx, name))
+        wm = mlx.array(np.array(w.astype(mx.float32)), dtype=getattr(mlx, name))
+        theirs = np.array(((xm @ wm.T) if stored == "w.T" else (xm @ wm)).astype(mlx.float32))
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol * max(1, k) ** 0.5 / 8)

@@ -25,6 +25,7 @@ mod lines;
 mod logsumexp;
 mod math;
 mod matmul;
+mod matvec;
 mod random;
 mod reduce;
 mod rowwalk;

@@ -55,9 +55,13 @@ fn native<T: Gemm>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Arra
 }
 
 /// Half-precision inputs: widened to f32 in bulk (`widen_view`), multiplied, and the
-/// result rounded back once in bulk. Conversions run on every thread, into pooled blocks (a
+/// result rounded back once in bulk (few-row products: `matvec.rs`). Conversions run on every thread, into pooled blocks (a
 /// fresh allocation of a big operand page-faults on every call).
 fn widened<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
+    // A few rows against a big B (a decode step) widen B a run at a time instead.
+    if let Some(out) = crate::matvec::product::<H>(a, b, shape)? {
+        return Ok(out);
+    }
     let (wa, la) = widen_view::<H>(a.buffer.host_slice::<H>(), &a.layout)?;
     let (wb, lb) = widen_view::<H>(b.buffer.host_slice::<H>(), &b.layout)?;
     let (wa, wb) = (wa.buffer.host_slice::<f32>(), wb.buffer.host_slice::<f32>());
