@@ -88,8 +88,11 @@ def test_gather_mm_matches_composition(dtype, pattern, m, transposed):
         theirs = mlx.gather_mm(ma.astype(getattr(mlx, dtype)), mb.astype(getattr(mlx, dtype)),
                                *margs)
         assert tuple(theirs.shape) == got.shape
+        # MLX's CPU rounds bfloat16 partial sums (0.31 off at a value of 0.09 seen, k 64);
+        # kiln's float32 sums are held to the composition above at `tol * 4`.
+        atol = tol * (8 if dtype == "bfloat16" else 4)
         np.testing.assert_allclose(np.array(got.astype(mx.float32)),
-                                   np.array(theirs.astype(mlx.float32)), rtol=tol, atol=tol * 4)
+                                   np.array(theirs.astype(mlx.float32)), rtol=tol, atol=atol)
 
 
 def test_gather_mm_indices_may_be_any_integer_and_sorted_flag_is_a_hint():
@@ -214,8 +217,11 @@ def test_gather_qmm_matches_composition_and_mlx(dtype, tokens, transpose):
                                 to(s.astype(mx.float32)).astype(md),
                                 to(b.astype(mx.float32)).astype(md), rhs_indices=to(ri),
                                 transpose=transpose)
+        # MLX's CPU rounds bfloat16 partial sums (0.31 off at a value of 0.09 seen, k 64);
+        # kiln's float32 sums are held to the composition above at `tol * 4`.
+        atol = tol * (8 if dtype == "bfloat16" else 4)
         np.testing.assert_allclose(np.array(got.astype(mx.float32)),
-                                   np.array(theirs.astype(mlx.float32)), rtol=tol, atol=tol * 4)
+                                   np.array(theirs.astype(mlx.float32)), rtol=tol, atol=atol)
 
 
 def test_gather_qmm_sorted_with_lhs_and_grad():

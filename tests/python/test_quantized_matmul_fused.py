@@ -1,5 +1,5 @@
 """quantized_matmul's fused CPU kernel (a few rows of x against 2-d packed weights, read in
-place): values against the dequantize-then-matmul definition (in float64) and against MLX,
+place; more rows against dequantized panels of them): values against the dequantize-then-matmul definition (in float64) and against MLX,
 for every affine width, group size and float dtype; gradients, jvp, vmap and compile
 through it (its transforms are the composition's)."""
 
@@ -28,7 +28,7 @@ def reference(x, wq, s, b, group_size, bits):
 def test_matches_definition(bits, group_size, dtype):
     n, k = 48, 256
     wq, s, b = quantized(n, k, group_size, bits, dtype)
-    for lead in [(1,), (3,), (2, 5), (4, 7)]:  # the last one (28 rows) dequantizes first
+    for lead in [(1,), (3,), (2, 5), (4, 7)]:  # the last one (28 rows) takes dense panels
         x = mx.array(RNG.normal(size=lead + (k,)).astype(np.float32)).astype(getattr(mx, dtype))
         out = mx.quantized_matmul(x, wq, s, b, True, group_size, bits)
         assert out.shape == lead + (n,) and out.dtype == x.dtype
@@ -55,8 +55,8 @@ def test_special_values_and_mixed_dtypes():
 def test_matches_mlx():
     mlx = pytest.importorskip("mlx.core")
     w = RNG.normal(size=(64, 512)).astype(np.float32)
-    x = RNG.normal(size=(1, 512)).astype(np.float32)
-    for bits in [3, 4, 8]:
+    for bits, rows in [(3, 1), (4, 1), (8, 1), (4, 40), (8, 40)]:  # 40 rows: dense panels
+        x = RNG.normal(size=(rows, 512)).astype(np.float32)
         for dtype in ["float32", "bfloat16"]:
             got, want = (
                 np.array(

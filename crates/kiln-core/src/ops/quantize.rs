@@ -268,23 +268,17 @@ pub fn quantized_matmul(
     }
     let dtype = x.dtype().promote(scales.dtype()).to_float();
     let (x, scales, biases) = (astype(x, dtype)?, astype(scales, dtype)?, astype(biases, dtype)?);
-    let rows = x.size() / last.max(1);
-    // A few rows against 2-d weights (a decode step): one kernel reading the packed weights
-    // in place. Many rows are bound by the product's arithmetic: dequantize once instead, on
-    // the CPU through the composition; the GPU's kernels take every row count (from 16 rows
-    // they dequantize a block of weights at a time for cuBLAS, so the dense weights never
-    // exist whole and no elementwise pass runs over them).
-    let on_gpu = crate::device::default_stream().device.kind == kiln_base::DeviceKind::Gpu
-        && matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
-    if transpose && w.ndim() == 2 && (rows <= FUSED_ROWS || on_gpu) && dtype != DType::F64 {
+    // 2-d weights: one kernel, whatever the rows. A few rows (a decode step) read the packed
+    // weights in place; many rows are bound by the product's arithmetic, and the kernels
+    // dequantize a panel of weights at a time for a dense product (faer on the CPU, cuBLAS
+    // on the GPU), so the dense weights never exist whole and no elementwise pass runs over
+    // them (the composition's four passes cost three times the product on the CPU).
+    if transpose && w.ndim() == 2 && dtype != DType::F64 {
         let fop = kiln_base::FastOp::QuantizedMatmul { group_size, bits };
         return super::record(kiln_base::Primitive::Fast(fop), vec![x, w.clone(), scales, biases]);
     }
     composed_quantized_matmul(&[x, w.clone(), scales, biases], transpose, group_size, bits)
 }
-
-/// Rows of x up to which `quantized_matmul` runs the fused kernel.
-const FUSED_ROWS: usize = 16;
 
 /// `quantized_matmul` as dequantize-then-matmul over `[x, w, scales, biases]` (one float
 /// dtype): the many-row path, and the definition the fused kernel's transforms follow.

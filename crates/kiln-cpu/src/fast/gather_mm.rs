@@ -5,7 +5,7 @@
 //! panel) and the products stored at their positions. Each used expert is read once per
 //! call, whatever the order of the indices; groups run in parallel.
 
-use super::quantized::{self, Packed};
+use super::quantized::{self, Packed, PACKED_ROWS};
 use super::{dense_as, elements};
 use crate::halfmap::Half;
 use crate::matmul::{batch_offsets, matrix, Gemm, PARALLEL_FLOPS};
@@ -13,10 +13,6 @@ use faer::{MatMut, MatRef, Par};
 use half::{bf16, f16};
 use kiln_base::{bail, ArrayData, DType, Layout, Result, HOST};
 use rayon::prelude::*;
-
-/// Panel rows up to which `gather_qmm` dots packed rows directly (above: dequantize the
-/// expert once and multiply densely), as `quantized_matmul`'s fused path.
-const PACKED_ROWS: usize = 16;
 
 /// One group: the expert and the output positions that use it.
 struct Group {

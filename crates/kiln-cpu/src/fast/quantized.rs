@@ -128,8 +128,20 @@ pub(super) struct Packed<'a> {
     pub bits: u32,
 }
 
+/// Rows up to which a product dots the packed rows directly; more are bound by the
+/// arithmetic, and multiply dequantized panels of the weights densely (`dense_product`).
+pub(super) const PACKED_ROWS: usize = 16;
+
+/// float32 weights a panel of `dense_product` holds at most (4 MB): x is read once a panel.
+const PANEL_VALUES: usize = 1 << 20;
+/// Fewest features a panel of `dense_product` takes.
+const PANEL_FEATURES: usize = 128;
+
 /// `xs @ dequantize(p).T` for `rows` rows of `p.k` inputs, into row-major `out` (rows x n).
 pub(super) fn product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
+    if rows > PACKED_ROWS {
+        return dense_product(xs, rows, p, out);
+    }
     #[cfg(target_arch = "x86_64")]
     let table = super::quantized_avx512::available();
     #[cfg(not(target_arch = "x86_64"))]
@@ -425,17 +437,60 @@ fn for_each_group(
 
 /// The dense `(n, k)` weights of `p`, row-major (a many-row product multiplies these).
 pub(super) fn dequantize(p: &Packed, out: &mut [f32]) {
+    dequantize_features(p, 0, out)
+}
+
+/// The dense weights of features `first..` (as many as `out` has rows of `p.k`).
+fn dequantize_features(p: &Packed, first: usize, out: &mut [f32]) {
     crate::simd::run(
         #[inline(always)]
         || {
             let mut unpacked = [0f32; MAX_GROUP];
-            for (f, row) in out.chunks_exact_mut(p.k).enumerate().take(p.n) {
-                for_each_group(p, f, &mut unpacked, |g, q| {
+            for (f, row) in out.chunks_exact_mut(p.k.max(1)).enumerate().take(p.n - first) {
+                for_each_group(p, first + f, &mut unpacked, |g, q| {
                     row[g * p.group_size..][..p.group_size].copy_from_slice(q);
                 });
             }
         },
     )
+}
+
+/// `product` for many rows: panels of features dequantized to float32 (the weights the
+/// packed kernel uses) and multiplied by faer, a panel a task. The dense weights never exist
+/// whole, and no elementwise pass runs over them (the composition `dequantize` then `matmul`
+/// made four, 54 ms for an 8192 x 2048 matrix where the product of 64 rows takes 17).
+fn dense_product(xs: &[f32], rows: usize, p: &Packed, out: &mut [f32]) {
+    use crate::matmul::Gemm;
+    use faer::{MatMut, MatRef, Par};
+    let (n, k) = (p.n, p.k);
+    if n == 0 {
+        return;
+    }
+    let panel = (PANEL_VALUES / k.max(1)).max(PANEL_FEATURES).min(n);
+    let x = MatRef::from_row_major_slice(&xs[..rows * k], rows, k);
+    let panels: Vec<Vec<f32>> = (0..n.div_ceil(panel))
+        .into_par_iter()
+        .map(|b| {
+            let (first, features) = (b * panel, panel.min(n - b * panel));
+            let mut res = vec![0f32; rows * features];
+            if kiln_base::interrupt::requested() {
+                return res; // eval discards the output
+            }
+            let mut dense = vec![0f32; features * k];
+            dequantize_features(p, first, &mut dense);
+            let w = MatRef::from_row_major_slice(&dense, features, k).transpose();
+            let dst = MatMut::from_row_major_slice_mut(&mut res, rows, features);
+            f32::gemm(dst, x, w, Par::Seq);
+            res
+        })
+        .collect();
+    for (b, res) in panels.iter().enumerate() {
+        let first = b * panel;
+        let features = panel.min(n - first);
+        for (r, row) in res.chunks_exact(features).enumerate() {
+            out[r * n + first..r * n + first + features].copy_from_slice(row);
+        }
+    }
 }
 
 /// Integers `start .. start + out.len()` of a row's little-endian bit stream of `bits`-bit
@@ -592,6 +647,35 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Many rows take dequantized panels through faer: the packed kernel's weights, so the
+    /// same products within float32 summation error, across panel boundaries (300 features
+    /// of k 4096 are two panels), with an inf and a NaN in x.
+    #[test]
+    fn dense_panels_match_the_packed_kernel() {
+        let (n, k, group, bits, rows) = (300, 4096, 64, 4, PACKED_ROWS + 4);
+        assert!(PANEL_VALUES / k < n, "the case spans panels");
+        let (words, scales, biases) = packed_case(n, k, group, bits);
+        let p = bf16_packed((&words, &scales, &biases), n, k, group, bits);
+        let mut xs: Vec<f32> =
+            (0..rows * k).map(|i| ((i * 29 % 83) as f32 - 41.0) * 0.02).collect();
+        xs[3 * k + 5] = f32::INFINITY;
+        xs[7 * k + 9] = f32::NAN;
+        let mut dense = vec![0f32; rows * n];
+        product(&xs, rows, &p, &mut dense);
+        let mut packed = vec![0f32; rows * n];
+        for (x, out) in xs.chunks(4 * k).zip(packed.chunks_mut(4 * n)) {
+            product(x, x.len() / k, &p, out);
+        }
+        for (i, (&d, &q)) in dense.iter().zip(&packed).enumerate() {
+            let at = format!("({}, {})", i / n, i % n);
+            if q.is_nan() || q.is_infinite() {
+                assert_eq!(d.to_bits() & 0x7fc0_0000, q.to_bits() & 0x7fc0_0000, "{at}: {d} {q}");
+            } else {
+                assert!((d - q).abs() <= 1e-4 * (1.0 + q.abs()), "{at}: {d} against {q}");
             }
         }
     }
