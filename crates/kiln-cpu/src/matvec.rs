@@ -16,6 +16,7 @@
 
 use crate::halfmap::Half;
 use crate::matmul::batch_offsets;
+use crate::simd::pairwise;
 use crate::strided::output_full;
 use crate::walk::PARALLEL_ELEMENTS;
 use kiln_base::{ArrayData, Layout, Result};
@@ -224,20 +225,6 @@ fn dot_row(lanes: &mut [f32; LANES], x: &[f32], w: &[f32]) {
         acc[l] = x[t].mul_add(w[t], acc[l]);
     }
     *lanes = acc;
-}
-
-/// The sum of the lanes, halves added pairwise (a fixed order on every level).
-#[inline(always)]
-fn pairwise(lanes: &[f32; LANES]) -> f32 {
-    let mut v = *lanes;
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            v[l] += v[l + width];
-        }
-    }
-    v[0]
 }
 
 #[cfg(test)]

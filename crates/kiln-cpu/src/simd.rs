@@ -125,6 +125,22 @@ pub fn run_at<R>(level: Level, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The sum of a kernel's float32 lanes, halves added pairwise: a fixed order on every level,
+/// so lane-wise kernels give the same bits whatever their vector width.
+#[inline(always)]
+pub(crate) fn pairwise<const N: usize>(lanes: &[f32; N]) -> f32 {
+    debug_assert!(N.is_power_of_two(), "pairwise takes a power of two lanes");
+    let mut v = *lanes;
+    let mut width = N;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            v[l] += v[l + width];
+        }
+    }
+    v[0]
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")]
 unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {

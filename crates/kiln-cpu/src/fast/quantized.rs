@@ -15,6 +15,7 @@
 //! definition has it).
 
 use super::{dense_as, elements};
+use crate::simd::pairwise;
 use crate::walk::PARALLEL_ELEMENTS;
 use half::{bf16, f16};
 use kiln_base::{ArrayData, DType, Layout, Result, HOST};
@@ -395,20 +396,6 @@ fn planar_rows<const BITS: usize, const R: usize>(
     for (o, lanes) in out.iter_mut().zip(&acc) {
         *o = pairwise(lanes);
     }
-}
-
-/// The sum of a unit's lanes, halves added pairwise (a fixed order on every level).
-#[inline(always)]
-fn pairwise(lanes: &[f32; UNIT]) -> f32 {
-    let mut v = *lanes;
-    let mut width = UNIT;
-    while width > 1 {
-        width /= 2;
-        for l in 0..width {
-            v[l] += v[l + width];
-        }
-    }
-    v[0]
 }
 
 /// Feature `f` of `p`, one group at a time: `each(g, weights)` gets group `g`'s weights
