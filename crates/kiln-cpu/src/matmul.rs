@@ -55,11 +55,14 @@ fn native<T: Gemm>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Arra
 }
 
 /// Half-precision inputs: widened to f32 in bulk (`widen_view`), multiplied, and the
-/// result rounded back once in bulk (few-row products: `matvec.rs`). Conversions run on every thread, into pooled blocks (a
+/// result rounded back once in bulk (few-row products: `matvec.rs`; a big `W.T`: `by_panels`). Conversions run on every thread, into pooled blocks (a
 /// fresh allocation of a big operand page-faults on every call).
 fn widened<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
     // A few rows against a big B (a decode step) widen B a run at a time instead.
     if let Some(out) = crate::matvec::product::<H>(a, b, shape)? {
+        return Ok(out);
+    }
+    if let Some(out) = by_panels::<H>(a, b, shape)? {
         return Ok(out);
     }
     let (wa, la) = widen_view::<H>(a.buffer.host_slice::<H>(), &a.layout)?;
@@ -74,6 +77,62 @@ fn widened<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Arr
         par_chunks(out, |chunk, at| H::narrow(&acc[at..at + chunk.len()], chunk));
         Ok(())
     })
+}
+
+/// float32 values of B a panel of `by_panels` holds at most (4 MB).
+const PANEL_VALUES: usize = 1 << 20;
+/// Fewest columns a panel of `by_panels` takes.
+const PANEL_COLUMNS: usize = 128;
+
+/// One half-float product against a big `W.T` (B's k axis of unit stride: a prefill's
+/// `x @ W.T`), B widened a panel of columns at a time (a panel a task, each multiplied by
+/// faer), so its float32 copy never exists whole: the lm_head of a 128k vocabulary would be
+/// a 1 GB copy. `None` for other products (batches, other layouts, small B).
+fn by_panels<H: Half>(a: &ArrayData, b: &ArrayData, shape: &[usize]) -> Result<Option<ArrayData>> {
+    let (la, lb) = (&a.layout, &b.layout);
+    let nd = la.ndim();
+    if nd < 2 || lb.ndim() != nd || la.shape[..nd - 2].iter().product::<usize>() != 1 {
+        return Ok(None);
+    }
+    let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
+    let (rs, cs) = (lb.strides[nd - 2], lb.strides[nd - 1]);
+    if rs != 1 || cs < k as isize || m == 0 || k * n < 2 * PANEL_VALUES {
+        return Ok(None);
+    }
+    let (wa, la) = widen_view::<H>(a.buffer.host_slice::<H>(), la)?;
+    let mut scratch = Vec::new();
+    let xs = matrix(wa.buffer.host_slice::<f32>(), &la, la.offset, &mut scratch);
+    let src = b.buffer.host_slice::<H>();
+    let panel = (PANEL_VALUES / k).max(PANEL_COLUMNS).min(n);
+    let panels: Vec<Vec<f32>> = (0..n.div_ceil(panel))
+        .into_par_iter()
+        .map(|p| {
+            let (first, columns) = (p * panel, panel.min(n - p * panel));
+            let mut res = vec![0f32; m * columns];
+            if kiln_base::interrupt::requested() {
+                return res; // eval discards the output
+            }
+            // Column j of B is row j of W: k contiguous values from `offset + j * cs`.
+            let mut dense = vec![0f32; columns * k];
+            for (j, row) in dense.chunks_exact_mut(k).enumerate() {
+                let at = lb.offset + (first + j) * cs as usize;
+                H::widen(&src[at..at + k], row);
+            }
+            let w = MatRef::from_row_major_slice(&dense, columns, k).transpose();
+            f32::gemm(MatMut::from_row_major_slice_mut(&mut res, m, columns), xs, w, Par::Seq);
+            res
+        })
+        .collect();
+    let out = output_full::<H>("matmul", shape, |out| {
+        for (p, res) in panels.iter().enumerate() {
+            let (first, columns) = (p * panel, panel.min(n - p * panel));
+            for (r, row) in res.chunks_exact(columns).enumerate() {
+                H::narrow(row, &mut out[r * n + first..r * n + first + columns]);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Some(out))
 }
 
 /// The elements `l` addresses in `src`, widened to f32, and their layout in the result.
@@ -218,4 +277,44 @@ pub(crate) fn matrix<'a, T: Copy>(
         );
     }
     MatRef::from_row_major_slice(scratch.as_slice(), rows, cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_base::HOST;
+
+    /// A big `W.T` in panels (600 columns of k 4096: three panels; W's rows 4100 apart, as a
+    /// slice of a wider W) against a float64 sum of the same bfloat16 values.
+    #[test]
+    fn panels_match_a_float64_sum() {
+        let (m, k, n, ld) = (20, 4096, 600, 4100);
+        let value = |i: usize, s: usize| bf16::from_f32(((i * 37 + s) % 101) as f32 * 0.02 - 1.0);
+        let xv: Vec<bf16> = (0..m * k).map(|i| value(i, 1)).collect();
+        let wv: Vec<bf16> = (0..n * ld).map(|i| value(i, 2)).collect();
+        let a = ArrayData {
+            buffer: HOST.from_slice(&xv).unwrap(),
+            layout: Layout::contiguous(&[m, k]),
+            dtype: DType::BF16,
+        };
+        let b = ArrayData {
+            buffer: HOST.from_slice(&wv).unwrap(),
+            layout: Layout::new(vec![k, n].into(), vec![1, ld as isize].into(), 0),
+            dtype: DType::BF16,
+        };
+        let out = by_panels::<bf16>(&a, &b, &[m, n]).unwrap().expect("a big W.T");
+        let got = out.buffer.host_slice::<bf16>();
+        for r in 0..m {
+            for j in 0..n {
+                let want: f64 =
+                    (0..k).map(|i| xv[r * k + i].to_f64() * wv[j * ld + i].to_f64()).sum();
+                let g = got[r * n + j].to_f64();
+                assert!((g - want).abs() <= want.abs() / 128.0 + 1e-3, "({r}, {j}): {g} {want}");
+            }
+        }
+        let small =
+            ArrayData { layout: Layout::new(vec![64, 8].into(), vec![1, 64].into(), 0), ..b };
+        let a = ArrayData { layout: Layout::contiguous(&[20, 64]), ..a };
+        assert!(by_panels::<bf16>(&a, &small, &[20, 8]).unwrap().is_none(), "small B");
+    }
 }
